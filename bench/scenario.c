@@ -1,0 +1,226 @@
+#include "scenario.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "reshard/placement.h"
+
+const scenario_spec scenario_specs[5] = {
+    {"S1 llama3-8b", 32, 8, 128, 128, 2, 16, "bf16", 1, 1, 2, 1,
+     RESHARD_FORMAT_PLHD, 128, 16, SCENARIO_MEMORY_NHD},
+    {"S2 llama3-70b", 80, 8, 128, 128, 2, 64, "bf16", 8, 1, 4, 2,
+     RESHARD_FORMAT_LPHD, 32, 64, SCENARIO_MEMORY_NHD},
+    {"S3 qwen2.5-72b", 80, 8, 128, 128, 2, 32, "bf16", 4, 1, 16, 1,
+     RESHARD_FORMAT_HPLD, 64, 16, SCENARIO_MEMORY_HND},
+    {"S4 deepseek-v3", 61, 1, 576, 0, 2, 64, "bf16", 8, 1, 4, 2,
+     RESHARD_FORMAT_PLHD, 64, 64, SCENARIO_MEMORY_NHD},
+    {"S5 llama3-405b", 126, 8, 128, 128, 1, 128, "fp8", 8, 2, 8, 4,
+     RESHARD_FORMAT_LPHD, 256, 128, SCENARIO_MEMORY_NHD},
+};
+
+static uint64_t next_random(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static reshard_status out_of_memory(reshard_error *err) {
+  return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                           "scenario: out of memory");
+}
+
+/* A TP x PP placement in DP 1: PP splits layers into contiguous chunks,
+ * TP splits heads, or replicates them when TP exceeds the head count. */
+static reshard_status build_placement(const scenario_spec *spec, uint64_t tp,
+                                      uint64_t pp, reshard_arena *arena,
+                                      reshard_placement *out,
+                                      reshard_error *err) {
+  uint64_t *all_layers = RESHARD_ARENA_NEW(arena, uint64_t, spec->layers);
+  reshard_placement_part *parts =
+      RESHARD_ARENA_NEW(arena, reshard_placement_part, tp * pp);
+  if (all_layers == NULL || parts == NULL) {
+    return out_of_memory(err);
+  }
+  for (uint64_t l = 0; l < spec->layers; l++) {
+    all_layers[l] = l;
+  }
+  uint64_t replicas = tp > spec->heads ? tp / spec->heads : 1;
+  uint64_t heads_per_rank = tp > spec->heads ? 1 : spec->heads / tp;
+  for (uint64_t p = 0; p < pp; p++) {
+    uint64_t first = spec->layers * p / pp;
+    uint64_t last = spec->layers * (p + 1) / pp;
+    for (uint64_t t = 0; t < tp; t++) {
+      reshard_placement_part *part = &parts[p * tp + t];
+      char id[48];
+      snprintf(id, sizeof id, "pp%02llu-tp%02llu", (unsigned long long)p,
+               (unsigned long long)t);
+      part->participant_id = reshard_arena_strdup(arena, id);
+      part->rank = (reshard_rank){0, p, t};
+      part->layer_count = last - first;
+      part->layer_ids = RESHARD_ARENA_NEW(arena, uint64_t, last - first + 1);
+      if (part->participant_id == NULL || part->layer_ids == NULL) {
+        return out_of_memory(err);
+      }
+      for (uint64_t l = first; l < last; l++) {
+        part->layer_ids[l - first] = l;
+      }
+      part->head_start = (t / replicas) * heads_per_rank;
+      part->head_count = heads_per_rank;
+      part->replica_ordinal = t % replicas;
+      part->replica_count = replicas;
+    }
+  }
+  *out = (reshard_placement){
+      .resource_id = "kv",
+      .revision = "r1",
+      .placement_set_id = "bench",
+      .dp_size = 1,
+      .pp_size = pp,
+      .tp_size = tp,
+      .descriptor = {.global_layer_ids = all_layers,
+                     .layer_count = spec->layers,
+                     .dtype = spec->dtype,
+                     .itemsize = spec->itemsize,
+                     .page_size = spec->page_size,
+                     .total_kv_heads = spec->heads,
+                     .key_head_dim = spec->key_dim,
+                     .value_head_dim = spec->value_dim},
+      .parts = parts,
+      .part_count = tp * pp,
+  };
+  return reshard_placement_normalize(out, arena, err);
+}
+
+/* A paged pool: per (layer, component) an array of twice the blocks the
+ * request needs, the request's blocks at shuffled slots. */
+static reshard_status build_binding(const scenario_spec *spec, uint64_t pages,
+                                    const reshard_placement_part *part,
+                                    uint64_t seed, reshard_arena *arena,
+                                    reshard_binding *out, reshard_error *err) {
+  unsigned components = spec->value_dim == 0 ? 1 : 2;
+  uint64_t tokens = pages * spec->page_size;
+  uint64_t blocks = (tokens + spec->block_tokens - 1) / spec->block_tokens;
+  uint64_t slots = blocks * 2;
+  uint64_t heads = part->head_count;
+  uint64_t width =
+      spec->key_dim > spec->value_dim ? spec->key_dim : spec->value_dim;
+  uint64_t block_bytes = spec->block_tokens * heads * width * spec->itemsize;
+  uint64_t groups = part->layer_count * components;
+  uint64_t ranges_per_block = spec->memory == SCENARIO_MEMORY_HND ? heads : 1;
+  size_t range_count = groups * blocks * ranges_per_block;
+  reshard_binding_range *ranges =
+      RESHARD_ARENA_NEW(arena, reshard_binding_range, range_count);
+  uint64_t *slot_of = RESHARD_ARENA_NEW(arena, uint64_t, slots);
+  reshard_region *region = RESHARD_ARENA_NEW(arena, reshard_region, 1);
+  if (ranges == NULL || slot_of == NULL || region == NULL) {
+    return out_of_memory(err);
+  }
+  for (uint64_t s = 0; s < slots; s++) {
+    slot_of[s] = s;
+  }
+  for (uint64_t s = slots - 1; s > 0; s--) {
+    uint64_t j = next_random(&seed) % (s + 1);
+    uint64_t swap = slot_of[s];
+    slot_of[s] = slot_of[j];
+    slot_of[j] = swap;
+  }
+  size_t n = 0;
+  for (uint64_t l = 0; l < part->layer_count; l++) {
+    for (unsigned c = 0; c < components; c++) {
+      uint64_t hb = (c == 0 ? spec->key_dim : spec->value_dim) * spec->itemsize;
+      uint64_t group_base = (l * components + c) * slots * block_bytes;
+      for (uint64_t b = 0; b < blocks; b++) {
+        uint64_t start = b * spec->block_tokens;
+        uint64_t count = tokens - start < spec->block_tokens
+                             ? tokens - start
+                             : spec->block_tokens;
+        uint64_t base = group_base + slot_of[b] * block_bytes;
+        for (uint64_t r = 0; r < ranges_per_block; r++) {
+          reshard_binding_range *range = &ranges[n++];
+          *range = (reshard_binding_range){
+              .global_layer_id = part->layer_ids[l],
+              .component =
+                  c == 0 ? RESHARD_COMPONENT_KEY : RESHARD_COMPONENT_VALUE,
+              .token_start = start,
+              .token_count = count,
+              .region_id = "pool",
+          };
+          if (spec->memory == SCENARIO_MEMORY_HND) {
+            range->head_start = part->head_start + r;
+            range->head_count = 1;
+            range->offset_bytes = base + r * spec->block_tokens * hb;
+            range->token_stride_bytes = hb;
+            range->head_stride_bytes = hb;
+          } else {
+            range->head_start = part->head_start;
+            range->head_count = heads;
+            range->offset_bytes = base;
+            range->token_stride_bytes = heads * hb;
+            range->head_stride_bytes = hb;
+          }
+        }
+      }
+    }
+  }
+  *region = (reshard_region){"pool", 1ull << 20, groups * slots * block_bytes};
+  *out = (reshard_binding){
+      .participant_id = part->participant_id,
+      .endpoint = "bench",
+      .regions = region,
+      .region_count = 1,
+      .ranges = ranges,
+      .range_count = n,
+  };
+  return RESHARD_OK;
+}
+
+reshard_status scenario_build(const scenario_spec *spec, uint64_t pages,
+                              size_t reader_index, uint64_t seed,
+                              reshard_arena *arena, scenario *out,
+                              reshard_error *err) {
+  memset(out, 0, sizeof *out);
+  if (pages == 0) {
+    pages = spec->pages;
+  }
+  reshard_limits limits = reshard_limits_default();
+  reshard_status status;
+  if ((status = build_placement(spec, spec->writer_tp, spec->writer_pp, arena,
+                                &out->writer, err)) ||
+      (status = build_placement(spec, spec->reader_tp, spec->reader_pp, arena,
+                                &out->reader, err)) ||
+      (status = reshard_plan_upload(&out->writer, spec->format, false, 0,
+                                    &limits, arena, &out->upload, err))) {
+    return status;
+  }
+  if (reader_index >= out->reader.part_count) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "scenario: reader index %zu out of range",
+                             reader_index);
+  }
+  if ((status = build_binding(spec, pages, &out->reader.parts[reader_index],
+                              seed, arena, &out->binding, err))) {
+    return status;
+  }
+  out->source =
+      (reshard_plan_source){&out->upload.layout, out->upload.layout_id, NULL};
+  out->page_source_start = RESHARD_ARENA_NEW(arena, size_t, pages + 1);
+  out->page_sources = RESHARD_ARENA_NEW(arena, size_t, pages);
+  if (out->page_source_start == NULL || out->page_sources == NULL) {
+    return out_of_memory(err);
+  }
+  for (uint64_t p = 0; p <= pages; p++) {
+    out->page_source_start[p] = p;
+  }
+  out->request = (reshard_load_request){
+      .placement = &out->reader,
+      .binding = &out->binding,
+      .page_count = pages,
+      .sources = &out->source,
+      .source_count = 1,
+      .page_source_start = out->page_source_start,
+      .page_sources = out->page_sources,
+      .limits = limits,
+  };
+  return RESHARD_OK;
+}

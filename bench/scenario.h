@@ -1,0 +1,55 @@
+/* The standard scenarios of SPEC §6 as planner inputs: a writer placement
+ * uploaded in a format, a reader placement, and a paged binding for one
+ * reader participant. Shared by the benchmark and the tests. */
+#ifndef RESHARD_BENCH_SCENARIO_H
+#define RESHARD_BENCH_SCENARIO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "reshard/arena.h"
+#include "reshard/plan.h"
+#include "reshard/upload.h"
+
+typedef enum scenario_memory {
+  SCENARIO_MEMORY_NHD, /* [block, token, head, dim] per (layer, component) */
+  SCENARIO_MEMORY_HND, /* [block, head, token, dim], one range per head */
+} scenario_memory;
+
+typedef struct scenario_spec {
+  const char *name;
+  uint64_t layers, heads, key_dim, value_dim, itemsize, page_size;
+  const char *dtype;
+  uint64_t writer_tp, writer_pp;
+  uint64_t reader_tp, reader_pp;
+  reshard_format format;
+  uint64_t pages;
+  uint64_t block_tokens;
+  scenario_memory memory;
+} scenario_spec;
+
+/* The five rows of SPEC §6. */
+extern const scenario_spec scenario_specs[5];
+
+/* Everything reshard_plan_load needs, built in `arena`. The region's
+ * address is fictitious (planning never dereferences it). */
+typedef struct scenario {
+  reshard_placement writer;
+  reshard_placement reader;
+  reshard_upload_plan upload;
+  reshard_binding binding;
+  reshard_plan_source source;
+  size_t *page_source_start;
+  size_t *page_sources;
+  reshard_load_request request;
+} scenario;
+
+/* Builds `spec` with `pages` pages (0: the spec's count) for reader
+ * participant `reader_index` (in canonical participant order), blocks
+ * scattered by `seed`. Returns RESHARD_OK or fills `err`. */
+reshard_status scenario_build(const scenario_spec *spec, uint64_t pages,
+                              size_t reader_index, uint64_t seed,
+                              reshard_arena *arena, scenario *out,
+                              reshard_error *err);
+
+#endif

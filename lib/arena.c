@@ -1,0 +1,124 @@
+#include "reshard/arena.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct reshard_arena_chunk {
+  reshard_arena_chunk *next;
+  size_t capacity;
+  size_t used;
+  _Alignas(64) unsigned char data[];
+};
+
+enum { RESHARD_ARENA_DEFAULT_CHUNK = 64 * 1024 };
+
+void reshard_arena_init(reshard_arena *arena, size_t chunk_size) {
+  arena->head = NULL;
+  arena->chunk_size = chunk_size ? chunk_size : RESHARD_ARENA_DEFAULT_CHUNK;
+  arena->total_bytes = 0;
+}
+
+static reshard_arena_chunk *arena_grow(reshard_arena *arena, size_t need) {
+  if (arena->chunk_size == 0) {
+    arena->chunk_size = RESHARD_ARENA_DEFAULT_CHUNK;
+  }
+  size_t capacity = arena->chunk_size;
+  /* Large requests get a chunk of their own so small ones keep filling
+   * the current chunk. */
+  if (need > capacity / 4) {
+    capacity = need;
+  }
+  if (capacity > SIZE_MAX - sizeof(reshard_arena_chunk)) {
+    return NULL;
+  }
+  reshard_arena_chunk *chunk = malloc(sizeof(reshard_arena_chunk) + capacity);
+  if (chunk == NULL) {
+    return NULL;
+  }
+  chunk->capacity = capacity;
+  chunk->used = 0;
+  arena->total_bytes += sizeof(reshard_arena_chunk) + capacity;
+  if (need == capacity && arena->head != NULL) {
+    /* Keep the partly used chunk at the head for later small requests. */
+    chunk->next = arena->head->next;
+    arena->head->next = chunk;
+  } else {
+    chunk->next = arena->head;
+    arena->head = chunk;
+  }
+  return chunk;
+}
+
+void *reshard_arena_alloc(reshard_arena *arena, size_t size, size_t alignment) {
+  if (alignment == 0) {
+    alignment = 1;
+  }
+  size_t need = size ? size : 1;
+  reshard_arena_chunk *chunk = arena->head;
+  if (chunk != NULL) {
+    size_t start = (chunk->used + alignment - 1) & ~(alignment - 1);
+    if (start <= chunk->capacity && chunk->capacity - start >= need) {
+      chunk->used = start + need;
+      return chunk->data + start;
+    }
+  }
+  if (need > SIZE_MAX - alignment) {
+    return NULL;
+  }
+  chunk = arena_grow(arena, need + alignment);
+  if (chunk == NULL) {
+    return NULL;
+  }
+  size_t start = (chunk->used + alignment - 1) & ~(alignment - 1);
+  chunk->used = start + need;
+  return chunk->data + start;
+}
+
+void *reshard_arena_array(reshard_arena *arena, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    return NULL;
+  }
+  return reshard_arena_alloc(arena, total, 16);
+}
+
+void *reshard_arena_calloc(reshard_arena *arena, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    return NULL;
+  }
+  void *memory = reshard_arena_alloc(arena, total, 16);
+  if (memory != NULL) {
+    memset(memory, 0, total);
+  }
+  return memory;
+}
+
+char *reshard_arena_strndup(reshard_arena *arena, const char *text,
+                            size_t length) {
+  if (length == SIZE_MAX) {
+    return NULL;
+  }
+  char *copy = reshard_arena_alloc(arena, length + 1, 1);
+  if (copy != NULL) {
+    memcpy(copy, text, length);
+    copy[length] = '\0';
+  }
+  return copy;
+}
+
+char *reshard_arena_strdup(reshard_arena *arena, const char *text) {
+  return reshard_arena_strndup(arena, text, strlen(text));
+}
+
+void reshard_arena_destroy(reshard_arena *arena) {
+  reshard_arena_chunk *chunk = arena->head;
+  while (chunk != NULL) {
+    reshard_arena_chunk *next = chunk->next;
+    free(chunk);
+    chunk = next;
+  }
+  arena->head = NULL;
+  arena->total_bytes = 0;
+}

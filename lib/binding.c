@@ -1,0 +1,618 @@
+#include "reshard/binding.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "reshard/arena.h"
+#include "reshard/checked.h"
+
+/* Validation runs in the order the work bounds are known: counts first,
+ * then per-range arithmetic (linear), then the head-tiling sweep and the
+ * physical-disjointness proof, each after its work bound was checked
+ * against max_validation_work. */
+
+typedef struct region_entry {
+  const char *id;
+  size_t index;
+} region_entry;
+
+static int compare_region_entries(const void *a, const void *b) {
+  return strcmp(((const region_entry *)a)->id, ((const region_entry *)b)->id);
+}
+
+typedef struct validation {
+  const reshard_binding *binding;
+  const reshard_descriptor *descriptor;
+  const reshard_placement_part *part;
+  const reshard_limits *limits;
+  reshard_arena *arena;
+  reshard_error *err;
+  uint64_t work;
+  size_t *source_index; /* bound range -> binding.ranges index */
+} validation;
+
+static reshard_status spend_work(validation *v, uint64_t units,
+                                 const char *step) {
+  if (!reshard_add(v->work, units, &v->work) ||
+      v->work > v->limits->max_validation_work) {
+    return reshard_error_set(
+        v->err, RESHARD_RESOURCE_EXHAUSTED,
+        "binding: %s needs more than the limit max_validation_work %llu", step,
+        (unsigned long long)v->limits->max_validation_work);
+  }
+  return RESHARD_OK;
+}
+
+static reshard_status out_of_memory(validation *v) {
+  return reshard_error_set(v->err, RESHARD_RESOURCE_EXHAUSTED,
+                           "binding: out of memory");
+}
+
+static reshard_status index_regions(validation *v, region_entry **out) {
+  const reshard_binding *binding = v->binding;
+  region_entry *entries =
+      RESHARD_ARENA_NEW(v->arena, region_entry, binding->region_count + 1);
+  if (entries == NULL) {
+    return out_of_memory(v);
+  }
+  for (size_t i = 0; i < binding->region_count; i++) {
+    const reshard_region *region = &binding->regions[i];
+    uint64_t end;
+    if (region->region_id == NULL || region->region_id[0] == '\0') {
+      return reshard_error_set(v->err, RESHARD_INVALID_ARGUMENT,
+                               "binding.regions[%zu].region_id: must not be "
+                               "empty",
+                               i);
+    }
+    if (region->address == 0) {
+      return reshard_error_set(v->err, RESHARD_INVALID_ARGUMENT,
+                               "binding.regions[%zu].address: must be at "
+                               "least 1",
+                               i);
+    }
+    if (region->nbytes == 0) {
+      return reshard_error_set(v->err, RESHARD_INVALID_ARGUMENT,
+                               "binding.regions[%zu].nbytes: must be at "
+                               "least 1",
+                               i);
+    }
+    if (!reshard_add(region->address, region->nbytes, &end)) {
+      return reshard_error_set(v->err, RESHARD_INVALID_ARGUMENT,
+                               "binding.regions[%zu]: address + nbytes "
+                               "overflows 64 bits",
+                               i);
+    }
+    entries[i] = (region_entry){.id = region->region_id, .index = i};
+  }
+  qsort(entries, binding->region_count, sizeof *entries,
+        compare_region_entries);
+  for (size_t i = 1; i < binding->region_count; i++) {
+    if (strcmp(entries[i].id, entries[i - 1].id) == 0) {
+      return reshard_error_set(v->err, RESHARD_INVALID_ARGUMENT,
+                               "binding.regions[%zu].region_id: \"%s\" "
+                               "appears more than once",
+                               entries[i].index, entries[i].id);
+    }
+  }
+  *out = entries;
+  return RESHARD_OK;
+}
+
+static ptrdiff_t find_region(const region_entry *entries, size_t count,
+                             const char *id) {
+  size_t low = 0, high = count;
+  while (low < high) {
+    size_t mid = low + (high - low) / 2;
+    int order = strcmp(entries[mid].id, id);
+    if (order == 0) {
+      return (ptrdiff_t)entries[mid].index;
+    }
+    if (order < 0) {
+      low = mid + 1;
+    } else {
+      high = mid;
+    }
+  }
+  return -1;
+}
+
+static ptrdiff_t find_owned_layer(const reshard_placement_part *part,
+                                  uint64_t layer) {
+  size_t low = 0, high = part->layer_count;
+  while (low < high) {
+    size_t mid = low + (high - low) / 2;
+    if (part->layer_ids[mid] < layer) {
+      low = mid + 1;
+    } else {
+      high = mid;
+    }
+  }
+  if (low < part->layer_count && part->layer_ids[low] == layer) {
+    return (ptrdiff_t)low;
+  }
+  return -1;
+}
+
+static const char *component_name(reshard_component component) {
+  return component == RESHARD_COMPONENT_KEY ? "KEY" : "VALUE";
+}
+
+/* Checks every per-range rule of SPEC §1.5 and fills `out`. */
+static reshard_status check_range(validation *v, const region_entry *regions,
+                                  uint64_t token_span, size_t i,
+                                  reshard_bound_range *out) {
+  const reshard_binding_range *range = &v->binding->ranges[i];
+  const reshard_descriptor *d = v->descriptor;
+  const reshard_placement_part *part = v->part;
+  reshard_error *err = v->err;
+  if (range->component != RESHARD_COMPONENT_KEY &&
+      range->component != RESHARD_COMPONENT_VALUE) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.ranges[%zu].component: must be KEY or "
+                             "VALUE",
+                             i);
+  }
+  if (range->component == RESHARD_COMPONENT_VALUE && d->value_head_dim == 0) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.ranges[%zu].component: VALUE, but the "
+                             "cache has no V component (value_head_dim 0)",
+                             i);
+  }
+  ptrdiff_t layer_index = find_owned_layer(part, range->global_layer_id);
+  if (layer_index < 0) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.ranges[%zu].global_layer_id: layer %llu "
+                             "is not owned by participant \"%s\"",
+                             i, (unsigned long long)range->global_layer_id,
+                             part->participant_id);
+  }
+  if (range->token_count == 0) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.ranges[%zu].token_count: must be at "
+                             "least 1",
+                             i);
+  }
+  if (range->head_count == 0) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.ranges[%zu].head_count: must be at "
+                             "least 1",
+                             i);
+  }
+  uint64_t token_end, head_end;
+  if (!reshard_add(range->token_start, range->token_count, &token_end) ||
+      token_end > token_span) {
+    return reshard_error_set(
+        err, RESHARD_INVALID_ARGUMENT,
+        "binding.ranges[%zu]: tokens [%llu, +%llu) leave the request's span "
+        "[0, %llu)",
+        i, (unsigned long long)range->token_start,
+        (unsigned long long)range->token_count, (unsigned long long)token_span);
+  }
+  uint64_t part_head_end = part->head_start + part->head_count;
+  if (!reshard_add(range->head_start, range->head_count, &head_end) ||
+      range->head_start < part->head_start || head_end > part_head_end) {
+    return reshard_error_set(
+        err, RESHARD_INVALID_ARGUMENT,
+        "binding.ranges[%zu]: heads [%llu, +%llu) leave participant \"%s\"'s "
+        "heads [%llu, %llu)",
+        i, (unsigned long long)range->head_start,
+        (unsigned long long)range->head_count, part->participant_id,
+        (unsigned long long)part->head_start,
+        (unsigned long long)part_head_end);
+  }
+  if (range->region_id == NULL) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.ranges[%zu].region_id: must not be "
+                             "empty",
+                             i);
+  }
+  ptrdiff_t region_index =
+      find_region(regions, v->binding->region_count, range->region_id);
+  if (region_index < 0) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.ranges[%zu].region_id: \"%s\" is not a "
+                             "region of the binding",
+                             i, range->region_id);
+  }
+  const reshard_region *region = &v->binding->regions[region_index];
+  uint64_t hb = reshard_head_bytes(d, range->component);
+  if (range->head_stride_bytes < hb) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.ranges[%zu]: head_stride_bytes %llu is "
+                             "below the head width %llu",
+                             i, (unsigned long long)range->head_stride_bytes,
+                             (unsigned long long)hb);
+  }
+  uint64_t row_span;
+  if (!reshard_mul_add(range->head_count - 1, range->head_stride_bytes, hb,
+                       &row_span)) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.ranges[%zu]: the row span overflows 64 "
+                             "bits",
+                             i);
+  }
+  if (range->token_stride_bytes < row_span) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.ranges[%zu]: token_stride_bytes %llu is "
+                             "below the row span %llu",
+                             i, (unsigned long long)range->token_stride_bytes,
+                             (unsigned long long)row_span);
+  }
+  uint64_t extent, last_end;
+  if (!reshard_mul_add(range->token_count - 1, range->token_stride_bytes,
+                       row_span, &extent) ||
+      !reshard_add(range->offset_bytes, extent, &last_end) ||
+      last_end > region->nbytes) {
+    return reshard_error_set(
+        err, RESHARD_INVALID_ARGUMENT,
+        "binding.ranges[%zu]: its last byte lies outside region \"%s\" of "
+        "%llu bytes",
+        i, region->region_id, (unsigned long long)region->nbytes);
+  }
+  uint64_t itemsize = d->itemsize;
+  if ((region->address + range->offset_bytes) % itemsize != 0) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.ranges[%zu].offset_bytes: region "
+                             "address + offset is not a multiple of itemsize "
+                             "%llu",
+                             i, (unsigned long long)itemsize);
+  }
+  if (range->token_stride_bytes % itemsize != 0 ||
+      range->head_stride_bytes % itemsize != 0) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.ranges[%zu]: strides must be multiples "
+                             "of itemsize %llu",
+                             i, (unsigned long long)itemsize);
+  }
+  *out = (reshard_bound_range){
+      .layer_index = (uint64_t)layer_index,
+      .component = range->component,
+      .token_start = range->token_start,
+      .token_end = token_end,
+      .head_start = range->head_start,
+      .head_end = head_end,
+      .region_index = (uint64_t)region_index,
+      .region_offset = range->offset_bytes,
+      .token_stride = range->token_stride_bytes,
+      .head_stride = range->head_stride_bytes,
+  };
+  return RESHARD_OK;
+}
+
+static int compare_bound(const void *a, const void *b) {
+  const reshard_bound_range *x = a;
+  const reshard_bound_range *y = b;
+#define RESHARD_CMP(field)                                                     \
+  if (x->field != y->field) {                                                  \
+    return x->field < y->field ? -1 : 1;                                       \
+  }
+  RESHARD_CMP(layer_index)
+  RESHARD_CMP(component)
+  RESHARD_CMP(token_start)
+  RESHARD_CMP(head_start)
+#undef RESHARD_CMP
+  return 0;
+}
+
+/* Sorting moves the bound ranges; this pairs each with its input index so
+ * messages can still name binding.ranges[i]. */
+typedef struct bound_with_source {
+  reshard_bound_range range;
+  size_t source;
+} bound_with_source;
+
+static int compare_bound_with_source(const void *a, const void *b) {
+  return compare_bound(&((const bound_with_source *)a)->range,
+                       &((const bound_with_source *)b)->range);
+}
+
+/* Proves that the ranges of one (layer, component) tile the rectangle
+ * [0, span) x [head_start, head_end) exactly: pairwise disjoint (a sweep
+ * over tokens with the ranges still open, at most one per head) and of
+ * equal total area. */
+static reshard_status
+check_group_tiling(validation *v, const reshard_bound_range *ranges,
+                   size_t base, size_t count, uint64_t layer_index,
+                   unsigned component, uint64_t token_span, size_t *active) {
+  const reshard_placement_part *part = v->part;
+  uint64_t layer = part->layer_ids[layer_index];
+  const char *name = component_name((reshard_component)component);
+  size_t active_count = 0;
+  uint64_t cells = 0;
+  for (size_t r = 0; r < count; r++) {
+    const reshard_bound_range *range = &ranges[r];
+    size_t kept = 0;
+    for (size_t a = 0; a < active_count; a++) {
+      const reshard_bound_range *open = &ranges[active[a]];
+      if (open->token_end <= range->token_start) {
+        continue;
+      }
+      if (open->head_start < range->head_end &&
+          range->head_start < open->head_end) {
+        uint64_t head = open->head_start > range->head_start
+                            ? open->head_start
+                            : range->head_start;
+        return reshard_error_set(
+            v->err, RESHARD_INVALID_ARGUMENT,
+            "binding.ranges[%zu] and binding.ranges[%zu] both bind layer "
+            "%llu component %s token %llu head %llu",
+            v->source_index[base + active[a]], v->source_index[base + r],
+            (unsigned long long)layer, name,
+            (unsigned long long)range->token_start, (unsigned long long)head);
+      }
+      active[kept++] = active[a];
+    }
+    active_count = kept;
+    active[active_count++] = r;
+    cells += (range->token_end - range->token_start) *
+             (range->head_end - range->head_start);
+  }
+  uint64_t expected = token_span * part->head_count;
+  if (cells != expected) {
+    return reshard_error_set(
+        v->err, RESHARD_INVALID_ARGUMENT,
+        "binding: layer %llu component %s: the ranges bind %llu of the %llu "
+        "(token, head) cells of tokens [0, %llu) x heads [%llu, %llu); every "
+        "cell must be bound exactly once",
+        (unsigned long long)layer, name, (unsigned long long)cells,
+        (unsigned long long)expected, (unsigned long long)token_span,
+        (unsigned long long)part->head_start,
+        (unsigned long long)(part->head_start + part->head_count));
+  }
+  return RESHARD_OK;
+}
+
+/* One maximal run of contiguous bytes of a range, at an absolute address. */
+typedef struct byte_run {
+  uint64_t start;
+  uint64_t end;
+  size_t range; /* index into the sorted bound ranges */
+} byte_run;
+
+static int compare_runs(const void *a, const void *b) {
+  const byte_run *x = a;
+  const byte_run *y = b;
+  return (x->start > y->start) - (x->start < y->start);
+}
+
+/* How a range decomposes into contiguous runs: whole block, one per token,
+ * or one per (token, head). */
+static uint64_t run_count(const reshard_bound_range *range, uint64_t hb) {
+  uint64_t tokens = range->token_end - range->token_start;
+  uint64_t heads = range->head_end - range->head_start;
+  if (range->head_stride != hb && heads > 1) {
+    return tokens * heads;
+  }
+  if (range->token_stride != heads * hb && tokens > 1) {
+    return tokens;
+  }
+  return 1;
+}
+
+static uint64_t range_first_byte(const validation *v,
+                                 const reshard_bound_range *range) {
+  return v->binding->regions[range->region_index].address +
+         range->region_offset;
+}
+
+static uint64_t range_extent(const reshard_bound_range *range, uint64_t hb) {
+  return (range->token_end - range->token_start - 1) * range->token_stride +
+         (range->head_end - range->head_start - 1) * range->head_stride + hb;
+}
+
+static uint64_t bound_head_bytes(const validation *v,
+                                 const reshard_bound_range *range) {
+  return reshard_head_bytes(v->descriptor, range->component);
+}
+
+/* Proves no two values share a byte. Ranges whose bounding spans touch no
+ * other span are disjoint by construction (within a range the stride rules
+ * already separate values); only clusters of overlapping spans are broken
+ * into runs and compared, after their run count was charged as work. */
+static reshard_status
+check_disjoint(validation *v, const reshard_bound_range *ranges, size_t count) {
+  if (count < 2) {
+    return RESHARD_OK;
+  }
+  byte_run *spans = RESHARD_ARENA_NEW(v->arena, byte_run, count);
+  if (spans == NULL) {
+    return out_of_memory(v);
+  }
+  for (size_t r = 0; r < count; r++) {
+    uint64_t start = range_first_byte(v, &ranges[r]);
+    spans[r] = (byte_run){
+        .start = start,
+        .end =
+            start + range_extent(&ranges[r], bound_head_bytes(v, &ranges[r])),
+        .range = r,
+    };
+  }
+  qsort(spans, count, sizeof *spans, compare_runs);
+  size_t cluster_start = 0;
+  uint64_t cluster_end = spans[0].end;
+  for (size_t s = 1; s <= count; s++) {
+    if (s < count && spans[s].start < cluster_end) {
+      if (spans[s].end > cluster_end) {
+        cluster_end = spans[s].end;
+      }
+      continue;
+    }
+    size_t members = s - cluster_start;
+    if (members > 1) {
+      uint64_t runs = 0;
+      for (size_t m = cluster_start; m < s; m++) {
+        const reshard_bound_range *range = &ranges[spans[m].range];
+        runs += run_count(range, bound_head_bytes(v, range));
+      }
+      reshard_status status = spend_work(v, runs, "the disjointness proof");
+      if (status) {
+        return status;
+      }
+      byte_run *pieces = RESHARD_ARENA_NEW(v->arena, byte_run, runs);
+      if (pieces == NULL) {
+        return out_of_memory(v);
+      }
+      size_t n = 0;
+      for (size_t m = cluster_start; m < s; m++) {
+        const reshard_bound_range *range = &ranges[spans[m].range];
+        uint64_t hb = bound_head_bytes(v, range);
+        uint64_t tokens = range->token_end - range->token_start;
+        uint64_t heads = range->head_end - range->head_start;
+        uint64_t base = range_first_byte(v, range);
+        uint64_t per_range = run_count(range, hb);
+        if (per_range == 1) {
+          pieces[n++] =
+              (byte_run){base, base + range_extent(range, hb), spans[m].range};
+        } else if (per_range == tokens) {
+          for (uint64_t t = 0; t < tokens; t++) {
+            uint64_t start = base + t * range->token_stride;
+            pieces[n++] = (byte_run){start, start + heads * hb, spans[m].range};
+          }
+        } else {
+          for (uint64_t t = 0; t < tokens; t++) {
+            for (uint64_t h = 0; h < heads; h++) {
+              uint64_t start =
+                  base + t * range->token_stride + h * range->head_stride;
+              pieces[n++] = (byte_run){start, start + hb, spans[m].range};
+            }
+          }
+        }
+      }
+      qsort(pieces, n, sizeof *pieces, compare_runs);
+      for (size_t p = 1; p < n; p++) {
+        if (pieces[p].start < pieces[p - 1].end) {
+          return reshard_error_set(
+              v->err, RESHARD_INVALID_ARGUMENT,
+              "binding.ranges[%zu] and binding.ranges[%zu] share memory at "
+              "address 0x%llx; no two values may share a byte",
+              v->source_index[pieces[p - 1].range],
+              v->source_index[pieces[p].range],
+              (unsigned long long)pieces[p].start);
+        }
+      }
+    }
+    if (s < count) {
+      cluster_start = s;
+      cluster_end = spans[s].end;
+    }
+  }
+  return RESHARD_OK;
+}
+
+reshard_status reshard_binding_validate(
+    const reshard_binding *binding, const reshard_descriptor *descriptor,
+    const reshard_placement_part *part, uint64_t page_count,
+    const reshard_limits *limits, reshard_arena *arena,
+    reshard_bound_binding *out, reshard_error *err) {
+  validation v = {
+      .binding = binding,
+      .descriptor = descriptor,
+      .part = part,
+      .limits = limits,
+      .arena = arena,
+      .err = err,
+  };
+  if (binding->range_count > limits->max_ranges) {
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "binding.ranges: %zu ranges exceed the limit "
+                             "max_ranges %llu",
+                             binding->range_count,
+                             (unsigned long long)limits->max_ranges);
+  }
+  if (binding->region_count > limits->max_ranges) {
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "binding.regions: %zu regions exceed the limit "
+                             "max_ranges %llu",
+                             binding->region_count,
+                             (unsigned long long)limits->max_ranges);
+  }
+  uint64_t token_span, cells;
+  if (!reshard_mul(page_count, descriptor->page_size, &token_span) ||
+      !reshard_mul(token_span, part->head_count, &cells)) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "page_keys: %llu pages of %llu tokens overflow "
+                             "64 bits",
+                             (unsigned long long)page_count,
+                             (unsigned long long)descriptor->page_size);
+  }
+  reshard_status status =
+      spend_work(&v, (uint64_t)binding->range_count + binding->region_count,
+                 "checking the ranges");
+  if (status) {
+    return status;
+  }
+  region_entry *regions = NULL;
+  if ((status = index_regions(&v, &regions))) {
+    return status;
+  }
+  size_t count = binding->range_count;
+  bound_with_source *sorted =
+      RESHARD_ARENA_NEW(arena, bound_with_source, count + 1);
+  reshard_bound_range *ranges =
+      RESHARD_ARENA_NEW(arena, reshard_bound_range, count + 1);
+  v.source_index = RESHARD_ARENA_NEW(arena, size_t, count + 1);
+  size_t group_count = part->layer_count * 2;
+  size_t *group_start = RESHARD_ARENA_NEW(arena, size_t, group_count + 1);
+  size_t *active = RESHARD_ARENA_NEW(arena, size_t, count + 1);
+  if (sorted == NULL || ranges == NULL || v.source_index == NULL ||
+      group_start == NULL || active == NULL) {
+    return out_of_memory(&v);
+  }
+  for (size_t i = 0; i < count; i++) {
+    if ((status = check_range(&v, regions, token_span, i, &sorted[i].range))) {
+      return status;
+    }
+    sorted[i].source = i;
+  }
+  qsort(sorted, count, sizeof *sorted, compare_bound_with_source);
+  for (size_t i = 0; i < count; i++) {
+    ranges[i] = sorted[i].range;
+    v.source_index[i] = sorted[i].source;
+  }
+
+  /* Group boundaries, and the sweep's work bound before the sweep. */
+  uint64_t sweep_work = 0;
+  size_t cursor = 0;
+  for (size_t g = 0; g < group_count; g++) {
+    group_start[g] = cursor;
+    uint64_t layer_index = g / 2;
+    unsigned component = (unsigned)(g % 2) + 1;
+    while (cursor < count && ranges[cursor].layer_index == layer_index &&
+           ranges[cursor].component == component) {
+      cursor++;
+    }
+    uint64_t members = cursor - group_start[g];
+    uint64_t open = members < part->head_count ? members : part->head_count;
+    sweep_work += members * (open + 1);
+  }
+  group_start[group_count] = cursor;
+  if ((status = spend_work(&v, sweep_work, "the head-tiling proof"))) {
+    return status;
+  }
+  unsigned components = reshard_component_count(descriptor);
+  for (size_t g = 0; g < group_count; g++) {
+    unsigned component = (unsigned)(g % 2) + 1;
+    if (component > components) {
+      continue;
+    }
+    status = check_group_tiling(&v, ranges + group_start[g], group_start[g],
+                                group_start[g + 1] - group_start[g], g / 2,
+                                component, token_span, active);
+    if (status) {
+      return status;
+    }
+  }
+  if ((status = check_disjoint(&v, ranges, count))) {
+    return status;
+  }
+  *out = (reshard_bound_binding){
+      .part = part,
+      .token_span = token_span,
+      .ranges = ranges,
+      .range_count = count,
+      .group_start = group_start,
+      .group_count = group_count,
+      .validation_work = v.work,
+  };
+  return RESHARD_OK;
+}

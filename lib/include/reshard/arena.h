@@ -1,0 +1,51 @@
+/* A bump allocator for everything one request needs: decoded input,
+ * planning scratch and the response. Freed in one place, all at once. */
+#ifndef RESHARD_ARENA_H
+#define RESHARD_ARENA_H
+
+#include <stddef.h>
+
+typedef struct reshard_arena_chunk reshard_arena_chunk;
+
+/* Embed in the owner; zero-initialise or call reshard_arena_init. */
+typedef struct reshard_arena {
+  reshard_arena_chunk *head;
+  size_t chunk_size;  /* default size of a new chunk */
+  size_t total_bytes; /* bytes obtained from malloc, for accounting */
+} reshard_arena;
+
+/* Prepares an empty arena whose chunks are at least `chunk_size` bytes
+ * (0 selects 64 KiB). Allocates nothing until the first request. */
+void reshard_arena_init(reshard_arena *arena, size_t chunk_size);
+
+/* Returns `size` bytes aligned to `alignment` (a power of two, at most 64),
+ * owned by the arena, or NULL when memory is exhausted or size overflows.
+ * size 0 returns a valid unique pointer. */
+void *reshard_arena_alloc(reshard_arena *arena, size_t size, size_t alignment);
+
+/* Like reshard_arena_alloc for `count` elements of `size` bytes, zeroed,
+ * with the multiplication checked. */
+void *reshard_arena_calloc(reshard_arena *arena, size_t count, size_t size);
+
+/* Copies the NUL-terminated `text` (or `length` bytes of it plus a NUL when
+ * using the _n form) into the arena. */
+char *reshard_arena_strdup(reshard_arena *arena, const char *text);
+char *reshard_arena_strndup(reshard_arena *arena, const char *text,
+                            size_t length);
+
+/* Frees every chunk; the arena may be reused after reshard_arena_init. */
+void reshard_arena_destroy(reshard_arena *arena);
+
+/* Like reshard_arena_calloc without the zeroing, for arrays the caller
+ * fills completely (the planner's copy arrays). */
+void *reshard_arena_array(reshard_arena *arena, size_t count, size_t size);
+
+/* A zeroed array of `count` elements of `type`. */
+#define RESHARD_ARENA_NEW(arena, type, count)                                  \
+  ((type *)reshard_arena_calloc((arena), (count), sizeof(type)))
+
+/* An uninitialised array of `count` elements of `type`. */
+#define RESHARD_ARENA_ARRAY(arena, type, count)                                \
+  ((type *)reshard_arena_array((arena), (count), sizeof(type)))
+
+#endif

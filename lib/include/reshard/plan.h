@@ -1,0 +1,101 @@
+/* Load planning (SPEC §2.2): source selection, lowering, coalescing and
+ * batching for one reader participant. */
+#ifndef RESHARD_PLAN_H
+#define RESHARD_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reshard/binding.h"
+#include "reshard/error.h"
+#include "reshard/join.h"
+#include "reshard/layout.h"
+#include "reshard/limits.h"
+#include "reshard/placement.h"
+
+/* One byte copy: Part bytes [part_offset, +nbytes) of page `page_index` go
+ * to region `region_index` at [region_offset, +nbytes). */
+typedef struct reshard_copy {
+  uint64_t page_index;
+  uint64_t part_index;
+  uint64_t part_offset;
+  uint64_t region_index;
+  uint64_t region_offset;
+  uint64_t nbytes;
+} reshard_copy;
+
+/* copies[first .. first + count) form one batch of `bytes` bytes. */
+typedef struct reshard_batch {
+  size_t first;
+  size_t count;
+  uint64_t bytes;
+} reshard_batch;
+
+/* A stored layout the pages may come from. `join` may carry a prebuilt
+ * join of this layout with the request's participant (a cached template);
+ * NULL lets the planner build one. */
+typedef struct reshard_plan_source {
+  const reshard_layout *layout;
+  const char *layout_id;
+  const reshard_join *join;
+} reshard_plan_source;
+
+typedef struct reshard_load_request {
+  const reshard_placement *placement; /* normalized target placement */
+  bool has_dp_rank;
+  uint64_t dp_rank;
+  const reshard_binding *binding;
+  uint64_t page_count;
+  /* Candidates of page p are sources[page_sources[i]] for i in
+   * [page_source_start[p], page_source_start[p + 1]); page_source_start has
+   * page_count + 1 entries. A page with no candidate is a miss. */
+  const reshard_plan_source *sources;
+  size_t source_count;
+  const size_t *page_source_start;
+  const size_t *page_sources;
+  const char *const *preferred_layout_ids;
+  size_t preferred_count;
+  reshard_limits limits; /* already clamped to the server caps */
+  /* Optional: polled between pages; when it returns true the planner
+   * abandons the work and fails with DEADLINE_EXCEEDED. Called on the
+   * planning thread. */
+  bool (*should_stop)(void *context);
+  void *should_stop_context;
+} reshard_load_request;
+
+/* The plan. All arrays live in the arena given to reshard_plan_load, except
+ * built_joins[i], which the caller owns (free or cache them). */
+typedef struct reshard_load_plan {
+  uint64_t hit_pages;
+  size_t *page_source;  /* chosen source index per hit page */
+  reshard_copy *copies; /* in batch order */
+  size_t copy_count;
+  reshard_batch *batches;
+  size_t batch_count;
+  uint64_t operations; /* copy_count: what the client executes */
+  uint64_t bytes;
+  uint64_t copies_before_coalescing;
+  uint64_t copies_after_coalescing; /* before batch splitting */
+  reshard_join **built_joins;       /* per source; non-NULL where built here */
+  const reshard_placement_part *participant;
+} reshard_load_plan;
+
+/* Plans a load. Validates the binding (SPEC §1.5) against the participant
+ * named in it, selects sources, lowers, coalesces and batches. Errors:
+ * INVALID_ARGUMENT for bad input (including a participant that is not in
+ * the placement or not in the target DP rank), FAILED_PRECONDITION when the
+ * first page is bound only to layouts with another descriptor,
+ * RESOURCE_EXHAUSTED naming the limit (max_operations bounds the copies
+ * before coalescing too, so memory is bounded before lowering starts),
+ * DEADLINE_EXCEEDED when should_stop said so.
+ * On failure nothing is left for the caller to free. */
+typedef struct reshard_arena reshard_arena;
+reshard_status reshard_plan_load(const reshard_load_request *request,
+                                 reshard_arena *arena, reshard_load_plan *out,
+                                 reshard_error *err);
+
+/* Frees the joins built by a plan that the caller does not keep. */
+void reshard_load_plan_free_joins(reshard_load_plan *plan, size_t source_count);
+
+#endif

@@ -1,0 +1,224 @@
+/* Lowering (SPEC §2.2 step 3): joined fragments x binding ranges of one
+ * page become byte copies at the coarsest granularity both sides allow. */
+#include <string.h>
+
+#include "plan_internal.h"
+
+reshard_status reshard__cursor_init(reshard__range_cursor *cursor,
+                                    const reshard_bound_binding *binding,
+                                    reshard_arena *arena, reshard_error *err) {
+  cursor->binding = binding;
+  cursor->next = RESHARD_ARENA_NEW(arena, size_t, binding->group_count + 1);
+  cursor->open_count =
+      RESHARD_ARENA_NEW(arena, size_t, binding->group_count + 1);
+  cursor->open = RESHARD_ARENA_NEW(arena, size_t, binding->range_count + 1);
+  if (cursor->next == NULL || cursor->open_count == NULL ||
+      cursor->open == NULL) {
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "plan: out of memory for the range cursor");
+  }
+  reshard__cursor_reset(cursor);
+  return RESHARD_OK;
+}
+
+void reshard__cursor_reset(reshard__range_cursor *cursor) {
+  const reshard_bound_binding *binding = cursor->binding;
+  for (size_t g = 0; g < binding->group_count; g++) {
+    cursor->next[g] = binding->group_start[g];
+    cursor->open_count[g] = 0;
+  }
+}
+
+void reshard__cursor_advance(reshard__range_cursor *cursor, uint64_t page_start,
+                             uint64_t page_end) {
+  const reshard_bound_binding *binding = cursor->binding;
+  const reshard_bound_range *ranges = binding->ranges;
+  for (size_t g = 0; g < binding->group_count; g++) {
+    size_t *open = cursor->open + binding->group_start[g];
+    size_t kept = 0;
+    for (size_t i = 0; i < cursor->open_count[g]; i++) {
+      if (ranges[open[i]].token_end > page_start) {
+        open[kept++] = open[i];
+      }
+    }
+    size_t next = cursor->next[g];
+    size_t end = binding->group_start[g + 1];
+    while (next < end && ranges[next].token_start < page_end) {
+      if (ranges[next].token_end > page_start) {
+        open[kept++] = next;
+      }
+      next++;
+    }
+    cursor->next[g] = next;
+    cursor->open_count[g] = kept;
+  }
+}
+
+/* The block where one join entry meets one binding range on this page. */
+typedef struct block {
+  uint64_t token_start, token_end; /* absolute tokens */
+  uint64_t head_start, head_end;
+  uint64_t head_bytes;
+} block;
+
+/* First entry of the group whose heads end after `head`. */
+static size_t first_entry(const reshard_join_entry *entries, size_t low,
+                          size_t high, uint64_t head) {
+  while (low < high) {
+    size_t mid = low + (high - low) / 2;
+    if (entries[mid].head_end <= head) {
+      low = mid + 1;
+    } else {
+      high = mid;
+    }
+  }
+  return low;
+}
+
+/* Calls `visit` for every (entry, range) block of the page. The counting
+ * and the emitting passes share this walk so they cannot disagree. */
+typedef void (*block_visitor)(void *context, const reshard_join_entry *entry,
+                              const reshard_bound_range *range, const block *b);
+
+static inline void for_each_block(const reshard__page_lowering *page,
+                                  block_visitor visit, void *context) {
+  const reshard_join *join = page->join;
+  const reshard__range_cursor *cursor = page->cursor;
+  const reshard_bound_binding *binding = cursor->binding;
+  uint64_t page_start = page->page_index * page->page_size;
+  uint64_t page_end = page_start + page->page_size;
+  for (size_t g = 0; g < binding->group_count; g++) {
+    size_t entry_low = join->group_start[g];
+    size_t entry_high = join->group_start[g + 1];
+    if (entry_low == entry_high) {
+      continue;
+    }
+    const size_t *open = cursor->open + binding->group_start[g];
+    uint64_t head_bytes = page->head_bytes[g % 2];
+    for (size_t o = 0; o < cursor->open_count[g]; o++) {
+      const reshard_bound_range *range = &binding->ranges[open[o]];
+      uint64_t t0 =
+          range->token_start > page_start ? range->token_start : page_start;
+      uint64_t t1 = range->token_end < page_end ? range->token_end : page_end;
+      for (size_t e = first_entry(join->entries, entry_low, entry_high,
+                                  range->head_start);
+           e < entry_high && join->entries[e].head_start < range->head_end;
+           e++) {
+        const reshard_join_entry *entry = &join->entries[e];
+        block b = {
+            .token_start = t0,
+            .token_end = t1,
+            .head_start = entry->head_start > range->head_start
+                              ? entry->head_start
+                              : range->head_start,
+            .head_end = entry->head_end < range->head_end ? entry->head_end
+                                                          : range->head_end,
+            .head_bytes = head_bytes,
+        };
+        visit(context, entry, range, &b);
+      }
+    }
+  }
+}
+
+/* How many copies a block lowers to: one per (token, head) unless both
+ * head strides equal hb (then one per token), and one in all when also
+ * both token strides equal the row width. */
+static uint64_t block_copies(const reshard_join_entry *entry,
+                             const reshard_bound_range *range, const block *b,
+                             bool *rows, bool *whole) {
+  uint64_t tokens = b->token_end - b->token_start;
+  uint64_t heads = b->head_end - b->head_start;
+  uint64_t hb = b->head_bytes;
+  *rows = entry->head_stride == hb && range->head_stride == hb;
+  uint64_t row = heads * hb;
+  *whole = *rows && entry->token_stride == row && range->token_stride == row;
+  if (*whole) {
+    return 1;
+  }
+  return *rows ? tokens : tokens * heads;
+}
+
+static void count_block(void *context, const reshard_join_entry *entry,
+                        const reshard_bound_range *range, const block *b) {
+  reshard__page_cost *cost = context;
+  bool rows, whole;
+  cost->copies += block_copies(entry, range, b, &rows, &whole);
+  cost->bytes += (b->token_end - b->token_start) *
+                 (b->head_end - b->head_start) * b->head_bytes;
+}
+
+reshard__page_cost reshard__lower_count(const reshard__page_lowering *page) {
+  reshard__page_cost cost = {0, 0};
+  for_each_block(page, count_block, &cost);
+  return cost;
+}
+
+typedef struct emitter {
+  reshard_copy *out;
+  size_t count;
+  uint64_t page_index;
+  uint64_t page_start;
+} emitter;
+
+static void emit_block(void *context, const reshard_join_entry *entry,
+                       const reshard_bound_range *range, const block *b) {
+  emitter *emit = context;
+  bool rows, whole;
+  block_copies(entry, range, b, &rows, &whole);
+  uint64_t tokens = b->token_end - b->token_start;
+  uint64_t heads = b->head_end - b->head_start;
+  uint64_t hb = b->head_bytes;
+  uint64_t source = entry->part_offset +
+                    (b->token_start - emit->page_start) * entry->token_stride +
+                    (b->head_start - entry->head_start) * entry->head_stride;
+  uint64_t target =
+      range->region_offset +
+      (b->token_start - range->token_start) * range->token_stride +
+      (b->head_start - range->head_start) * range->head_stride;
+  reshard_copy copy = {
+      .page_index = emit->page_index,
+      .part_index = entry->part_index,
+      .region_index = range->region_index,
+  };
+  reshard_copy *out = emit->out + emit->count;
+  if (whole) {
+    copy.part_offset = source;
+    copy.region_offset = target;
+    copy.nbytes = tokens * heads * hb;
+    *out = copy;
+    emit->count += 1;
+  } else if (rows) {
+    copy.nbytes = heads * hb;
+    for (uint64_t t = 0; t < tokens; t++) {
+      copy.part_offset = source + t * entry->token_stride;
+      copy.region_offset = target + t * range->token_stride;
+      out[t] = copy;
+    }
+    emit->count += tokens;
+  } else {
+    copy.nbytes = hb;
+    for (uint64_t t = 0; t < tokens; t++) {
+      for (uint64_t h = 0; h < heads; h++) {
+        copy.part_offset =
+            source + t * entry->token_stride + h * entry->head_stride;
+        copy.region_offset =
+            target + t * range->token_stride + h * range->head_stride;
+        *out++ = copy;
+      }
+    }
+    emit->count += tokens * heads;
+  }
+}
+
+size_t reshard__lower_page(const reshard__page_lowering *page,
+                           reshard_copy *out) {
+  emitter emit = {
+      .out = out,
+      .count = 0,
+      .page_index = page->page_index,
+      .page_start = page->page_index * page->page_size,
+  };
+  for_each_block(page, emit_block, &emit);
+  return emit.count;
+}

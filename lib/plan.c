@@ -1,0 +1,447 @@
+/* Load planning (SPEC §2.2): validate the binding, choose a source for each
+ * page of the hit prefix, then lower, coalesce and batch page by page. */
+#include "reshard/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_internal.h"
+#include "reshard/arena.h"
+#include "reshard/checked.h"
+
+typedef struct planner {
+  const reshard_load_request *request;
+  const reshard_placement_part *part;
+  reshard_bound_binding binding;
+  reshard__range_cursor cursor;
+  const reshard_join **joins; /* per source, built on first use */
+  reshard_join **built;       /* per source, what this plan built */
+  uint64_t head_bytes[2];
+  reshard_arena *arena;
+  reshard_error *err;
+  /* Growable scratch for comparing candidate layouts of one page. */
+  reshard_copy *trial_copies;
+  reshard_copy *trial_out;
+  reshard__keyed *trial_keys;
+  reshard__keyed *trial_spare;
+  size_t trial_capacity;
+} planner;
+
+static reshard_status no_memory(planner *plan) {
+  return reshard_error_set(plan->err, RESHARD_RESOURCE_EXHAUSTED,
+                           "plan: out of memory");
+}
+
+static reshard_status source_join(planner *plan, size_t source,
+                                  const reshard_join **out) {
+  if (plan->joins[source] == NULL) {
+    const reshard_plan_source *candidate = &plan->request->sources[source];
+    reshard_join *join =
+        reshard_join_build(candidate->layout, plan->part, plan->err);
+    if (join == NULL) {
+      return plan->err ? plan->err->code : RESHARD_RESOURCE_EXHAUSTED;
+    }
+    plan->built[source] = join;
+    plan->joins[source] = join;
+  }
+  *out = plan->joins[source];
+  return RESHARD_OK;
+}
+
+static reshard__page_lowering
+page_lowering(const planner *plan, const reshard_join *join, uint64_t page) {
+  return (reshard__page_lowering){
+      .join = join,
+      .cursor = &plan->cursor,
+      .page_index = page,
+      .page_size = plan->request->placement->descriptor.page_size,
+      .head_bytes = {plan->head_bytes[0], plan->head_bytes[1]},
+  };
+}
+
+static reshard_status grow_trial(planner *plan, size_t need) {
+  if (need <= plan->trial_capacity) {
+    return RESHARD_OK;
+  }
+  free(plan->trial_copies);
+  free(plan->trial_out);
+  free(plan->trial_keys);
+  free(plan->trial_spare);
+  plan->trial_copies = malloc(need * sizeof(reshard_copy));
+  plan->trial_out = malloc(need * sizeof(reshard_copy));
+  plan->trial_keys = malloc(need * sizeof(reshard__keyed));
+  plan->trial_spare = malloc(need * sizeof(reshard__keyed));
+  plan->trial_capacity = need;
+  if (!plan->trial_copies || !plan->trial_out || !plan->trial_keys ||
+      !plan->trial_spare) {
+    plan->trial_capacity = 0;
+    return no_memory(plan);
+  }
+  return RESHARD_OK;
+}
+
+/* Copies after coalescing of page `page` from `source`: the cost by which
+ * candidate layouts are compared. */
+static reshard_status trial_cost(planner *plan, size_t source, uint64_t page,
+                                 uint64_t *out) {
+  const reshard_join *join;
+  reshard_status status = source_join(plan, source, &join);
+  if (status) {
+    return status;
+  }
+  reshard__page_lowering lowering = page_lowering(plan, join, page);
+  reshard__page_cost cost = reshard__lower_count(&lowering);
+  if (cost.copies > plan->request->limits.max_operations) {
+    *out = UINT64_MAX;
+    return RESHARD_OK;
+  }
+  if ((status = grow_trial(plan, (size_t)cost.copies + 1))) {
+    return status;
+  }
+  size_t count = reshard__lower_page(&lowering, plan->trial_copies);
+  *out = reshard__coalesce_page(plan->trial_copies, count, join->part_base,
+                                plan->trial_keys, plan->trial_spare,
+                                plan->trial_out);
+  return RESHARD_OK;
+}
+
+/* Picks the source of page `page` among its candidates with the target's
+ * descriptor: the caller's first preference, else the fewest operations,
+ * ties to the smallest layout id. Sets *chosen to SIZE_MAX when no
+ * candidate matches the target's descriptor. */
+static reshard_status choose_source(planner *plan, uint64_t page,
+                                    size_t *chosen) {
+  const reshard_load_request *request = plan->request;
+  const reshard_descriptor *target = &request->placement->descriptor;
+  size_t first = request->page_source_start[page];
+  size_t end = request->page_source_start[page + 1];
+  size_t matching = 0;
+  size_t only = SIZE_MAX;
+  const char *differing = NULL;
+  const char *differing_layout = NULL;
+  for (size_t i = first; i < end; i++) {
+    size_t source = request->page_sources[i];
+    const char *field;
+    if (reshard_descriptor_equal(&request->sources[source].layout->descriptor,
+                                 target, &field)) {
+      matching++;
+      only = source;
+    } else if (differing == NULL) {
+      differing = field;
+      differing_layout = request->sources[source].layout_id;
+    }
+  }
+  *chosen = SIZE_MAX;
+  if (matching == 0) {
+    if (page == 0) {
+      return reshard_error_set(
+          plan->err, RESHARD_FAILED_PRECONDITION,
+          "page_keys[0]: bound only to layouts whose descriptor differs from "
+          "the target's in %s (layout %s); reshardd converts no bytes",
+          differing, differing_layout ? differing_layout : "?");
+    }
+    return RESHARD_OK;
+  }
+  if (matching == 1) {
+    *chosen = only;
+    return RESHARD_OK;
+  }
+  for (size_t p = 0; p < request->preferred_count; p++) {
+    for (size_t i = first; i < end; i++) {
+      size_t source = request->page_sources[i];
+      if (strcmp(request->sources[source].layout_id,
+                 request->preferred_layout_ids[p]) == 0 &&
+          reshard_descriptor_equal(&request->sources[source].layout->descriptor,
+                                   target, NULL)) {
+        *chosen = source;
+        return RESHARD_OK;
+      }
+    }
+  }
+  uint64_t best_cost = UINT64_MAX;
+  for (size_t i = first; i < end; i++) {
+    size_t source = request->page_sources[i];
+    if (!reshard_descriptor_equal(&request->sources[source].layout->descriptor,
+                                  target, NULL)) {
+      continue;
+    }
+    uint64_t cost;
+    reshard_status status = trial_cost(plan, source, page, &cost);
+    if (status) {
+      return status;
+    }
+    if (*chosen == SIZE_MAX || cost < best_cost ||
+        (cost == best_cost &&
+         strcmp(request->sources[source].layout_id,
+                request->sources[*chosen].layout_id) < 0)) {
+      *chosen = source;
+      best_cost = cost;
+    }
+  }
+  return RESHARD_OK;
+}
+
+static reshard_status check_request(planner *plan) {
+  const reshard_load_request *request = plan->request;
+  const reshard_placement *placement = request->placement;
+  reshard_error *err = plan->err;
+  if (request->page_count == 0) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "page_keys: must not be empty");
+  }
+  if (request->page_count > request->limits.max_page_keys) {
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "page_keys: %llu keys exceed the limit "
+                             "max_page_keys %llu",
+                             (unsigned long long)request->page_count,
+                             (unsigned long long)request->limits.max_page_keys);
+  }
+  const char *participant = request->binding->participant_id;
+  if (participant == NULL || participant[0] == '\0') {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.participant_id: must not be empty");
+  }
+  plan->part = reshard_placement_find_part(placement, participant);
+  if (plan->part == NULL) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.participant_id: \"%s\" is not a "
+                             "participant of the target placement",
+                             participant);
+  }
+  uint64_t dp = request->has_dp_rank ? request->dp_rank
+                                     : reshard_placement_lowest_dp(placement);
+  if (request->has_dp_rank && !reshard_placement_has_dp(placement, dp)) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "target_dp_rank: no participant of the placement "
+                             "has dp rank %llu",
+                             (unsigned long long)dp);
+  }
+  if (plan->part->rank.dp != dp) {
+    return reshard_error_set(
+        err, RESHARD_INVALID_ARGUMENT,
+        "binding.participant_id: participant \"%s\" has dp rank %llu, not the "
+        "target dp rank %llu",
+        participant, (unsigned long long)plan->part->rank.dp,
+        (unsigned long long)dp);
+  }
+  return RESHARD_OK;
+}
+
+static bool stop_requested(const reshard_load_request *request) {
+  return request->should_stop != NULL &&
+         request->should_stop(request->should_stop_context);
+}
+
+static reshard_status deadline(planner *plan) {
+  return reshard_error_set(plan->err, RESHARD_DEADLINE_EXCEEDED,
+                           "plan: abandoned, the call's deadline passed");
+}
+
+/* Pass 1: the hit prefix, its sources, and what lowering it will cost, all
+ * before any copy is materialised. */
+static reshard_status select_and_count(planner *plan, reshard_load_plan *out,
+                                       uint64_t *largest_page) {
+  const reshard_load_request *request = plan->request;
+  uint64_t page_size = request->placement->descriptor.page_size;
+  uint64_t total_copies = 0, total_bytes = 0;
+  *largest_page = 0;
+  for (uint64_t page = 0; page < request->page_count; page++) {
+    if (request->page_source_start[page] ==
+        request->page_source_start[page + 1]) {
+      break;
+    }
+    if (stop_requested(request)) {
+      return deadline(plan);
+    }
+    reshard__cursor_advance(&plan->cursor, page * page_size,
+                            (page + 1) * page_size);
+    size_t source;
+    reshard_status status = choose_source(plan, page, &source);
+    if (status) {
+      return status;
+    }
+    if (source == SIZE_MAX) {
+      break;
+    }
+    const reshard_join *join;
+    if ((status = source_join(plan, source, &join))) {
+      return status;
+    }
+    reshard__page_lowering lowering = page_lowering(plan, join, page);
+    reshard__page_cost cost = reshard__lower_count(&lowering);
+    if (!reshard_add(total_copies, cost.copies, &total_copies) ||
+        total_copies > request->limits.max_operations) {
+      return reshard_error_set(
+          plan->err, RESHARD_RESOURCE_EXHAUSTED,
+          "plan: more than the limit max_operations %llu copies (before "
+          "coalescing) by page %llu",
+          (unsigned long long)request->limits.max_operations,
+          (unsigned long long)page);
+    }
+    if (!reshard_add(total_bytes, cost.bytes, &total_bytes) ||
+        total_bytes > request->limits.max_bytes) {
+      return reshard_error_set(
+          plan->err, RESHARD_RESOURCE_EXHAUSTED,
+          "plan: more than the limit max_bytes %llu bytes by page %llu",
+          (unsigned long long)request->limits.max_bytes,
+          (unsigned long long)page);
+    }
+    if (cost.copies > *largest_page) {
+      *largest_page = cost.copies;
+    }
+    out->page_source[page] = source;
+    out->hit_pages = page + 1;
+  }
+  out->copies_before_coalescing = total_copies;
+  out->bytes = total_bytes;
+  return RESHARD_OK;
+}
+
+/* Pass 2: lower and coalesce each hit page into `coalesced`. */
+static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
+                                  uint64_t largest_page,
+                                  reshard_copy **coalesced_out,
+                                  size_t *coalesced_count) {
+  const reshard_load_request *request = plan->request;
+  uint64_t page_size = request->placement->descriptor.page_size;
+  reshard_copy *coalesced = RESHARD_ARENA_ARRAY(
+      plan->arena, reshard_copy, (size_t)out->copies_before_coalescing + 1);
+  reshard_copy *scratch =
+      RESHARD_ARENA_ARRAY(plan->arena, reshard_copy, (size_t)largest_page + 1);
+  reshard__keyed *keys = RESHARD_ARENA_ARRAY(plan->arena, reshard__keyed,
+                                             (size_t)largest_page + 1);
+  reshard__keyed *spare = RESHARD_ARENA_ARRAY(plan->arena, reshard__keyed,
+                                              (size_t)largest_page + 1);
+  if (!coalesced || !scratch || !keys || !spare) {
+    return no_memory(plan);
+  }
+  reshard__cursor_reset(&plan->cursor);
+  size_t count = 0;
+  for (uint64_t page = 0; page < out->hit_pages; page++) {
+    if (stop_requested(request)) {
+      return deadline(plan);
+    }
+    reshard__cursor_advance(&plan->cursor, page * page_size,
+                            (page + 1) * page_size);
+    const reshard_join *join = plan->joins[out->page_source[page]];
+    reshard__page_lowering lowering = page_lowering(plan, join, page);
+    size_t lowered = reshard__lower_page(&lowering, scratch);
+    count += reshard__coalesce_page(scratch, lowered, join->part_base, keys,
+                                    spare, coalesced + count);
+  }
+  *coalesced_out = coalesced;
+  *coalesced_count = count;
+  return RESHARD_OK;
+}
+
+/* Pass 3: split into batches. */
+static reshard_status batch_plan(planner *plan, reshard_load_plan *out,
+                                 const reshard_copy *coalesced, size_t count) {
+  const reshard_limits *limits = &plan->request->limits;
+  reshard__batching batching = {
+      .max_operations =
+          limits->max_batch_operations ? limits->max_batch_operations : 1,
+      .max_bytes = limits->max_batch_bytes ? limits->max_batch_bytes : 1,
+  };
+  size_t max_copies, max_batches;
+  reshard__batch_bounds(count, out->bytes, &batching, &max_copies,
+                        &max_batches);
+  out->copies = RESHARD_ARENA_ARRAY(plan->arena, reshard_copy, max_copies + 1);
+  out->batches =
+      RESHARD_ARENA_ARRAY(plan->arena, reshard_batch, max_batches + 1);
+  if (out->copies == NULL || out->batches == NULL) {
+    return no_memory(plan);
+  }
+  size_t batches;
+  size_t copies = reshard__batch_write(coalesced, count, &batching, out->copies,
+                                       out->batches, &batches);
+  if (copies > limits->max_operations) {
+    return reshard_error_set(
+        plan->err, RESHARD_RESOURCE_EXHAUSTED,
+        "plan: %zu copies after batching exceed the limit max_operations %llu",
+        copies, (unsigned long long)limits->max_operations);
+  }
+  out->copy_count = copies;
+  out->batch_count = batches;
+  out->operations = copies;
+  out->copies_after_coalescing = count;
+  return RESHARD_OK;
+}
+
+static reshard_status plan_load(planner *plan, reshard_load_plan *out) {
+  const reshard_load_request *request = plan->request;
+  reshard_status status = check_request(plan);
+  if (status) {
+    return status;
+  }
+  const reshard_descriptor *descriptor = &request->placement->descriptor;
+  plan->head_bytes[0] = reshard_head_bytes(descriptor, RESHARD_COMPONENT_KEY);
+  plan->head_bytes[1] = reshard_head_bytes(descriptor, RESHARD_COMPONENT_VALUE);
+  status = reshard_binding_validate(request->binding, descriptor, plan->part,
+                                    request->page_count, &request->limits,
+                                    plan->arena, &plan->binding, plan->err);
+  if (status) {
+    return status;
+  }
+  if ((status = reshard__cursor_init(&plan->cursor, &plan->binding, plan->arena,
+                                     plan->err))) {
+    return status;
+  }
+  uint64_t largest_page = 0;
+  if ((status = select_and_count(plan, out, &largest_page))) {
+    return status;
+  }
+  reshard_copy *coalesced = NULL;
+  size_t count = 0;
+  if ((status = lower_pages(plan, out, largest_page, &coalesced, &count))) {
+    return status;
+  }
+  return batch_plan(plan, out, coalesced, count);
+}
+
+reshard_status reshard_plan_load(const reshard_load_request *request,
+                                 reshard_arena *arena, reshard_load_plan *out,
+                                 reshard_error *err) {
+  memset(out, 0, sizeof *out);
+  size_t sources = request->source_count;
+  planner plan = {
+      .request = request,
+      .arena = arena,
+      .err = err,
+      .joins = RESHARD_ARENA_NEW(arena, const reshard_join *, sources + 1),
+      .built = RESHARD_ARENA_NEW(arena, reshard_join *, sources + 1),
+  };
+  out->page_source =
+      RESHARD_ARENA_NEW(arena, size_t, (size_t)request->page_count + 1);
+  if (plan.joins == NULL || plan.built == NULL || out->page_source == NULL) {
+    return no_memory(&plan);
+  }
+  for (size_t s = 0; s < sources; s++) {
+    plan.joins[s] = request->sources[s].join;
+  }
+  reshard_status status = plan_load(&plan, out);
+  free(plan.trial_copies);
+  free(plan.trial_out);
+  free(plan.trial_keys);
+  free(plan.trial_spare);
+  out->built_joins = plan.built;
+  if (status) {
+    reshard_load_plan_free_joins(out, sources);
+    reshard_load_plan *cleared = out;
+    memset(cleared, 0, sizeof *cleared);
+    return status;
+  }
+  out->participant = plan.part;
+  return RESHARD_OK;
+}
+
+void reshard_load_plan_free_joins(reshard_load_plan *plan,
+                                  size_t source_count) {
+  if (plan->built_joins == NULL) {
+    return;
+  }
+  for (size_t s = 0; s < source_count; s++) {
+    reshard_join_free(plan->built_joins[s]);
+    plan->built_joins[s] = NULL;
+  }
+}

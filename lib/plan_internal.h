@@ -1,0 +1,88 @@
+/* Internal pieces of load planning shared by plan.c, lower.c, coalesce.c
+ * and batch.c. Not installed; not part of the public API. */
+#ifndef RESHARD_PLAN_INTERNAL_H
+#define RESHARD_PLAN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reshard/arena.h"
+#include "reshard/binding.h"
+#include "reshard/join.h"
+#include "reshard/plan.h"
+
+/* The binding ranges that overlap the current page, per (layer, component)
+ * group. Pages are visited in increasing order, so each range is opened
+ * once and closed once: the cost is linear in the (range, page) pairs. */
+typedef struct reshard__range_cursor {
+  const reshard_bound_binding *binding;
+  size_t *next; /* per group: the next range not yet opened */
+  size_t *open; /* per group g: open ranges in open[group_start[g]..] */
+  size_t *open_count;
+} reshard__range_cursor;
+
+reshard_status reshard__cursor_init(reshard__range_cursor *cursor,
+                                    const reshard_bound_binding *binding,
+                                    reshard_arena *arena, reshard_error *err);
+void reshard__cursor_reset(reshard__range_cursor *cursor);
+/* Opens and closes ranges for the token window [page_start, page_end). */
+void reshard__cursor_advance(reshard__range_cursor *cursor, uint64_t page_start,
+                             uint64_t page_end);
+
+/* What lowering one page produces, counted without producing it. */
+typedef struct reshard__page_cost {
+  uint64_t copies;
+  uint64_t bytes;
+} reshard__page_cost;
+
+/* Context shared by counting and lowering one page. */
+typedef struct reshard__page_lowering {
+  const reshard_join *join;
+  const reshard__range_cursor *cursor;
+  uint64_t page_index;
+  uint64_t page_size;
+  uint64_t head_bytes[2]; /* by component - 1 */
+} reshard__page_lowering;
+
+/* Counts the copies (SPEC §2.2 step 3 granularity) and bytes of one page. */
+reshard__page_cost reshard__lower_count(const reshard__page_lowering *page);
+
+/* Writes the page's copies into `out` (room for the counted copies) in
+ * lowering order; returns how many. */
+size_t reshard__lower_page(const reshard__page_lowering *page,
+                           reshard_copy *out);
+
+/* A sort key and the copy it belongs to. */
+typedef struct reshard__keyed {
+  uint64_t key;
+  uint64_t index;
+} reshard__keyed;
+
+/* Sorts the copies of one page by (part, part_offset) and merges those
+ * whose source and destination both continue the previous copy, writing
+ * the result to `out`; returns the number written. `keyed` and `spare` are
+ * scratch with room for `count` entries. */
+size_t reshard__coalesce_page(const reshard_copy *copies, size_t count,
+                              const uint64_t *part_base, reshard__keyed *keyed,
+                              reshard__keyed *spare, reshard_copy *out);
+
+/* Splits coalesced copies into batches (SPEC §2.2 step 5). */
+typedef struct reshard__batching {
+  uint64_t max_operations; /* >= 1 */
+  uint64_t max_bytes;      /* >= 1 */
+} reshard__batching;
+
+/* Upper bounds of the copies and batches batching can produce, for sizing
+ * the output before writing it. */
+void reshard__batch_bounds(size_t count, uint64_t total_bytes,
+                           const reshard__batching *limits, size_t *max_copies,
+                           size_t *max_batches);
+
+/* Writes the batched copies to `out` and the batches to `batches` (sized
+ * by reshard__batch_bounds); returns the copies written and stores the
+ * batch count in *out_batches. */
+size_t reshard__batch_write(const reshard_copy *copies, size_t count,
+                            const reshard__batching *limits, reshard_copy *out,
+                            reshard_batch *batches, size_t *out_batches);
+
+#endif

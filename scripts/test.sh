@@ -1,0 +1,23 @@
+#!/bin/sh
+# Installs what reshardd needs, builds it twice (plain, then with
+# AddressSanitizer + UndefinedBehaviorSanitizer) and runs every test suite
+# in both builds, then checks formatting and prints the benchmark figures.
+# This is the README's test command and what .ci/run executes.
+set -eu
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure
+
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DRESHARD_SANITIZE=ON
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure
+
+git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
+
+./build/bench/reshard-bench 20
