@@ -257,12 +257,19 @@ static reshard_status check_range(validation *v, const region_entry *regions,
                              "%llu",
                              i, (unsigned long long)itemsize);
   }
-  if (range->token_stride_bytes % itemsize != 0 ||
-      range->head_stride_bytes % itemsize != 0) {
+  if (range->token_stride_bytes % itemsize != 0) {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "binding.ranges[%zu]: strides must be multiples "
-                             "of itemsize %llu",
-                             i, (unsigned long long)itemsize);
+                             "binding.ranges[%zu].token_stride_bytes: %llu is "
+                             "not a multiple of itemsize %llu",
+                             i, (unsigned long long)range->token_stride_bytes,
+                             (unsigned long long)itemsize);
+  }
+  if (range->head_stride_bytes % itemsize != 0) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "binding.ranges[%zu].head_stride_bytes: %llu is "
+                             "not a multiple of itemsize %llu",
+                             i, (unsigned long long)range->head_stride_bytes,
+                             (unsigned long long)itemsize);
   }
   *out = (reshard_bound_range){
       .layer_index = (uint64_t)layer_index,

@@ -173,6 +173,8 @@ static reshard_status check_layer_tiling(const reshard_placement *placement,
       group_end++;
     }
     uint64_t replicas = group_end - i;
+    /* Identical intervals first: a differing one is an overlap, whatever
+     * the replica fields say. */
     for (size_t r = i; r < group_end; r++) {
       const ownership *claim = &claims[r];
       const char *id = placement->parts[claim->part].participant_id;
@@ -189,6 +191,10 @@ static reshard_status check_layer_tiling(const reshard_placement *placement,
             (unsigned long long)first->head_start,
             (unsigned long long)first->head_count);
       }
+    }
+    for (size_t r = i; r < group_end; r++) {
+      const ownership *claim = &claims[r];
+      const char *id = placement->parts[claim->part].participant_id;
       if (claim->replica_count != replicas || claim->replica_ordinal != r - i) {
         return reshard_error_set(
             err, RESHARD_INVALID_ARGUMENT,

@@ -374,6 +374,11 @@ static reshard_status plan_load(planner *plan, reshard_load_plan *out) {
   if (status) {
     return status;
   }
+  out->page_source =
+      RESHARD_ARENA_ARRAY(plan->arena, size_t, (size_t)request->page_count);
+  if (out->page_source == NULL) {
+    return no_memory(plan);
+  }
   const reshard_descriptor *descriptor = &request->placement->descriptor;
   plan->head_bytes[0] = reshard_head_bytes(descriptor, RESHARD_COMPONENT_KEY);
   plan->head_bytes[1] = reshard_head_bytes(descriptor, RESHARD_COMPONENT_VALUE);
@@ -411,9 +416,7 @@ reshard_status reshard_plan_load(const reshard_load_request *request,
       .joins = RESHARD_ARENA_NEW(arena, const reshard_join *, sources + 1),
       .built = RESHARD_ARENA_NEW(arena, reshard_join *, sources + 1),
   };
-  out->page_source =
-      RESHARD_ARENA_NEW(arena, size_t, (size_t)request->page_count + 1);
-  if (plan.joins == NULL || plan.built == NULL || out->page_source == NULL) {
+  if (plan.joins == NULL || plan.built == NULL) {
     return no_memory(&plan);
   }
   for (size_t s = 0; s < sources; s++) {

@@ -1,0 +1,755 @@
+/* Runtime binding rules (SPEC §1.5, §2.3) through reshard_binding_validate:
+ * one failing input per rule, the disjointness and tiling proofs, the
+ * overflow edges near 2^64, and the work limits checked before the work.
+ *
+ * The base binding: descriptor layers [0..3], itemsize 2, page 4, 4 heads,
+ * K dim 4 (hb 8 bytes), V dim 2 (hb 4 bytes); participant "r1" owns layers
+ * [1, 2] and heads [2, 4); 2 pages, so the token span is [0, 8). Four NHD
+ * ranges, each tokens [0, 8) x heads [2, 4), packed into region "kv":
+ *   ranges[0] L1 K  offset   0  token stride 16  head stride 8  [0, 128)
+ *   ranges[1] L1 V  offset 128  token stride  8  head stride 4  [128, 192)
+ *   ranges[2] L2 K  offset 192                                  [192, 320)
+ *   ranges[3] L2 V  offset 320                                  [320, 384)
+ * Region "aux" is present but unused. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "reshard/arena.h"
+#include "reshard/binding.h"
+
+#define ASSERT_FAILS(call, err, want, ...)                                     \
+  do {                                                                         \
+    reshard_status got_ = (call);                                              \
+    cr_assert_eq(got_, (want), "status %s, want %s: %s",                       \
+                 reshard_status_name(got_), reshard_status_name(want),         \
+                 (err).message);                                               \
+    cr_assert_eq((err).code, (want));                                          \
+    const char *fragments_[] = {__VA_ARGS__};                                  \
+    for (size_t f_ = 0; f_ < sizeof fragments_ / sizeof *fragments_; f_++) {   \
+      cr_assert(strstr((err).message, fragments_[f_]) != NULL,                 \
+                "message lacks \"%s\": %s", fragments_[f_], (err).message);    \
+    }                                                                          \
+  } while (0)
+
+enum { CAPACITY = 64 };
+#define K RESHARD_COMPONENT_KEY
+#define V RESHARD_COMPONENT_VALUE
+#define KV_ADDRESS UINT64_C(0x10000)
+
+static reshard_arena arena;
+
+/* The request under test; tests break one field and call validate(). */
+static struct {
+  reshard_descriptor descriptor;
+  reshard_placement_part part;
+  reshard_binding binding;
+  reshard_limits limits;
+  uint64_t pages;
+  reshard_bound_binding out;
+  reshard_error err;
+} fx;
+
+static uint64_t descriptor_layers[] = {0, 1, 2, 3};
+static uint64_t owned_layers[] = {1, 2};
+
+static reshard_binding_range *
+add_range(uint64_t layer, reshard_component component, uint64_t token_start,
+          uint64_t token_count, uint64_t head_start, uint64_t head_count,
+          const char *region, uint64_t offset, uint64_t token_stride,
+          uint64_t head_stride) {
+  cr_assert_lt(fx.binding.range_count, CAPACITY);
+  reshard_binding_range *r = &fx.binding.ranges[fx.binding.range_count++];
+  *r = (reshard_binding_range){
+      .global_layer_id = layer,
+      .component = component,
+      .token_start = token_start,
+      .token_count = token_count,
+      .head_start = head_start,
+      .head_count = head_count,
+      .region_id = region,
+      .offset_bytes = offset,
+      .token_stride_bytes = token_stride,
+      .head_stride_bytes = head_stride,
+  };
+  return r;
+}
+
+static reshard_region *add_region(const char *id, uint64_t address,
+                                  uint64_t nbytes) {
+  cr_assert_lt(fx.binding.region_count, CAPACITY);
+  reshard_region *r = &fx.binding.regions[fx.binding.region_count++];
+  *r = (reshard_region){.region_id = id, .address = address, .nbytes = nbytes};
+  return r;
+}
+
+/* Everything but the ranges. */
+static void empty_base(void) {
+  reshard_arena_init(&arena, 0);
+  memset(&fx, 0, sizeof fx);
+  fx.descriptor = (reshard_descriptor){
+      .global_layer_ids = descriptor_layers,
+      .layer_count = 4,
+      .dtype = "bf16",
+      .itemsize = 2,
+      .page_size = 4,
+      .total_kv_heads = 4,
+      .key_head_dim = 4,
+      .value_head_dim = 2,
+  };
+  fx.part = (reshard_placement_part){
+      .participant_id = "r1",
+      .rank = {0, 0, 1},
+      .layer_ids = owned_layers,
+      .layer_count = 2,
+      .head_start = 2,
+      .head_count = 2,
+      .replica_ordinal = 0,
+      .replica_count = 1,
+  };
+  fx.binding = (reshard_binding){
+      .participant_id = "r1",
+      .endpoint = "host:1",
+      .regions = RESHARD_ARENA_NEW(&arena, reshard_region, CAPACITY),
+      .ranges = RESHARD_ARENA_NEW(&arena, reshard_binding_range, CAPACITY),
+  };
+  fx.limits = reshard_limits_default();
+  fx.pages = 2;
+  add_region("kv", KV_ADDRESS, 4096);
+  add_region("aux", 0x20000, 4096);
+}
+
+static void base(void) {
+  empty_base();
+  add_range(1, K, 0, 8, 2, 2, "kv", 0, 16, 8);
+  add_range(1, V, 0, 8, 2, 2, "kv", 128, 8, 4);
+  add_range(2, K, 0, 8, 2, 2, "kv", 192, 16, 8);
+  add_range(2, V, 0, 8, 2, 2, "kv", 320, 8, 4);
+}
+
+static void teardown(void) {
+  reshard_arena_destroy(&arena);
+}
+
+TestSuite(binding, .init = base, .fini = teardown);
+
+static reshard_status validate(void) {
+  return reshard_binding_validate(&fx.binding, &fx.descriptor, &fx.part,
+                                  fx.pages, &fx.limits, &arena, &fx.out,
+                                  &fx.err);
+}
+
+static void validate_ok(void) {
+  cr_assert_eq(validate(), RESHARD_OK, "%s", fx.err.message);
+}
+
+#define ASSERT_INVALID(...)                                                    \
+  ASSERT_FAILS(validate(), fx.err, RESHARD_INVALID_ARGUMENT, __VA_ARGS__)
+
+/* ---- valid bindings --------------------------------------------------- */
+
+Test(binding, base_binding_is_valid) {
+  validate_ok();
+  cr_assert_eq(fx.out.part, &fx.part);
+  cr_assert_eq(fx.out.token_span, 8);
+  cr_assert_eq(fx.out.range_count, 4);
+  cr_assert_eq(fx.out.group_count, 4);
+  for (size_t g = 0; g <= 4; g++) {
+    cr_assert_eq(fx.out.group_start[g], g);
+  }
+  const reshard_bound_range *r = &fx.out.ranges[3];
+  cr_assert_eq(r->layer_index, 1);
+  cr_assert_eq(r->component, V);
+  cr_assert_eq(r->token_start, 0);
+  cr_assert_eq(r->token_end, 8);
+  cr_assert_eq(r->head_start, 2);
+  cr_assert_eq(r->head_end, 4);
+  cr_assert_eq(r->region_index, 0);
+  cr_assert_eq(r->region_offset, 320);
+  cr_assert_eq(r->token_stride, 8);
+  cr_assert_eq(r->head_stride, 4);
+  cr_assert_gt(fx.out.validation_work, 0);
+}
+
+Test(binding, ranges_are_grouped_whatever_their_input_order) {
+  reshard_binding_range *r = fx.binding.ranges;
+  reshard_binding_range swap = r[0];
+  r[0] = r[3];
+  r[3] = swap;
+  swap = r[1];
+  r[1] = r[2];
+  r[2] = swap;
+  r[0].region_id = "aux"; /* L2 V now in "aux" */
+  validate_ok();
+  cr_assert_eq(fx.out.ranges[0].layer_index, 0);
+  cr_assert_eq(fx.out.ranges[0].component, K);
+  cr_assert_eq(fx.out.ranges[3].layer_index, 1);
+  cr_assert_eq(fx.out.ranges[3].component, V);
+  cr_assert_eq(fx.out.ranges[3].region_index, 1);
+}
+
+Test(binding, paged_pool_with_one_range_per_page_is_valid) {
+  /* 4-token blocks scattered in reverse order over both regions. */
+  fx.binding.range_count = 0;
+  uint64_t block = 0;
+  for (uint64_t layer = 1; layer <= 2; layer++) {
+    for (uint64_t page = 0; page < 2; page++) {
+      const char *region = page == 0 ? "aux" : "kv";
+      add_range(layer, K, page * 4, 4, 2, 2, region, 2048 - 64 * ++block, 16,
+                8);
+      add_range(layer, V, page * 4, 4, 2, 2, region, 2048 - 64 * ++block, 8, 4);
+    }
+  }
+  validate_ok();
+  cr_assert_eq(fx.out.range_count, 8);
+  cr_assert_eq(fx.out.group_start[1], 2);
+  cr_assert_lt(fx.out.ranges[0].token_start, fx.out.ranges[1].token_start);
+}
+
+Test(binding, reader_blocks_need_not_match_the_page_size) {
+  /* 3-token blocks over 4-token pages: [0,3) [3,6) [6,8). */
+  fx.binding.range_count = 0;
+  uint64_t offset = 0;
+  for (uint64_t layer = 1; layer <= 2; layer++) {
+    for (unsigned c = K; c <= V; c++) {
+      uint64_t hb = c == K ? 8 : 4;
+      for (uint64_t t = 0; t < 8; t += 3) {
+        uint64_t n = t + 3 <= 8 ? 3 : 8 - t;
+        add_range(layer, (reshard_component)c, t, n, 2, 2, "kv", offset, 2 * hb,
+                  hb);
+        offset += 3 * 2 * hb;
+      }
+    }
+  }
+  validate_ok();
+  cr_assert_eq(fx.out.range_count, 12);
+}
+
+Test(binding, one_range_per_head_is_valid) {
+  /* HND: L1 K as one range per head, head-major. */
+  fx.binding.ranges[0] = fx.binding.ranges[3];
+  fx.binding.range_count = 3;
+  add_range(1, K, 0, 8, 2, 1, "aux", 0, 8, 8);
+  add_range(1, K, 0, 8, 3, 1, "aux", 64, 8, 8);
+  validate_ok();
+  cr_assert_eq(fx.out.range_count, 5);
+  cr_assert_eq(fx.out.group_start[1], 2);
+}
+
+Test(binding, heads_may_be_split_differently_per_token_run) {
+  fx.binding.ranges[0].token_count = 4; /* L1 K tokens [0, 4) */
+  add_range(1, K, 4, 4, 2, 1, "aux", 0, 8, 8);
+  add_range(1, K, 4, 4, 3, 1, "aux", 32, 8, 8);
+  validate_ok();
+}
+
+Test(binding, wide_strides_and_padding_are_valid) {
+  /* Row padding, head padding, and offsets anywhere in the region. */
+  fx.binding.ranges[0].head_stride_bytes = 12;
+  fx.binding.ranges[0].token_stride_bytes = 64;
+  fx.binding.ranges[0].offset_bytes = 1000;
+  fx.binding.ranges[0].region_id = "aux";
+  validate_ok();
+}
+
+Test(binding, a_range_may_end_on_the_regions_last_byte) {
+  /* L2 V extent 64 bytes: offset 4096 - 64 ends exactly at nbytes. */
+  fx.binding.ranges[3].offset_bytes = 4096 - 64;
+  validate_ok();
+}
+
+Test(binding, single_tensor_cache_binds_keys_only) {
+  fx.descriptor.value_head_dim = 0;
+  fx.binding.ranges[1] = fx.binding.ranges[2];
+  fx.binding.range_count = 2;
+  validate_ok();
+  cr_assert_eq(fx.out.range_count, 2);
+}
+
+Test(binding, interleaved_strided_ranges_without_shared_bytes_are_valid) {
+  /* L1 K and V interleaved per token: K [24t, 24t+16), V [24t+16, 24t+24). */
+  fx.binding.ranges[0].token_stride_bytes = 24;
+  fx.binding.ranges[1].offset_bytes = 16;
+  fx.binding.ranges[1].token_stride_bytes = 24;
+  validate_ok();
+}
+
+Test(binding, interleaved_per_head_ranges_without_shared_bytes_are_valid) {
+  /* L1 K as two one-head ranges interleaved per token. */
+  fx.binding.ranges[0] = fx.binding.ranges[3];
+  fx.binding.range_count = 3;
+  add_range(1, K, 0, 8, 2, 1, "aux", 0, 16, 8);
+  add_range(1, K, 0, 8, 3, 1, "aux", 8, 16, 8);
+  validate_ok();
+}
+
+Test(binding, aliased_regions_are_valid_when_no_byte_is_shared) {
+  /* "alias" maps the same memory as "kv"; L2 V moves there at the offset
+   * it had, so it still occupies the same, unshared bytes. */
+  add_region("alias", KV_ADDRESS, 4096);
+  fx.binding.ranges[3].region_id = "alias";
+  validate_ok();
+  cr_assert_eq(fx.out.ranges[3].region_index, 2);
+}
+
+/* ---- regions ---------------------------------------------------------- */
+
+Test(binding, rejects_empty_region_id) {
+  fx.binding.regions[1].region_id = "";
+  ASSERT_INVALID("binding.regions[1].region_id:", "must not be empty");
+}
+
+Test(binding, rejects_missing_region_id) {
+  fx.binding.regions[0].region_id = NULL;
+  ASSERT_INVALID("binding.regions[0].region_id:", "must not be empty");
+}
+
+Test(binding, rejects_duplicate_region_id) {
+  add_region("kv", 0x40000, 64);
+  ASSERT_INVALID("binding.regions[",
+                 "].region_id:", "\"kv\" appears more than once");
+}
+
+Test(binding, rejects_region_address_zero) {
+  fx.binding.regions[0].address = 0;
+  ASSERT_INVALID("binding.regions[0].address:", "must be at least 1");
+}
+
+Test(binding, rejects_region_nbytes_zero) {
+  fx.binding.regions[1].nbytes = 0;
+  ASSERT_INVALID("binding.regions[1].nbytes:", "must be at least 1");
+}
+
+Test(binding, rejects_region_end_overflow) {
+  fx.binding.regions[1].address = UINT64_MAX - 100;
+  ASSERT_INVALID("binding.regions[1]:", "address + nbytes overflows 64 bits");
+}
+
+Test(binding, rejects_region_ending_exactly_at_two_to_the_64) {
+  fx.binding.regions[1].address = UINT64_MAX - 4095; /* + 4096 = 2^64 */
+  ASSERT_INVALID("binding.regions[1]:", "overflows 64 bits");
+}
+
+/* ---- per-range rules -------------------------------------------------- */
+
+ParameterizedTestParameters(binding, rejects_layer_not_owned) {
+  /* 0 and 3 are descriptor layers of other participants; 99 is none. */
+  static uint64_t layers[] = {0, 3, 99, UINT64_MAX};
+  return cr_make_param_array(uint64_t, layers,
+                             sizeof layers / sizeof layers[0]);
+}
+
+ParameterizedTest(uint64_t *layer, binding, rejects_layer_not_owned) {
+  fx.binding.ranges[2].global_layer_id = *layer;
+  char expected[96];
+  snprintf(expected, sizeof expected,
+           "layer %llu is not owned by participant \"r1\"",
+           (unsigned long long)*layer);
+  ASSERT_INVALID("binding.ranges[2].global_layer_id:", expected);
+}
+
+ParameterizedTestParameters(binding, rejects_invalid_component) {
+  static int components[] = {0, 3, 255};
+  return cr_make_param_array(int, components,
+                             sizeof components / sizeof components[0]);
+}
+
+ParameterizedTest(int *component, binding, rejects_invalid_component) {
+  fx.binding.ranges[1].component = (reshard_component)*component;
+  ASSERT_INVALID("binding.ranges[1].component:", "must be KEY or VALUE");
+}
+
+Test(binding, rejects_value_range_on_single_tensor_cache) {
+  fx.descriptor.value_head_dim = 0;
+  ASSERT_INVALID("binding.ranges[1].component:", "VALUE",
+                 "no V component (value_head_dim 0)");
+}
+
+Test(binding, rejects_zero_token_count) {
+  fx.binding.ranges[0].token_count = 0;
+  ASSERT_INVALID("binding.ranges[0].token_count:", "must be at least 1");
+}
+
+Test(binding, rejects_zero_head_count) {
+  fx.binding.ranges[3].head_count = 0;
+  ASSERT_INVALID("binding.ranges[3].head_count:", "must be at least 1");
+}
+
+struct token_case {
+  uint64_t token_start;
+  uint64_t token_count;
+  char expected[96];
+};
+
+ParameterizedTestParameters(binding, rejects_tokens_outside_the_span) {
+  static struct token_case cases[] = {
+      {4, 8,
+       "binding.ranges[0]: tokens [4, +8) leave the request's span "
+       "[0, 8)"},
+      {8, 1, "binding.ranges[0]: tokens [8, +1) leave"},
+      {0, 9, "binding.ranges[0]: tokens [0, +9) leave"},
+      /* token_start + token_count wraps around 2^64 */
+      {UINT64_MAX, 2, "binding.ranges[0]: tokens [18446744073709551615, +2)"},
+      {2, UINT64_MAX, "binding.ranges[0]: tokens [2, +18446744073709551615)"},
+  };
+  return cr_make_param_array(struct token_case, cases,
+                             sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(struct token_case *c, binding,
+                  rejects_tokens_outside_the_span) {
+  fx.binding.ranges[0].token_start = c->token_start;
+  fx.binding.ranges[0].token_count = c->token_count;
+  ASSERT_INVALID(c->expected, "span [0, 8)");
+}
+
+struct head_case {
+  uint64_t head_start;
+  uint64_t head_count;
+  char expected[96];
+};
+
+ParameterizedTestParameters(binding, rejects_heads_outside_the_participant) {
+  static struct head_case cases[] = {
+      {1, 2,
+       "binding.ranges[2]: heads [1, +2) leave participant \"r1\"'s "
+       "heads [2, 4)"},
+      {3, 2, "binding.ranges[2]: heads [3, +2) leave"},
+      {0, 1, "binding.ranges[2]: heads [0, +1) leave"},
+      {UINT64_MAX, 2, "binding.ranges[2]: heads [18446744073709551615, +2)"},
+      {3, UINT64_MAX, "binding.ranges[2]: heads [3, +18446744073709551615)"},
+  };
+  return cr_make_param_array(struct head_case, cases,
+                             sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(struct head_case *c, binding,
+                  rejects_heads_outside_the_participant) {
+  fx.binding.ranges[2].head_start = c->head_start;
+  fx.binding.ranges[2].head_count = c->head_count;
+  ASSERT_INVALID(c->expected, "heads [2, 4)");
+}
+
+Test(binding, rejects_unknown_region_id) {
+  fx.binding.ranges[1].region_id = "nope";
+  ASSERT_INVALID("binding.ranges[1].region_id:",
+                 "\"nope\" is not a region of the binding");
+}
+
+Test(binding, rejects_empty_range_region_id) {
+  fx.binding.ranges[1].region_id = "";
+  ASSERT_INVALID("binding.ranges[1].region_id:");
+}
+
+Test(binding, rejects_missing_range_region_id) {
+  fx.binding.ranges[1].region_id = NULL;
+  ASSERT_INVALID("binding.ranges[1].region_id:", "must not be empty");
+}
+
+Test(binding, rejects_head_stride_below_head_bytes) {
+  fx.binding.ranges[0].head_stride_bytes = 6; /* hb(K) = 8 */
+  ASSERT_INVALID("binding.ranges[0]: head_stride_bytes 6 is below the head "
+                 "width 8");
+}
+
+Test(binding, rejects_head_stride_below_head_bytes_for_one_head) {
+  /* Even a one-head range must declare head_stride >= hb. */
+  fx.binding.ranges[1].head_count = 1;
+  fx.binding.ranges[1].head_stride_bytes = 2; /* hb(V) = 4 */
+  ASSERT_INVALID("binding.ranges[1]: head_stride_bytes 2 is below the head "
+                 "width 4");
+}
+
+Test(binding, rejects_token_stride_below_row_span) {
+  /* The SPEC §3.4 example: L2 V, 2 heads, head stride 508: row span
+   * (2 - 1) * 508 + 4 = 512. */
+  fx.binding.ranges[3].head_stride_bytes = 508;
+  fx.binding.ranges[3].token_stride_bytes = 256;
+  ASSERT_INVALID(
+      "binding.ranges[3]: token_stride_bytes 256 is below the row span 512");
+}
+
+Test(binding, rejects_token_stride_one_below_row_span) {
+  fx.binding.ranges[0].token_stride_bytes = 14; /* row span 8 + 8 = 16 */
+  ASSERT_INVALID(
+      "binding.ranges[0]: token_stride_bytes 14 is below the row span 16");
+}
+
+Test(binding, rejects_row_span_overflow) {
+  fx.binding.ranges[0].head_stride_bytes = UINT64_MAX - 1;
+  fx.binding.ranges[0].token_stride_bytes = UINT64_MAX - 1;
+  ASSERT_INVALID("binding.ranges[0]:", "row span overflows 64 bits");
+}
+
+struct outside_case {
+  uint64_t offset;
+  uint64_t token_stride;
+};
+
+ParameterizedTestParameters(binding, rejects_last_byte_outside_region) {
+  static struct outside_case cases[] = {
+      /* L0 K extent 128: one byte past the end (even offset, so only the
+       * bound rule breaks) */
+      {4096 - 126, 16},
+      {4096, 16},
+      /* offset near 2^64: offset + extent wraps */
+      {UINT64_MAX - 1, 16},
+      {UINT64_MAX - 127, 16},
+      /* token stride near 2^64: (count - 1) * stride wraps */
+      {0, UINT64_MAX - 1},
+      {0, (UINT64_MAX / 7) & ~UINT64_C(1)},
+  };
+  return cr_make_param_array(struct outside_case, cases,
+                             sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(struct outside_case *c, binding,
+                  rejects_last_byte_outside_region) {
+  fx.binding.ranges[0].offset_bytes = c->offset;
+  fx.binding.ranges[0].token_stride_bytes = c->token_stride;
+  ASSERT_INVALID("binding.ranges[0]:", "last byte lies outside region \"kv\"",
+                 "4096 bytes");
+}
+
+Test(binding, rejects_offset_not_a_multiple_of_itemsize) {
+  fx.binding.ranges[2].offset_bytes = 193;
+  ASSERT_INVALID("binding.ranges[2].offset_bytes:",
+                 "not a multiple of itemsize 2");
+}
+
+Test(binding, rejects_region_address_not_a_multiple_of_itemsize) {
+  fx.binding.regions[1].address = 0x20001;
+  fx.binding.ranges[3].region_id = "aux";
+  fx.binding.ranges[3].offset_bytes = 0;
+  ASSERT_INVALID("binding.ranges[3].offset_bytes:",
+                 "region address + offset is not a multiple of itemsize 2");
+}
+
+Test(binding, odd_address_plus_odd_offset_is_aligned) {
+  fx.binding.regions[1].address = 0x20001;
+  fx.binding.ranges[3].region_id = "aux";
+  fx.binding.ranges[3].offset_bytes = 1;
+  validate_ok();
+}
+
+Test(binding, rejects_token_stride_not_a_multiple_of_itemsize) {
+  fx.binding.ranges[0].token_stride_bytes = 17;
+  ASSERT_INVALID("binding.ranges[0]", "token_stride_bytes",
+                 "multiple of itemsize 2");
+}
+
+Test(binding, rejects_head_stride_not_a_multiple_of_itemsize) {
+  /* row span 9 + 8 = 17, token stride 18: only the head stride is bad. */
+  fx.binding.ranges[0].head_stride_bytes = 9;
+  fx.binding.ranges[0].token_stride_bytes = 18;
+  ASSERT_INVALID("binding.ranges[0]", "head_stride_bytes",
+                 "multiple of itemsize 2");
+}
+
+/* ---- no two values share a byte --------------------------------------- */
+
+Test(binding, rejects_two_ranges_sharing_bytes) {
+  fx.binding.ranges[1].offset_bytes = 120; /* into L1 K's last 8 bytes */
+  ASSERT_INVALID("binding.ranges[0] and binding.ranges[1] share memory at "
+                 "address 0x10078",
+                 "no two values may share a byte");
+}
+
+Test(binding, rejects_a_range_inside_another) {
+  fx.binding.ranges[3].offset_bytes = 200; /* inside L2 K [192, 320) */
+  ASSERT_INVALID("binding.ranges[2] and binding.ranges[3] share memory");
+}
+
+Test(binding, rejects_interleaved_strided_ranges_sharing_a_byte) {
+  /* K token t at [24t, 24t+16); V token t at [24t+14, 24t+18): the V
+   * value of token t overlaps the K bytes 14..15 of the same token. */
+  fx.binding.ranges[0].token_stride_bytes = 24;
+  fx.binding.ranges[1].offset_bytes = 14;
+  fx.binding.ranges[1].token_stride_bytes = 24;
+  ASSERT_INVALID("binding.ranges[0] and binding.ranges[1] share memory",
+                 "0x1000e");
+}
+
+Test(binding, rejects_interleaved_strided_ranges_sharing_only_the_last_row) {
+  /* K rows of 16 bytes at 64t; V rows of 8 bytes at 40 + 60t drift left
+   * through K's gaps [64t + 16, 64t + 64): V token 6 at [400, 408) just
+   * follows K token 6 [384, 400), but V token 7 at [460, 468) overlaps the
+   * last 4 bytes of K token 7 [448, 464). Only that pair shares bytes. */
+  fx.binding.ranges[0].token_stride_bytes = 64;
+  fx.binding.ranges[1].offset_bytes = 40;
+  fx.binding.ranges[1].token_stride_bytes = 60;
+  fx.binding.ranges[2].offset_bytes = 512; /* out of the way */
+  fx.binding.ranges[3].offset_bytes = 640;
+  ASSERT_INVALID("binding.ranges[0] and binding.ranges[1] share memory at "
+                 "address 0x101cc");
+}
+
+Test(binding, interleaved_rows_that_only_touch_are_valid) {
+  /* As above for tokens [0, 7) only: V rows at 40 + 60t end with token 6
+   * at [400, 408), touching K token 6's end (400) without sharing a
+   * byte. Token 7 of L1 K and V is bound in "aux". */
+  fx.binding.ranges[0].token_stride_bytes = 64;
+  fx.binding.ranges[0].token_count = 7;
+  fx.binding.ranges[1].offset_bytes = 40;
+  fx.binding.ranges[1].token_stride_bytes = 60;
+  fx.binding.ranges[1].token_count = 7;
+  fx.binding.ranges[2].offset_bytes = 512;
+  fx.binding.ranges[3].offset_bytes = 640;
+  add_range(1, K, 7, 1, 2, 2, "aux", 0, 16, 8);
+  add_range(1, V, 7, 1, 2, 2, "aux", 16, 8, 4);
+  validate_ok();
+}
+
+Test(binding, rejects_interleaved_per_head_ranges_sharing_a_byte) {
+  fx.binding.ranges[0] = fx.binding.ranges[3];
+  fx.binding.range_count = 3;
+  add_range(1, K, 0, 8, 2, 1, "aux", 0, 16, 8);
+  add_range(1, K, 0, 8, 3, 1, "aux", 6, 16, 8); /* head 3 overlaps head 2 */
+  ASSERT_INVALID("binding.ranges[3] and binding.ranges[4] share memory",
+                 "0x20006");
+}
+
+Test(binding, rejects_aliased_regions_sharing_bytes) {
+  add_region("alias", KV_ADDRESS, 4096);
+  fx.binding.ranges[3].region_id = "alias";
+  fx.binding.ranges[3].offset_bytes = 0; /* the bytes of L1 K */
+  /* Both spans start at 0x10000, so either may be named first. */
+  ASSERT_INVALID("binding.ranges[0]", "binding.ranges[3]",
+                 "share memory at address 0x10000");
+}
+
+Test(binding, rejects_partly_aliased_regions_sharing_bytes) {
+  add_region("window", KV_ADDRESS + 100, 100);
+  fx.binding.ranges[3].region_id = "window";
+  fx.binding.ranges[3].offset_bytes = 0; /* [100, 164): L1 K and L1 V */
+  ASSERT_INVALID("share memory", "no two values may share a byte");
+}
+
+/* ---- tiling ----------------------------------------------------------- */
+
+Test(binding, rejects_a_token_left_unbound) {
+  fx.binding.ranges[0].token_count = 7;
+  ASSERT_INVALID("binding: layer 1 component KEY:", "bind 14 of the 16",
+                 "tokens [0, 8) x heads [2, 4)", "exactly once");
+}
+
+Test(binding, rejects_a_head_left_unbound) {
+  fx.binding.ranges[3].head_count = 1;
+  ASSERT_INVALID("binding: layer 2 component VALUE:", "bind 8 of the 16",
+                 "exactly once");
+}
+
+Test(binding, rejects_an_owned_layer_component_without_ranges) {
+  fx.binding.range_count = 3; /* drop L2 V */
+  ASSERT_INVALID("binding: layer 2 component VALUE:", "bind 0 of the 16");
+}
+
+Test(binding, rejects_a_cell_bound_twice) {
+  add_range(1, K, 4, 1, 3, 1, "aux", 0, 8, 8);
+  ASSERT_INVALID("binding.ranges[0] and binding.ranges[4] both bind layer 1 "
+                 "component KEY token 4 head 3");
+}
+
+Test(binding, rejects_overlap_hidden_by_an_equal_area) {
+  /* [0,4) and [3,7) x heads [2,4): 16 cells like the span, but token 3 is
+   * bound twice and token 7 never. */
+  fx.binding.ranges[0].token_count = 4;
+  add_range(1, K, 3, 4, 2, 2, "aux", 0, 16, 8);
+  ASSERT_INVALID("binding.ranges[0] and binding.ranges[4] both bind layer 1 "
+                 "component KEY token 3 head 2");
+}
+
+Test(binding, rejects_the_same_head_bound_by_two_one_head_ranges) {
+  fx.binding.ranges[0] = fx.binding.ranges[3];
+  fx.binding.range_count = 3;
+  add_range(1, K, 0, 8, 2, 1, "aux", 0, 8, 8);
+  add_range(1, K, 0, 8, 2, 1, "aux", 64, 8, 8); /* head 2 again */
+  ASSERT_INVALID("both bind layer 1 component KEY token 0 head 2");
+}
+
+/* ---- limits ----------------------------------------------------------- */
+
+Test(binding, max_ranges_bounds_the_ranges) {
+  fx.limits.max_ranges = 3;
+  ASSERT_FAILS(validate(), fx.err, RESHARD_RESOURCE_EXHAUSTED,
+               "binding.ranges: 4 ranges exceed the limit max_ranges 3");
+  fx.limits.max_ranges = 4;
+  validate_ok();
+}
+
+Test(binding, max_ranges_bounds_the_regions) {
+  add_region("r3", 0x30000, 64);
+  add_region("r4", 0x31000, 64);
+  add_region("r5", 0x32000, 64);
+  fx.limits.max_ranges = 4;
+  ASSERT_FAILS(validate(), fx.err, RESHARD_RESOURCE_EXHAUSTED,
+               "binding.regions: 5 regions exceed the limit max_ranges 4");
+}
+
+Test(binding, max_ranges_is_checked_before_the_ranges) {
+  fx.binding.ranges[3].region_id = "nope";
+  fx.limits.max_ranges = 1;
+  ASSERT_FAILS(validate(), fx.err, RESHARD_RESOURCE_EXHAUSTED, "max_ranges 1");
+}
+
+Test(binding, max_validation_work_is_exact) {
+  validate_ok();
+  uint64_t work = fx.out.validation_work;
+  fx.limits.max_validation_work = work;
+  validate_ok();
+  cr_assert_eq(fx.out.validation_work, work);
+  fx.limits.max_validation_work = work - 1;
+  ASSERT_FAILS(validate(), fx.err, RESHARD_RESOURCE_EXHAUSTED, "binding",
+               "max_validation_work");
+}
+
+Test(binding, max_validation_work_is_checked_before_the_ranges) {
+  /* ranges[3] is also invalid; the work bound fails first. */
+  fx.binding.ranges[3].region_id = "nope";
+  fx.limits.max_validation_work = 1;
+  ASSERT_FAILS(validate(), fx.err, RESHARD_RESOURCE_EXHAUSTED, "binding",
+               "the limit max_validation_work 1");
+}
+
+Test(binding, disjointness_work_is_bounded_before_it_is_done) {
+  /* 2^30 tokens; L1 K and V interleaved per token, so proving them
+   * disjoint means comparing 2^31 rows. The bound must refuse this
+   * up front (no 48 GB of scratch, no long loop). */
+  fx.pages = UINT64_C(1) << 28;
+  uint64_t tokens = fx.pages * fx.descriptor.page_size;
+  fx.binding.regions[0].nbytes = UINT64_C(1) << 40;
+  fx.binding.regions[1].nbytes = UINT64_C(1) << 40;
+  fx.binding.range_count = 0;
+  add_range(1, K, 0, tokens, 2, 2, "kv", 0, 24, 8);
+  add_range(1, V, 0, tokens, 2, 2, "kv", 16, 24, 4);
+  add_range(2, K, 0, tokens, 2, 2, "aux", 0, 16, 8);
+  add_range(2, V, 0, tokens, 2, 2, "aux", 16 * tokens, 8, 4);
+  ASSERT_FAILS(validate(), fx.err, RESHARD_RESOURCE_EXHAUSTED, "binding",
+               "max_validation_work 10000000");
+}
+
+Test(binding, huge_spans_without_interleaving_need_little_work) {
+  /* The same 2^30 tokens laid out contiguously: no cluster to split. */
+  fx.pages = UINT64_C(1) << 28;
+  uint64_t tokens = fx.pages * fx.descriptor.page_size;
+  fx.binding.regions[0].nbytes = UINT64_C(1) << 40;
+  fx.binding.range_count = 0;
+  uint64_t offset = 0;
+  for (uint64_t layer = 1; layer <= 2; layer++) {
+    add_range(layer, K, 0, tokens, 2, 2, "kv", offset, 16, 8);
+    offset += 16 * tokens;
+    add_range(layer, V, 0, tokens, 2, 2, "kv", offset, 8, 4);
+    offset += 8 * tokens;
+  }
+  fx.limits.max_validation_work = 100;
+  validate_ok();
+  cr_assert_eq(fx.out.token_span, tokens);
+}
+
+Test(binding, token_span_overflow_is_rejected) {
+  fx.pages = UINT64_MAX / 2; /* * page_size 4 wraps */
+  ASSERT_INVALID("page_keys:", "overflow 64 bits");
+}
