@@ -14,31 +14,49 @@ void reshard__batch_bounds(size_t count, uint64_t total_bytes,
   *max_batches = (size_t)(*max_copies / limits->max_operations + splits + 1);
 }
 
-size_t reshard__batch_write(const reshard_copy *copies, size_t count,
-                            const reshard__batching *limits, reshard_copy *out,
-                            reshard_batch *batches, size_t *out_batches) {
-  size_t written = 0;
-  size_t batch_count = 0;
-  size_t batch_first = 0;
-  uint64_t batch_ops = 0;
-  uint64_t batch_bytes = 0;
-  uint64_t max_ops = limits->max_operations;
-  uint64_t max_bytes = limits->max_bytes;
+void reshard__batcher_init(reshard__batcher *batcher,
+                           const reshard__batching *limits, reshard_copy *out,
+                           reshard_batch *batches) {
+  *batcher = (reshard__batcher){
+      .limits = *limits,
+      .out = out,
+      .batches = batches,
+  };
+}
+
+static void close_batch(reshard__batcher *batcher) {
+  batcher->batches[batcher->batch_count++] = (reshard_batch){
+      batcher->batch_first, batcher->written - batcher->batch_first,
+      batcher->batch_bytes};
+  batcher->batch_first = batcher->written;
+  batcher->batch_ops = 0;
+  batcher->batch_bytes = 0;
+}
+
+void reshard__batcher_push(reshard__batcher *batcher,
+                           const reshard_copy *copies, size_t count) {
+  /* The state lives in locals for the loop; the common case, a copy that
+   * fits the open batch, is one store and two additions. */
+  reshard_copy *out = batcher->out + batcher->written;
+  uint64_t max_ops = batcher->limits.max_operations;
+  uint64_t max_bytes = batcher->limits.max_bytes;
+  uint64_t batch_ops = batcher->batch_ops;
+  uint64_t batch_bytes = batcher->batch_bytes;
   for (size_t i = 0; i < count; i++) {
     reshard_copy piece = copies[i];
     for (;;) {
       uint64_t room = max_bytes - batch_bytes;
       bool whole = piece.nbytes <= room;
       uint64_t take = whole ? piece.nbytes : room;
-      out[written] = piece;
-      out[written].nbytes = take;
-      written++;
+      *out = piece;
+      out->nbytes = take;
+      out++;
       batch_ops++;
       batch_bytes += take;
       if (batch_ops == max_ops || batch_bytes == max_bytes) {
-        batches[batch_count++] =
-            (reshard_batch){batch_first, written - batch_first, batch_bytes};
-        batch_first = written;
+        batcher->written = (size_t)(out - batcher->out);
+        batcher->batch_bytes = batch_bytes;
+        close_batch(batcher);
         batch_ops = 0;
         batch_bytes = 0;
       }
@@ -50,10 +68,14 @@ size_t reshard__batch_write(const reshard_copy *copies, size_t count,
       piece.nbytes -= take;
     }
   }
-  if (batch_ops > 0) {
-    batches[batch_count++] =
-        (reshard_batch){batch_first, written - batch_first, batch_bytes};
+  batcher->written = (size_t)(out - batcher->out);
+  batcher->batch_ops = batch_ops;
+  batcher->batch_bytes = batch_bytes;
+  batcher->pushed += count;
+}
+
+void reshard__batcher_finish(reshard__batcher *batcher) {
+  if (batcher->batch_ops > 0) {
+    close_batch(batcher);
   }
-  *out_batches = batch_count;
-  return written;
 }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keyed_sort.h"
 #include "reshard/arena.h"
 #include "reshard/checked.h"
 
@@ -376,12 +377,6 @@ typedef struct byte_run {
   size_t range; /* index into the sorted bound ranges */
 } byte_run;
 
-static int compare_runs(const void *a, const void *b) {
-  const byte_run *x = a;
-  const byte_run *y = b;
-  return (x->start > y->start) - (x->start < y->start);
-}
-
 /* How a range decomposes into contiguous runs: whole block, one per token,
  * or one per (token, head). */
 static uint64_t run_count(const reshard_bound_range *range, uint64_t hb) {
@@ -421,20 +416,27 @@ check_disjoint(validation *v, const reshard_bound_range *ranges, size_t count) {
   if (count < 2) {
     return RESHARD_OK;
   }
-  byte_run *spans = RESHARD_ARENA_NEW(v->arena, byte_run, count);
-  if (spans == NULL) {
+  byte_run *runs = RESHARD_ARENA_ARRAY(v->arena, byte_run, count);
+  reshard__keyed *keyed = RESHARD_ARENA_ARRAY(v->arena, reshard__keyed, count);
+  reshard__keyed *spare = RESHARD_ARENA_ARRAY(v->arena, reshard__keyed, count);
+  byte_run *spans = RESHARD_ARENA_ARRAY(v->arena, byte_run, count);
+  if (runs == NULL || keyed == NULL || spare == NULL || spans == NULL) {
     return out_of_memory(v);
   }
   for (size_t r = 0; r < count; r++) {
     uint64_t start = range_first_byte(v, &ranges[r]);
-    spans[r] = (byte_run){
+    runs[r] = (byte_run){
         .start = start,
         .end =
             start + range_extent(&ranges[r], bound_head_bytes(v, &ranges[r])),
         .range = r,
     };
+    keyed[r] = (reshard__keyed){start, r};
   }
-  qsort(spans, count, sizeof *spans, compare_runs);
+  const reshard__keyed *order = reshard__sort_keyed(keyed, spare, count);
+  for (size_t r = 0; r < count; r++) {
+    spans[r] = runs[order[r].index];
+  }
   size_t cluster_start = 0;
   uint64_t cluster_end = spans[0].end;
   for (size_t s = 1; s <= count; s++) {
@@ -446,16 +448,21 @@ check_disjoint(validation *v, const reshard_bound_range *ranges, size_t count) {
     }
     size_t members = s - cluster_start;
     if (members > 1) {
-      uint64_t runs = 0;
+      uint64_t piece_count = 0;
       for (size_t m = cluster_start; m < s; m++) {
         const reshard_bound_range *range = &ranges[spans[m].range];
-        runs += run_count(range, bound_head_bytes(v, range));
+        if (!reshard_add(piece_count,
+                         run_count(range, bound_head_bytes(v, range)),
+                         &piece_count)) {
+          piece_count = UINT64_MAX;
+        }
       }
-      reshard_status status = spend_work(v, runs, "the disjointness proof");
+      reshard_status status =
+          spend_work(v, piece_count, "the disjointness proof");
       if (status) {
         return status;
       }
-      byte_run *pieces = RESHARD_ARENA_NEW(v->arena, byte_run, runs);
+      byte_run *pieces = RESHARD_ARENA_ARRAY(v->arena, byte_run, piece_count);
       if (pieces == NULL) {
         return out_of_memory(v);
       }
@@ -485,16 +492,28 @@ check_disjoint(validation *v, const reshard_bound_range *ranges, size_t count) {
           }
         }
       }
-      qsort(pieces, n, sizeof *pieces, compare_runs);
+      reshard__keyed *piece_keys =
+          RESHARD_ARENA_ARRAY(v->arena, reshard__keyed, n);
+      reshard__keyed *piece_spare =
+          RESHARD_ARENA_ARRAY(v->arena, reshard__keyed, n);
+      if (piece_keys == NULL || piece_spare == NULL) {
+        return out_of_memory(v);
+      }
+      for (size_t p = 0; p < n; p++) {
+        piece_keys[p] = (reshard__keyed){pieces[p].start, p};
+      }
+      const reshard__keyed *piece_order =
+          reshard__sort_keyed(piece_keys, piece_spare, n);
       for (size_t p = 1; p < n; p++) {
-        if (pieces[p].start < pieces[p - 1].end) {
+        const byte_run *before = &pieces[piece_order[p - 1].index];
+        const byte_run *after = &pieces[piece_order[p].index];
+        if (after->start < before->end) {
           return reshard_error_set(
               v->err, RESHARD_INVALID_ARGUMENT,
               "binding.ranges[%zu] and binding.ranges[%zu] share memory at "
               "address 0x%llx; no two values may share a byte",
-              v->source_index[pieces[p - 1].range],
-              v->source_index[pieces[p].range],
-              (unsigned long long)pieces[p].start);
+              v->source_index[before->range], v->source_index[after->range],
+              (unsigned long long)after->start);
         }
       }
     }
@@ -571,7 +590,15 @@ reshard_status reshard_binding_validate(
     }
     sorted[i].source = i;
   }
-  qsort(sorted, count, sizeof *sorted, compare_bound_with_source);
+  /* Clients usually list ranges in (layer, component, token) order
+   * already; only sort when they did not. */
+  bool in_order = true;
+  for (size_t i = 1; i < count && in_order; i++) {
+    in_order = compare_bound(&sorted[i - 1].range, &sorted[i].range) <= 0;
+  }
+  if (!in_order) {
+    qsort(sorted, count, sizeof *sorted, compare_bound_with_source);
+  }
   for (size_t i = 0; i < count; i++) {
     ranges[i] = sorted[i].range;
     v.source_index[i] = sorted[i].source;

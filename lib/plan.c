@@ -297,26 +297,40 @@ static reshard_status select_and_count(planner *plan, reshard_load_plan *out,
   return RESHARD_OK;
 }
 
-/* Pass 2: lower and coalesce each hit page into `coalesced`. */
+/* Pass 2: lower, coalesce and batch each hit page in turn; only one page's
+ * copies exist before batching. */
 static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
-                                  uint64_t largest_page,
-                                  reshard_copy **coalesced_out,
-                                  size_t *coalesced_count) {
+                                  uint64_t largest_page) {
   const reshard_load_request *request = plan->request;
+  const reshard_limits *limits = &request->limits;
   uint64_t page_size = request->placement->descriptor.page_size;
-  reshard_copy *coalesced = RESHARD_ARENA_ARRAY(
-      plan->arena, reshard_copy, (size_t)out->copies_before_coalescing + 1);
-  reshard_copy *scratch =
-      RESHARD_ARENA_ARRAY(plan->arena, reshard_copy, (size_t)largest_page + 1);
-  reshard__keyed *keys = RESHARD_ARENA_ARRAY(plan->arena, reshard__keyed,
-                                             (size_t)largest_page + 1);
-  reshard__keyed *spare = RESHARD_ARENA_ARRAY(plan->arena, reshard__keyed,
-                                              (size_t)largest_page + 1);
-  if (!coalesced || !scratch || !keys || !spare) {
+  reshard__batching batching = {
+      .max_operations =
+          limits->max_batch_operations ? limits->max_batch_operations : 1,
+      .max_bytes = limits->max_batch_bytes ? limits->max_batch_bytes : 1,
+  };
+  size_t max_copies, max_batches;
+  reshard__batch_bounds((size_t)out->copies_before_coalescing, out->bytes,
+                        &batching, &max_copies, &max_batches);
+  size_t page_room = (size_t)largest_page + 1;
+  reshard_copy *lowered =
+      RESHARD_ARENA_ARRAY(plan->arena, reshard_copy, page_room);
+  reshard_copy *coalesced =
+      RESHARD_ARENA_ARRAY(plan->arena, reshard_copy, page_room);
+  reshard__keyed *keys =
+      RESHARD_ARENA_ARRAY(plan->arena, reshard__keyed, page_room);
+  reshard__keyed *spare =
+      RESHARD_ARENA_ARRAY(plan->arena, reshard__keyed, page_room);
+  out->copies = RESHARD_ARENA_ARRAY(plan->arena, reshard_copy, max_copies + 1);
+  out->batches =
+      RESHARD_ARENA_ARRAY(plan->arena, reshard_batch, max_batches + 1);
+  if (!lowered || !coalesced || !keys || !spare || !out->copies ||
+      !out->batches) {
     return no_memory(plan);
   }
+  reshard__batcher batcher;
+  reshard__batcher_init(&batcher, &batching, out->copies, out->batches);
   reshard__cursor_reset(&plan->cursor);
-  size_t count = 0;
   for (uint64_t page = 0; page < out->hit_pages; page++) {
     if (stop_requested(request)) {
       return deadline(plan);
@@ -325,46 +339,22 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
                             (page + 1) * page_size);
     const reshard_join *join = plan->joins[out->page_source[page]];
     reshard__page_lowering lowering = page_lowering(plan, join, page);
-    size_t lowered = reshard__lower_page(&lowering, scratch);
-    count += reshard__coalesce_page(scratch, lowered, join->part_base, keys,
-                                    spare, coalesced + count);
+    size_t count = reshard__lower_page(&lowering, lowered);
+    count = reshard__coalesce_page(lowered, count, join->part_base, keys, spare,
+                                   coalesced);
+    reshard__batcher_push(&batcher, coalesced, count);
   }
-  *coalesced_out = coalesced;
-  *coalesced_count = count;
-  return RESHARD_OK;
-}
-
-/* Pass 3: split into batches. */
-static reshard_status batch_plan(planner *plan, reshard_load_plan *out,
-                                 const reshard_copy *coalesced, size_t count) {
-  const reshard_limits *limits = &plan->request->limits;
-  reshard__batching batching = {
-      .max_operations =
-          limits->max_batch_operations ? limits->max_batch_operations : 1,
-      .max_bytes = limits->max_batch_bytes ? limits->max_batch_bytes : 1,
-  };
-  size_t max_copies, max_batches;
-  reshard__batch_bounds(count, out->bytes, &batching, &max_copies,
-                        &max_batches);
-  out->copies = RESHARD_ARENA_ARRAY(plan->arena, reshard_copy, max_copies + 1);
-  out->batches =
-      RESHARD_ARENA_ARRAY(plan->arena, reshard_batch, max_batches + 1);
-  if (out->copies == NULL || out->batches == NULL) {
-    return no_memory(plan);
-  }
-  size_t batches;
-  size_t copies = reshard__batch_write(coalesced, count, &batching, out->copies,
-                                       out->batches, &batches);
-  if (copies > limits->max_operations) {
+  reshard__batcher_finish(&batcher);
+  if (batcher.written > limits->max_operations) {
     return reshard_error_set(
         plan->err, RESHARD_RESOURCE_EXHAUSTED,
         "plan: %zu copies after batching exceed the limit max_operations %llu",
-        copies, (unsigned long long)limits->max_operations);
+        batcher.written, (unsigned long long)limits->max_operations);
   }
-  out->copy_count = copies;
-  out->batch_count = batches;
-  out->operations = copies;
-  out->copies_after_coalescing = count;
+  out->copy_count = batcher.written;
+  out->batch_count = batcher.batch_count;
+  out->operations = batcher.written;
+  out->copies_after_coalescing = batcher.pushed;
   return RESHARD_OK;
 }
 
@@ -396,12 +386,7 @@ static reshard_status plan_load(planner *plan, reshard_load_plan *out) {
   if ((status = select_and_count(plan, out, &largest_page))) {
     return status;
   }
-  reshard_copy *coalesced = NULL;
-  size_t count = 0;
-  if ((status = lower_pages(plan, out, largest_page, &coalesced, &count))) {
-    return status;
-  }
-  return batch_plan(plan, out, coalesced, count);
+  return lower_pages(plan, out, largest_page);
 }
 
 reshard_status reshard_plan_load(const reshard_load_request *request,

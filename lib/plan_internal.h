@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "keyed_sort.h"
 #include "reshard/arena.h"
 #include "reshard/binding.h"
 #include "reshard/join.h"
@@ -52,12 +53,6 @@ reshard__page_cost reshard__lower_count(const reshard__page_lowering *page);
 size_t reshard__lower_page(const reshard__page_lowering *page,
                            reshard_copy *out);
 
-/* A sort key and the copy it belongs to. */
-typedef struct reshard__keyed {
-  uint64_t key;
-  uint64_t index;
-} reshard__keyed;
-
 /* Sorts the copies of one page by (part, part_offset) and merges those
  * whose source and destination both continue the previous copy, writing
  * the result to `out`; returns the number written. `keyed` and `spare` are
@@ -78,11 +73,25 @@ void reshard__batch_bounds(size_t count, uint64_t total_bytes,
                            const reshard__batching *limits, size_t *max_copies,
                            size_t *max_batches);
 
-/* Writes the batched copies to `out` and the batches to `batches` (sized
- * by reshard__batch_bounds); returns the copies written and stores the
- * batch count in *out_batches. */
-size_t reshard__batch_write(const reshard_copy *copies, size_t count,
-                            const reshard__batching *limits, reshard_copy *out,
-                            reshard_batch *batches, size_t *out_batches);
+/* Streams coalesced copies into batches: push them in plan order, then
+ * finish. `out` and `batches` are sized by reshard__batch_bounds. */
+typedef struct reshard__batcher {
+  reshard__batching limits;
+  reshard_copy *out;
+  reshard_batch *batches;
+  size_t written;     /* copies in `out` */
+  size_t batch_count; /* closed batches */
+  size_t batch_first;
+  uint64_t batch_ops;
+  uint64_t batch_bytes;
+  uint64_t pushed; /* copies pushed: the count after coalescing */
+} reshard__batcher;
+
+void reshard__batcher_init(reshard__batcher *batcher,
+                           const reshard__batching *limits, reshard_copy *out,
+                           reshard_batch *batches);
+void reshard__batcher_push(reshard__batcher *batcher,
+                           const reshard_copy *copies, size_t count);
+void reshard__batcher_finish(reshard__batcher *batcher);
 
 #endif
