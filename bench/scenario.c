@@ -52,7 +52,7 @@ static reshard_status build_placement(const scenario_spec *spec, uint64_t tp,
     uint64_t last = spec->layers * (p + 1) / pp;
     for (uint64_t t = 0; t < tp; t++) {
       reshard_placement_part *part = &parts[p * tp + t];
-      char id[48];
+      char id[64];
       snprintf(id, sizeof id, "pp%02llu-tp%02llu", (unsigned long long)p,
                (unsigned long long)t);
       part->participant_id = reshard_arena_strdup(arena, id);

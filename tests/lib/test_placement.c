@@ -66,7 +66,7 @@ static reshard_placement grid(shape s) {
       uint64_t end = (pp + 1) * s.layers / s.pp;
       for (uint64_t tp = 0; tp < s.tp; tp++) {
         reshard_placement_part *part = &parts[n++];
-        char id[48];
+        char id[72];
         snprintf(id, sizeof id, "d%llu-p%llu-t%llu", (unsigned long long)dp,
                  (unsigned long long)pp, (unsigned long long)tp);
         part->participant_id = reshard_arena_strdup(&arena, id);
