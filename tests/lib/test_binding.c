@@ -21,19 +21,7 @@
 #include "reshard/arena.h"
 #include "reshard/binding.h"
 
-#define ASSERT_FAILS(call, err, want, ...)                                     \
-  do {                                                                         \
-    reshard_status got_ = (call);                                              \
-    cr_assert_eq(got_, (want), "status %s, want %s: %s",                       \
-                 reshard_status_name(got_), reshard_status_name(want),         \
-                 (err).message);                                               \
-    cr_assert_eq((err).code, (want));                                          \
-    const char *fragments_[] = {__VA_ARGS__};                                  \
-    for (size_t f_ = 0; f_ < sizeof fragments_ / sizeof *fragments_; f_++) {   \
-      cr_assert(strstr((err).message, fragments_[f_]) != NULL,                 \
-                "message lacks \"%s\": %s", fragments_[f_], (err).message);    \
-    }                                                                          \
-  } while (0)
+#include "assert_error.h"
 
 enum { CAPACITY = 64 };
 #define K RESHARD_COMPONENT_KEY
