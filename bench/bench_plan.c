@@ -76,7 +76,10 @@ static int time_plans(scenario *s, const reshard_join *template_join, int runs,
 }
 
 int main(int argc, char **argv) {
+  /* reshard-bench [RUNS [SCENARIO]]: SCENARIO picks rows by name prefix,
+   * e.g. "S5". */
   int runs = argc > 1 ? atoi(argv[1]) : 50;
+  const char *only = argc > 2 ? argv[2] : NULL;
   if (runs < 2) {
     runs = 2;
   }
@@ -92,6 +95,9 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof scenario_specs / sizeof scenario_specs[0];
        i++) {
     const scenario_spec *spec = &scenario_specs[i];
+    if (only != NULL && strncmp(spec->name, only, strlen(only)) != 0) {
+      continue;
+    }
     reshard_arena arena;
     reshard_arena_init(&arena, 0);
     reshard_error err;

@@ -573,13 +573,13 @@ reshard_status reshard_binding_validate(
   }
   size_t count = binding->range_count;
   bound_with_source *sorted =
-      RESHARD_ARENA_NEW(arena, bound_with_source, count + 1);
+      RESHARD_ARENA_ARRAY(arena, bound_with_source, count + 1);
   reshard_bound_range *ranges =
-      RESHARD_ARENA_NEW(arena, reshard_bound_range, count + 1);
-  v.source_index = RESHARD_ARENA_NEW(arena, size_t, count + 1);
+      RESHARD_ARENA_ARRAY(arena, reshard_bound_range, count + 1);
+  v.source_index = RESHARD_ARENA_ARRAY(arena, size_t, count + 1);
   size_t group_count = part->layer_count * 2;
   size_t *group_start = RESHARD_ARENA_NEW(arena, size_t, group_count + 1);
-  size_t *active = RESHARD_ARENA_NEW(arena, size_t, count + 1);
+  size_t *active = RESHARD_ARENA_ARRAY(arena, size_t, count + 1);
   if (sorted == NULL || ranges == NULL || v.source_index == NULL ||
       group_start == NULL || active == NULL) {
     return out_of_memory(&v);

@@ -11,7 +11,7 @@ reshard_status reshard__cursor_init(reshard__range_cursor *cursor,
   cursor->next = RESHARD_ARENA_NEW(arena, size_t, binding->group_count + 1);
   cursor->open_count =
       RESHARD_ARENA_NEW(arena, size_t, binding->group_count + 1);
-  cursor->open = RESHARD_ARENA_NEW(arena, size_t, binding->range_count + 1);
+  cursor->open = RESHARD_ARENA_ARRAY(arena, size_t, binding->range_count + 1);
   if (cursor->next == NULL || cursor->open_count == NULL ||
       cursor->open == NULL) {
     return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
