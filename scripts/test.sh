@@ -21,3 +21,9 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
 
 ./build/bench/reshard-bench 20
+
+# Catalog figures (docs/catalog.md): publishes and registrations per second,
+# plan latency with a cold and a warm cache, per backend. It starts its own
+# daemons and redis-server on loopback and stops them.
+RESHARD_E2E_DAEMON=build/daemon/reshardd RESHARD_E2E_PYGEN=build/tests/e2e/pygen \
+  /usr/bin/python3 bench/bench_catalog.py

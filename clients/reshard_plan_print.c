@@ -1,0 +1,249 @@
+/* reshard_plan_print: table and JSON forms of a plan (docs/clients.md). */
+#include "reshard_plan_print.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+static int check_fail(char *err, size_t errcap, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errcap, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+int reshard_plan_check(const Reshard__V1__PlanLoadResponse *plan, char *err,
+                       size_t errcap) {
+  if (plan->hit_pages != plan->n_pages)
+    return check_fail(err, errcap,
+                      "hit_pages %" PRIu32 " differs from %zu pages",
+                      plan->hit_pages, plan->n_pages);
+  for (size_t b = 0; b < plan->n_batches; b++) {
+    const Reshard__V1__RangeBatch *rb = plan->batches[b];
+    size_t n = rb->n_page_index;
+    if (rb->n_part_index != n || rb->n_part_offset != n ||
+        rb->n_region_index != n || rb->n_region_offset != n ||
+        rb->n_nbytes != n)
+      return check_fail(err, errcap,
+                        "batches[%zu]: columns have different lengths", b);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (rb->page_index[i] >= plan->n_pages)
+        return check_fail(err, errcap,
+                          "batches[%zu].page_index[%zu]: %" PRIu64
+                          " is not below %zu pages",
+                          b, i, rb->page_index[i], plan->n_pages);
+      if (rb->region_index[i] >= plan->n_region_ids)
+        return check_fail(err, errcap,
+                          "batches[%zu].region_index[%zu]: %" PRIu64
+                          " is not below %zu region ids",
+                          b, i, rb->region_index[i], plan->n_region_ids);
+      sum += rb->nbytes[i];
+    }
+    if (sum != rb->bytes)
+      return check_fail(err, errcap,
+                        "batches[%zu]: bytes %" PRIu64
+                        " differs from the sum of nbytes %" PRIu64,
+                        b, rb->bytes, sum);
+  }
+  return 0;
+}
+
+/* ---- JSON ---- */
+
+/* Writes a JSON string with jansson's escaping. */
+static int put_string(FILE *out, const char *s) {
+  json_t *j = json_string(s != NULL ? s : "");
+  if (j == NULL)
+    return -1;
+  int rc = json_dumpf(j, out, JSON_ENCODE_ANY);
+  json_decref(j);
+  return rc;
+}
+
+static int put_key_string(FILE *out, const char *key, const char *value,
+                          bool comma) {
+  if (fprintf(out, "%s\"%s\":", comma ? "," : "", key) < 0)
+    return -1;
+  return put_string(out, value);
+}
+
+static int put_key_u64(FILE *out, const char *key, uint64_t v, bool comma) {
+  return fprintf(out, "%s\"%s\":%" PRIu64, comma ? "," : "", key, v) < 0 ? -1
+                                                                         : 0;
+}
+
+/* The document's keys are written in sorted order by construction:
+ * top level: batches, hit_pages, pages, placement_id, region_ids, stats;
+ * batch: bytes, copies; copy: nbytes, page_index, page_key, part,
+ * part_offset, region_id, region_index, region_offset; page: layout_id,
+ * manifest_key, page_key; stats: bytes, copies_before_coalescing,
+ * operations. */
+int reshard_plan_print_json(FILE *out,
+                            const Reshard__V1__PlanLoadResponse *plan) {
+  if (fputs("{\"batches\":[", out) < 0)
+    return -1;
+  for (size_t b = 0; b < plan->n_batches; b++) {
+    const Reshard__V1__RangeBatch *rb = plan->batches[b];
+    if (fprintf(out, "%s{\"bytes\":%" PRIu64 ",\"copies\":[", b ? "," : "",
+                rb->bytes) < 0)
+      return -1;
+    for (size_t i = 0; i < rb->n_nbytes; i++) {
+      const Reshard__V1__PageSource *page = plan->pages[rb->page_index[i]];
+      if (fputs(i ? ",{" : "{", out) < 0 ||
+          put_key_u64(out, "nbytes", rb->nbytes[i], false) < 0 ||
+          put_key_u64(out, "page_index", rb->page_index[i], true) < 0 ||
+          put_key_string(out, "page_key", page->page_key, true) < 0 ||
+          put_key_u64(out, "part", rb->part_index[i], true) < 0 ||
+          put_key_u64(out, "part_offset", rb->part_offset[i], true) < 0 ||
+          put_key_string(out, "region_id",
+                         plan->region_ids[rb->region_index[i]], true) < 0 ||
+          put_key_u64(out, "region_index", rb->region_index[i], true) < 0 ||
+          put_key_u64(out, "region_offset", rb->region_offset[i], true) < 0 ||
+          fputc('}', out) == EOF)
+        return -1;
+    }
+    if (fputs("]}", out) < 0)
+      return -1;
+  }
+  if (fprintf(out, "],\"hit_pages\":%" PRIu32 ",\"pages\":[", plan->hit_pages) <
+      0)
+    return -1;
+  for (size_t p = 0; p < plan->n_pages; p++) {
+    const Reshard__V1__PageSource *page = plan->pages[p];
+    if (fputs(p ? ",{" : "{", out) < 0 ||
+        put_key_string(out, "layout_id", page->layout_id, false) < 0 ||
+        put_key_string(out, "manifest_key", page->manifest_key, true) < 0 ||
+        put_key_string(out, "page_key", page->page_key, true) < 0 ||
+        fputc('}', out) == EOF)
+      return -1;
+  }
+  if (fputs("]", out) < 0 ||
+      put_key_string(out, "placement_id", plan->placement_id, true) < 0 ||
+      fputs(",\"region_ids\":[", out) < 0)
+    return -1;
+  for (size_t r = 0; r < plan->n_region_ids; r++) {
+    if ((r && fputc(',', out) == EOF) || put_string(out, plan->region_ids[r]))
+      return -1;
+  }
+  const Reshard__V1__PlanStats *st = plan->stats;
+  if (fputs("],\"stats\":{", out) < 0 ||
+      put_key_u64(out, "bytes", st ? st->bytes : 0, false) < 0 ||
+      put_key_u64(out, "copies_before_coalescing",
+                  st ? st->copies_before_coalescing : 0, true) < 0 ||
+      put_key_u64(out, "operations", st ? st->operations : 0, true) < 0 ||
+      fputs("}}\n", out) < 0)
+    return -1;
+  return 0;
+}
+
+/* ---- table ---- */
+
+enum { COLS = 7 };
+static const char *const headers[COLS] = {
+    "BATCH",     "PAGE_KEY",      "PART",  "PART_OFFSET",
+    "REGION_ID", "REGION_OFFSET", "NBYTES"};
+/* String columns are left-aligned, numeric ones right-aligned. */
+static const bool left_aligned[COLS] = {false, true,  false, false,
+                                        true,  false, false};
+
+static size_t u64_width(uint64_t v) {
+  size_t w = 1;
+  while (v >= 10) {
+    v /= 10;
+    w++;
+  }
+  return w;
+}
+
+static int put_cell(FILE *out, const char *text, size_t width, bool left,
+                    bool first) {
+  size_t len = strlen(text);
+  size_t pad = width > len ? width - len : 0;
+  if (!first && fputs("  ", out) < 0)
+    return -1;
+  if (!left && fprintf(out, "%*s", (int)pad, "") < 0)
+    return -1;
+  if (fputs(text, out) < 0)
+    return -1;
+  if (left && fprintf(out, "%*s", (int)pad, "") < 0)
+    return -1;
+  return 0;
+}
+
+int reshard_plan_print_table(FILE *out,
+                             const Reshard__V1__PlanLoadResponse *plan) {
+  size_t width[COLS];
+  for (int c = 0; c < COLS; c++)
+    width[c] = strlen(headers[c]);
+  for (size_t b = 0; b < plan->n_batches; b++) {
+    const Reshard__V1__RangeBatch *rb = plan->batches[b];
+    for (size_t i = 0; i < rb->n_nbytes; i++) {
+      uint64_t nums[COLS] = {b,
+                             0,
+                             rb->part_index[i],
+                             rb->part_offset[i],
+                             0,
+                             rb->region_offset[i],
+                             rb->nbytes[i]};
+      size_t w[COLS];
+      for (int c = 0; c < COLS; c++)
+        w[c] = u64_width(nums[c]);
+      w[1] = strlen(plan->pages[rb->page_index[i]]->page_key);
+      w[4] = strlen(plan->region_ids[rb->region_index[i]]);
+      for (int c = 0; c < COLS; c++)
+        if (w[c] > width[c])
+          width[c] = w[c];
+    }
+  }
+
+  if (fprintf(out, "# hit_pages=%" PRIu32 " placement_id=%s\n", plan->hit_pages,
+              plan->placement_id) < 0)
+    return -1;
+  for (size_t p = 0; p < plan->n_pages; p++) {
+    const Reshard__V1__PageSource *page = plan->pages[p];
+    if (fprintf(out, "# page %zu page_key=%s manifest_key=%s layout_id=%s\n", p,
+                page->page_key, page->manifest_key, page->layout_id) < 0)
+      return -1;
+  }
+  /* The last column is right-aligned, so no line has trailing blanks. */
+  for (int c = 0; c < COLS; c++)
+    if (put_cell(out, headers[c], width[c], left_aligned[c], c == 0) < 0)
+      return -1;
+  if (fputc('\n', out) == EOF)
+    return -1;
+  for (size_t b = 0; b < plan->n_batches; b++) {
+    const Reshard__V1__RangeBatch *rb = plan->batches[b];
+    for (size_t i = 0; i < rb->n_nbytes; i++) {
+      char cells[COLS][24];
+      snprintf(cells[0], sizeof cells[0], "%zu", b);
+      snprintf(cells[2], sizeof cells[2], "%" PRIu64, rb->part_index[i]);
+      snprintf(cells[3], sizeof cells[3], "%" PRIu64, rb->part_offset[i]);
+      snprintf(cells[5], sizeof cells[5], "%" PRIu64, rb->region_offset[i]);
+      snprintf(cells[6], sizeof cells[6], "%" PRIu64, rb->nbytes[i]);
+      const char *text[COLS] = {
+          cells[0], plan->pages[rb->page_index[i]]->page_key, cells[2],
+          cells[3], plan->region_ids[rb->region_index[i]],    cells[5],
+          cells[6]};
+      for (int c = 0; c < COLS; c++)
+        if (put_cell(out, text[c], width[c], left_aligned[c], c == 0) < 0)
+          return -1;
+      if (fputc('\n', out) == EOF)
+        return -1;
+    }
+  }
+  const Reshard__V1__PlanStats *st = plan->stats;
+  if (fprintf(out,
+              "# batches=%zu operations=%" PRIu64 " bytes=%" PRIu64
+              " copies_before_coalescing=%" PRIu64 "\n",
+              plan->n_batches, st ? st->operations : 0, st ? st->bytes : 0,
+              st ? st->copies_before_coalescing : 0) < 0)
+    return -1;
+  return 0;
+}

@@ -1,0 +1,34 @@
+/* reshard_plan_print: the two printed forms of a PlanLoadResponse, table and
+ * JSON. Both are specified byte for byte in docs/clients.md, so every
+ * client (reshardctl, the Python helper in tests/e2e) prints a plan the same
+ * way.
+ */
+#ifndef RESHARD_PLAN_PRINT_H
+#define RESHARD_PLAN_PRINT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "reshard/v1/planner.pb-c.h"
+
+/* Checks that a response is self-consistent: every batch's columns have the
+ * same length, every page_index and region_index is in range, a batch's
+ * bytes equal the sum of its nbytes. Returns 0, or -1 with a message in
+ * `err` (capacity `errcap`). */
+int reshard_plan_check(const Reshard__V1__PlanLoadResponse *plan, char *err,
+                       size_t errcap);
+
+/* Writes the plan document of docs/clients.md as one line: keys sorted,
+ * separators "," and ":", strings escaped by jansson (UTF-8 kept as is),
+ * then "\n". The document is streamed, so plans of millions of copies print
+ * in constant memory. `plan` must have passed reshard_plan_check(). Returns
+ * 0 or -1 on a write or memory error. */
+int reshard_plan_print_json(FILE *out,
+                            const Reshard__V1__PlanLoadResponse *plan);
+
+/* Writes the table form. `plan` must have passed reshard_plan_check().
+ * Returns 0 or -1 on a write or memory error. */
+int reshard_plan_print_table(FILE *out,
+                             const Reshard__V1__PlanLoadResponse *plan);
+
+#endif /* RESHARD_PLAN_PRINT_H */

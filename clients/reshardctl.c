@@ -1,0 +1,428 @@
+/* reshardctl: the command line client of reshardd (docs/clients.md).
+ *
+ * Exit codes: 0 success; 1 the RPC failed ("error: CODE_NAME: message" on
+ * stderr) or its output could not be written; 2 usage or input error (the
+ * message names the file and the JSON path); 3 `health` answered with a
+ * status other than SERVING.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "reshard_client.h"
+#include "reshard_pbjson.h"
+#include "reshard_plan_print.h"
+
+enum {
+  EXIT_OK = 0,
+  EXIT_RPC = 1,
+  EXIT_USAGE = 2,
+  EXIT_NOT_SERVING = 3,
+};
+
+#define DEFAULT_TARGET "127.0.0.1:50051"
+
+static const char usage_text[] =
+    "usage: reshardctl [--target HOST:PORT] [--timeout SECONDS] COMMAND "
+    "[ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  publish FILE.json                  publish a StoreManifest\n"
+    "  get MANIFEST_KEY                   print a published manifest as JSON\n"
+    "  register MANIFEST_KEY PAGE_KEY...  bind page keys to a manifest\n"
+    "  forget MODEL_DOMAIN PAGE_KEY... [--manifest MANIFEST_KEY]\n"
+    "                                     remove page bindings\n"
+    "  register-placement FILE.json       register a Placement\n"
+    "  plan-upload FILE.json              run a PlanUploadRequest\n"
+    "  plan FILE.json [--format table|json]\n"
+    "                                     run a PlanLoadRequest, print the "
+    "plan\n"
+    "  health [SERVICE]                   grpc.health.v1 Check\n"
+    "\n"
+    "FILE may be - for standard input. The target defaults to "
+    "$RESHARDCTL_TARGET,\n"
+    "then " DEFAULT_TARGET "; the timeout (per call) to 10 seconds.\n"
+    "Exit codes: 0 ok, 1 RPC error, 2 usage or JSON error, 3 not serving.\n";
+
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  fputs("error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\n", stderr);
+  fputs(usage_text, stderr);
+  return EXIT_USAGE;
+}
+
+static int input_error(const char *fmt, ...) {
+  va_list ap;
+  fputs("error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\n", stderr);
+  return EXIT_USAGE;
+}
+
+static int rpc_error(const reshard_client_status *st) {
+  fprintf(stderr, "error: %s: %s\n", reshard_status_code_name(st->code),
+          st->message);
+  return EXIT_RPC;
+}
+
+static int output_done(void) {
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "error: cannot write the output: %s\n", strerror(errno));
+    return EXIT_RPC;
+  }
+  return EXIT_OK;
+}
+
+/* Loads FILE (or standard input for "-") and converts it into a message of
+ * type `desc`. Returns NULL after printing an error naming the file and the
+ * JSON path. */
+static ProtobufCMessage *load_message(const char *file,
+                                      const ProtobufCMessageDescriptor *desc) {
+  json_error_t jerr;
+  json_t *doc;
+  if (strcmp(file, "-") == 0)
+    doc = json_loadf(stdin, JSON_REJECT_DUPLICATES, &jerr);
+  else
+    doc = json_load_file(file, JSON_REJECT_DUPLICATES, &jerr);
+  if (doc == NULL) {
+    if (jerr.line > 0)
+      input_error("%s:%d:%d: %s", file, jerr.line, jerr.column, jerr.text);
+    else
+      input_error("%s: %s", file, jerr.text);
+    return NULL;
+  }
+  char err[1024];
+  ProtobufCMessage *msg = reshard_pbjson_to_message(doc, desc, err, sizeof err);
+  json_decref(doc);
+  if (msg == NULL)
+    input_error("%s: %s", file, err);
+  return msg;
+}
+
+/* Prints a message as indented JSON in field-number order. */
+static int print_message_json(const ProtobufCMessage *msg) {
+  json_t *j = reshard_pbjson_from_message(msg);
+  if (j == NULL) {
+    fputs("error: out of memory\n", stderr);
+    return EXIT_RPC;
+  }
+  int rc = json_dumpf(j, stdout, JSON_INDENT(2));
+  json_decref(j);
+  if (rc != 0 || fputc('\n', stdout) == EOF) {
+    fprintf(stderr, "error: cannot write the output: %s\n", strerror(errno));
+    return EXIT_RPC;
+  }
+  return output_done();
+}
+
+typedef struct options {
+  const char *target;
+  int64_t timeout_ms;
+} options;
+
+static int cmd_publish(reshard_client *c, int argc, char **argv) {
+  if (argc != 1)
+    return usage_error("publish takes exactly one FILE.json");
+  ProtobufCMessage *m =
+      load_message(argv[0], &reshard__v1__store_manifest__descriptor);
+  if (m == NULL)
+    return EXIT_USAGE;
+  Reshard__V1__PublishManifestRequest req =
+      RESHARD__V1__PUBLISH_MANIFEST_REQUEST__INIT;
+  req.manifest = (Reshard__V1__StoreManifest *)m;
+  Reshard__V1__PublishManifestResponse *resp = NULL;
+  reshard_client_status st;
+  int code = reshard_client_publish_manifest(c, &req, 0, &resp, &st);
+  protobuf_c_message_free_unpacked(m, NULL);
+  if (code != RESHARD_STATUS_OK)
+    return rpc_error(&st);
+  printf("manifest_key=%s\nlayout_id=%s\nmodel_domain=%s\ncreated=%s\n",
+         resp->manifest_key, resp->layout_id, resp->model_domain,
+         resp->created ? "true" : "false");
+  reshard__v1__publish_manifest_response__free_unpacked(resp, NULL);
+  return output_done();
+}
+
+static int cmd_get(reshard_client *c, int argc, char **argv) {
+  if (argc != 1)
+    return usage_error("get takes exactly one MANIFEST_KEY");
+  Reshard__V1__GetManifestRequest req = RESHARD__V1__GET_MANIFEST_REQUEST__INIT;
+  req.manifest_key = argv[0];
+  Reshard__V1__GetManifestResponse *resp = NULL;
+  reshard_client_status st;
+  if (reshard_client_get_manifest(c, &req, 0, &resp, &st) != RESHARD_STATUS_OK)
+    return rpc_error(&st);
+  int rc = print_message_json(&resp->base);
+  reshard__v1__get_manifest_response__free_unpacked(resp, NULL);
+  return rc;
+}
+
+static int cmd_register(reshard_client *c, int argc, char **argv) {
+  if (argc < 2)
+    return usage_error("register takes MANIFEST_KEY and at least one PAGE_KEY");
+  Reshard__V1__RegisterPagesRequest req =
+      RESHARD__V1__REGISTER_PAGES_REQUEST__INIT;
+  req.manifest_key = argv[0];
+  req.n_page_keys = (size_t)(argc - 1);
+  req.page_keys = argv + 1;
+  Reshard__V1__RegisterPagesResponse *resp = NULL;
+  reshard_client_status st;
+  if (reshard_client_register_pages(c, &req, 0, &resp, &st) !=
+      RESHARD_STATUS_OK)
+    return rpc_error(&st);
+  printf("added=%u\n", (unsigned)resp->added);
+  reshard__v1__register_pages_response__free_unpacked(resp, NULL);
+  return output_done();
+}
+
+static int cmd_forget(reshard_client *c, int argc, char **argv) {
+  const char *manifest = "";
+  char **keys = calloc((size_t)argc + 1, sizeof *keys);
+  if (keys == NULL)
+    return input_error("out of memory");
+  size_t nkeys = 0;
+  const char *domain = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--manifest") == 0) {
+      if (i + 1 >= argc) {
+        free(keys);
+        return usage_error("--manifest needs a MANIFEST_KEY");
+      }
+      manifest = argv[++i];
+    } else if (strncmp(argv[i], "--manifest=", 11) == 0) {
+      manifest = argv[i] + 11;
+    } else if (domain == NULL) {
+      domain = argv[i];
+    } else {
+      keys[nkeys++] = argv[i];
+    }
+  }
+  if (domain == NULL || nkeys == 0) {
+    free(keys);
+    return usage_error("forget takes MODEL_DOMAIN and at least one PAGE_KEY");
+  }
+  Reshard__V1__ForgetPagesRequest req = RESHARD__V1__FORGET_PAGES_REQUEST__INIT;
+  req.model_domain = (char *)domain;
+  req.n_page_keys = nkeys;
+  req.page_keys = keys;
+  req.manifest_key = (char *)manifest;
+  Reshard__V1__ForgetPagesResponse *resp = NULL;
+  reshard_client_status st;
+  int code = reshard_client_forget_pages(c, &req, 0, &resp, &st);
+  free(keys);
+  if (code != RESHARD_STATUS_OK)
+    return rpc_error(&st);
+  printf("removed=%u\n", (unsigned)resp->removed);
+  reshard__v1__forget_pages_response__free_unpacked(resp, NULL);
+  return output_done();
+}
+
+static int cmd_register_placement(reshard_client *c, int argc, char **argv) {
+  if (argc != 1)
+    return usage_error("register-placement takes exactly one FILE.json");
+  ProtobufCMessage *m =
+      load_message(argv[0], &reshard__v1__placement__descriptor);
+  if (m == NULL)
+    return EXIT_USAGE;
+  Reshard__V1__RegisterPlacementRequest req =
+      RESHARD__V1__REGISTER_PLACEMENT_REQUEST__INIT;
+  req.placement = (Reshard__V1__Placement *)m;
+  Reshard__V1__RegisterPlacementResponse *resp = NULL;
+  reshard_client_status st;
+  int code = reshard_client_register_placement(c, &req, 0, &resp, &st);
+  protobuf_c_message_free_unpacked(m, NULL);
+  if (code != RESHARD_STATUS_OK)
+    return rpc_error(&st);
+  printf("placement_id=%s\n", resp->placement_id);
+  reshard__v1__register_placement_response__free_unpacked(resp, NULL);
+  return output_done();
+}
+
+static int cmd_plan_upload(reshard_client *c, int argc, char **argv) {
+  if (argc != 1)
+    return usage_error("plan-upload takes exactly one FILE.json");
+  ProtobufCMessage *m =
+      load_message(argv[0], &reshard__v1__plan_upload_request__descriptor);
+  if (m == NULL)
+    return EXIT_USAGE;
+  Reshard__V1__PlanUploadResponse *resp = NULL;
+  reshard_client_status st;
+  int code = reshard_client_plan_upload(c, (Reshard__V1__PlanUploadRequest *)m,
+                                        0, &resp, &st);
+  protobuf_c_message_free_unpacked(m, NULL);
+  if (code != RESHARD_STATUS_OK)
+    return rpc_error(&st);
+  int rc = print_message_json(&resp->base);
+  reshard__v1__plan_upload_response__free_unpacked(resp, NULL);
+  return rc;
+}
+
+static int cmd_plan(reshard_client *c, int argc, char **argv) {
+  const char *file = NULL;
+  const char *format = "table";
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--format") == 0) {
+      if (i + 1 >= argc)
+        return usage_error("--format needs table or json");
+      format = argv[++i];
+    } else if (strncmp(argv[i], "--format=", 9) == 0) {
+      format = argv[i] + 9;
+    } else if (file == NULL) {
+      file = argv[i];
+    } else {
+      return usage_error("plan takes exactly one FILE.json");
+    }
+  }
+  if (file == NULL)
+    return usage_error("plan takes exactly one FILE.json");
+  bool json = strcmp(format, "json") == 0;
+  if (!json && strcmp(format, "table") != 0)
+    return usage_error("--format must be table or json, not \"%s\"", format);
+  ProtobufCMessage *m =
+      load_message(file, &reshard__v1__plan_load_request__descriptor);
+  if (m == NULL)
+    return EXIT_USAGE;
+  Reshard__V1__PlanLoadResponse *resp = NULL;
+  reshard_client_status st;
+  int code = reshard_client_plan_load(c, (Reshard__V1__PlanLoadRequest *)m, 0,
+                                      &resp, &st);
+  protobuf_c_message_free_unpacked(m, NULL);
+  if (code != RESHARD_STATUS_OK)
+    return rpc_error(&st);
+  char err[512];
+  if (reshard_plan_check(resp, err, sizeof err) != 0) {
+    fprintf(stderr, "error: INTERNAL: the server sent an invalid plan: %s\n",
+            err);
+    reshard__v1__plan_load_response__free_unpacked(resp, NULL);
+    return EXIT_RPC;
+  }
+  int rc = json ? reshard_plan_print_json(stdout, resp)
+                : reshard_plan_print_table(stdout, resp);
+  reshard__v1__plan_load_response__free_unpacked(resp, NULL);
+  if (rc != 0) {
+    fprintf(stderr, "error: cannot write the plan: %s\n", strerror(errno));
+    return EXIT_RPC;
+  }
+  return output_done();
+}
+
+static int cmd_health(reshard_client *c, int argc, char **argv) {
+  if (argc > 1)
+    return usage_error("health takes at most one SERVICE");
+  Grpc__Health__V1__HealthCheckRequest req =
+      GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+  if (argc == 1)
+    req.service = argv[0];
+  Grpc__Health__V1__HealthCheckResponse *resp = NULL;
+  reshard_client_status st;
+  if (reshard_client_health_check(c, &req, 0, &resp, &st) != RESHARD_STATUS_OK)
+    return rpc_error(&st);
+  const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(
+      &grpc__health__v1__health_check_response__serving_status__descriptor,
+      (int)resp->status);
+  printf("%s\n", v != NULL ? v->name : "UNKNOWN");
+  bool serving =
+      resp->status ==
+      GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+  grpc__health__v1__health_check_response__free_unpacked(resp, NULL);
+  int rc = output_done();
+  if (rc != EXIT_OK)
+    return rc;
+  return serving ? EXIT_OK : EXIT_NOT_SERVING;
+}
+
+typedef struct command {
+  const char *name;
+  int (*run)(reshard_client *c, int argc, char **argv);
+} command;
+
+static const command commands[] = {
+    {"publish", cmd_publish},
+    {"get", cmd_get},
+    {"register", cmd_register},
+    {"forget", cmd_forget},
+    {"register-placement", cmd_register_placement},
+    {"plan-upload", cmd_plan_upload},
+    {"plan", cmd_plan},
+    {"health", cmd_health},
+};
+
+static bool parse_timeout(const char *s, int64_t *ms) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno != 0 || end == s || *end != '\0' || !(v > 0) || v > 86400.0 * 365)
+    return false;
+  *ms = (int64_t)(v * 1000.0);
+  if (*ms < 1)
+    *ms = 1;
+  return true;
+}
+
+int main(int argc, char **argv) {
+  options opt;
+  opt.target = getenv("RESHARDCTL_TARGET");
+  if (opt.target == NULL || *opt.target == '\0')
+    opt.target = DEFAULT_TARGET;
+  opt.timeout_ms = 10000;
+
+  int i = 1;
+  for (; i < argc && argv[i][0] == '-' && argv[i][1] != '\0'; i++) {
+    const char *a = argv[i];
+    const char *value = NULL;
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      fputs(usage_text, stdout);
+      return EXIT_OK;
+    }
+    if (strcmp(a, "--target") == 0 || strcmp(a, "--timeout") == 0) {
+      if (i + 1 >= argc)
+        return usage_error("%s needs a value", a);
+      value = argv[++i];
+    } else if (strncmp(a, "--target=", 9) == 0) {
+      value = a + 9;
+      a = "--target";
+    } else if (strncmp(a, "--timeout=", 10) == 0) {
+      value = a + 10;
+      a = "--timeout";
+    } else {
+      return usage_error("unknown option %s", a);
+    }
+    if (strcmp(a, "--target") == 0) {
+      if (*value == '\0')
+        return usage_error("--target must not be empty");
+      opt.target = value;
+    } else if (!parse_timeout(value, &opt.timeout_ms)) {
+      return usage_error("--timeout must be a positive number of seconds, "
+                         "not \"%s\"",
+                         value);
+    }
+  }
+  if (i >= argc)
+    return usage_error("no command given");
+  const command *cmd = NULL;
+  for (size_t k = 0; k < sizeof commands / sizeof *commands; k++)
+    if (strcmp(commands[k].name, argv[i]) == 0)
+      cmd = &commands[k];
+  if (cmd == NULL)
+    return usage_error("unknown command \"%s\"", argv[i]);
+
+  reshard_client *client = reshard_client_open(opt.target, opt.timeout_ms);
+  if (client == NULL) {
+    fputs("error: out of memory\n", stderr);
+    return EXIT_RPC;
+  }
+  int rc = cmd->run(client, argc - i - 1, argv + i + 1);
+  reshard_client_close(client);
+  return rc;
+}

@@ -1,0 +1,41 @@
+/* The Redis catalog (catalog_redis.c): one catalog shared by many daemons
+ * (SPEC §3.2), through hiredis's asynchronous API on the daemon's libuv
+ * loop. docs/catalog.md describes the keys.
+ *
+ * Every operation is one round trip (a MULTI/EXEC transaction or a single
+ * command), except the first registration against a manifest this
+ * connection has not seen, which first checks that the manifest is
+ * published. Callbacks run on the loop thread when the reply arrives.
+ *
+ * Availability: the connection is opened in the background; operations
+ * issued before the first connection attempt finishes wait for it. When
+ * Redis cannot be reached (refused, closed, or silent for longer than the
+ * request timeout) every operation fails at once with UNAVAILABLE and a
+ * message naming the catalog and the cause, and the catalog reconnects with
+ * a backoff of 100 ms doubling to 5 s; it never blocks the loop, and host
+ * names are resolved on libuv's thread pool. */
+#ifndef RESHARD_CATALOG_REDIS_H
+#define RESHARD_CATALOG_REDIS_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "catalog.h"
+
+#define RESHARD_CATALOG_REDIS_BACKOFF_MIN_MS 100
+#define RESHARD_CATALOG_REDIS_BACKOFF_MAX_MS 5000
+/* A request (or a connection attempt) unanswered for this long drops the
+ * connection: its operations fail with UNAVAILABLE and it reconnects. */
+#define RESHARD_CATALOG_REDIS_TIMEOUT_MS 5000
+
+/* Opens the catalog named by `spec` ("redis://HOST:PORT[/DB]") on `loop`
+ * and starts connecting; never waits for Redis. INVALID_ARGUMENT for a
+ * malformed spec, INTERNAL when memory runs out. */
+reshard_status reshard_catalog_redis_open(uv_loop_t *loop, const char *spec,
+                                          reshard_catalog **out,
+                                          reshard_error *err);
+
+/* True while the catalog has a ready connection. Loop thread only. */
+bool reshard_catalog_redis_connected(const reshard_catalog *catalog);
+
+#endif

@@ -1,0 +1,497 @@
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef enum option_kind {
+  OPTION_LISTEN,
+  OPTION_CATALOG,
+  OPTION_SIZE,
+  OPTION_COUNT,
+  OPTION_LOG_LEVEL,
+  OPTION_METRICS,
+  OPTION_DURATION,
+  OPTION_NUMBER, /* like COUNT, but 0 is allowed */
+} option_kind;
+
+typedef struct option {
+  const char *flag; /* without the leading "--" */
+  const char *env;
+  option_kind kind;
+  size_t offset; /* of the field in reshard_config */
+  const char *value_name;
+  const char *help;
+} option;
+
+#define FIELD(name) offsetof(reshard_config, name)
+#define LIMIT(name)                                                            \
+  (offsetof(reshard_config, limits) + offsetof(reshard_limits, name))
+
+static const option options[] = {
+    {"listen", "RESHARDD_LISTEN", OPTION_LISTEN, FIELD(listen), "ADDR",
+     "gRPC listen address, HOST:PORT or unix:PATH "
+     "(default " RESHARD_DEFAULT_LISTEN "; port 0 picks a free port)"},
+    {"catalog", "RESHARDD_CATALOG", OPTION_CATALOG, FIELD(catalog), "SPEC",
+     "lmdb:PATH | redis://HOST:PORT[/DB] | memory "
+     "(default " RESHARD_DEFAULT_CATALOG "; memory is for tests)"},
+    {"cache-bytes", "RESHARDD_CACHE_BYTES", OPTION_SIZE, FIELD(cache_bytes),
+     "SIZE", "in-memory cache budget (default 256M)"},
+    {"log-level", "RESHARDD_LOG_LEVEL", OPTION_LOG_LEVEL, FIELD(log_level),
+     "LEVEL", "debug | info | warn | error (default info)"},
+    {"metrics-listen", "RESHARDD_METRICS_LISTEN", OPTION_METRICS,
+     FIELD(metrics_listen), "ADDR",
+     "Prometheus metrics address HOST:PORT (default: disabled)"},
+    {"drain-timeout", "RESHARDD_DRAIN_TIMEOUT", OPTION_DURATION,
+     FIELD(drain_timeout_ms), "DURATION",
+     "how long in-flight calls may run after SIGTERM (default 20s)"},
+    {"max-request-bytes", "RESHARDD_MAX_REQUEST_BYTES", OPTION_SIZE,
+     FIELD(max_request_bytes), "SIZE",
+     "largest request message accepted (default 64M)"},
+    {"inline-plan-max-values", "RESHARDD_INLINE_PLAN_MAX_VALUES", OPTION_NUMBER,
+     FIELD(inline_plan_max_values), "N",
+     "plan PlanLoads binding at most N (token, head) values on the loop "
+     "instead of the thread pool (default 4096; 0: always the pool)"},
+    {"max-layout-parts", "RESHARDD_MAX_LAYOUT_PARTS", OPTION_COUNT,
+     LIMIT(max_layout_parts), "N", "parts per layout (default 100000)"},
+    {"max-layout-fragments", "RESHARDD_MAX_LAYOUT_FRAGMENTS", OPTION_COUNT,
+     LIMIT(max_layout_fragments), "N", "fragments per layout (default 100000)"},
+    {"max-layout-bytes", "RESHARDD_MAX_LAYOUT_BYTES", OPTION_SIZE,
+     LIMIT(max_layout_bytes), "SIZE", "bytes per layout page (default 1T)"},
+    {"max-ranges", "RESHARDD_MAX_RANGES", OPTION_COUNT, LIMIT(max_ranges), "N",
+     "binding ranges per request (default 100000)"},
+    {"max-operations", "RESHARDD_MAX_OPERATIONS", OPTION_COUNT,
+     LIMIT(max_operations), "N", "copies per plan (default 1000000)"},
+    {"max-bytes", "RESHARDD_MAX_BYTES", OPTION_SIZE, LIMIT(max_bytes), "SIZE",
+     "bytes per plan (default 1T)"},
+    {"max-batch-operations", "RESHARDD_MAX_BATCH_OPERATIONS", OPTION_COUNT,
+     LIMIT(max_batch_operations), "N", "copies per batch (default 4096)"},
+    {"max-batch-bytes", "RESHARDD_MAX_BATCH_BYTES", OPTION_SIZE,
+     LIMIT(max_batch_bytes), "SIZE", "bytes per batch (default 64M)"},
+    {"max-validation-work", "RESHARDD_MAX_VALIDATION_WORK", OPTION_COUNT,
+     LIMIT(max_validation_work), "N",
+     "binding validation work units (default 10000000)"},
+    {"max-page-keys", "RESHARDD_MAX_PAGE_KEYS", OPTION_COUNT,
+     LIMIT(max_page_keys), "N", "page keys per request (default 65536)"},
+};
+
+#define OPTION_COUNT_ALL (sizeof options / sizeof options[0])
+
+bool reshard_parse_size(const char *text, uint64_t *out) {
+  if (text == NULL || !isdigit((unsigned char)text[0])) {
+    return false;
+  }
+  errno = 0;
+  char *end;
+  unsigned long long value = strtoull(text, &end, 10);
+  if (errno != 0) {
+    return false;
+  }
+  unsigned shift = 0;
+  if (*end != '\0') {
+    switch (toupper((unsigned char)*end)) {
+    case 'K':
+      shift = 10;
+      break;
+    case 'M':
+      shift = 20;
+      break;
+    case 'G':
+      shift = 30;
+      break;
+    case 'T':
+      shift = 40;
+      break;
+    case 'B':
+      break;
+    default:
+      return false;
+    }
+    if (shift != 0) {
+      end++;
+    }
+    if (strcasecmp(end, "") != 0 && strcasecmp(end, "B") != 0 &&
+        (shift == 0 || strcasecmp(end, "iB") != 0)) {
+      return false;
+    }
+  }
+  if (shift != 0 && value > (UINT64_MAX >> shift)) {
+    return false;
+  }
+  *out = (uint64_t)value << shift;
+  return true;
+}
+
+bool reshard_parse_duration_ms(const char *text, uint64_t *out) {
+  if (text == NULL || !isdigit((unsigned char)text[0])) {
+    return false;
+  }
+  errno = 0;
+  char *end;
+  unsigned long long value = strtoull(text, &end, 10);
+  if (errno != 0) {
+    return false;
+  }
+  uint64_t scale;
+  if (*end == '\0' || strcmp(end, "s") == 0) {
+    scale = 1000;
+  } else if (strcmp(end, "ms") == 0) {
+    scale = 1;
+  } else if (strcmp(end, "m") == 0) {
+    scale = 60 * 1000;
+  } else if (strcmp(end, "h") == 0) {
+    scale = 3600 * 1000;
+  } else {
+    return false;
+  }
+  uint64_t ms;
+  if (__builtin_mul_overflow((uint64_t)value, scale, &ms)) {
+    return false;
+  }
+  *out = ms;
+  return true;
+}
+
+static bool parse_port(const char *text) {
+  if (*text == '\0' || strlen(text) > 5) {
+    return false;
+  }
+  unsigned long port = 0;
+  for (const char *p = text; *p; p++) {
+    if (!isdigit((unsigned char)*p)) {
+      return false;
+    }
+    port = port * 10 + (unsigned long)(*p - '0');
+  }
+  return port <= 65535;
+}
+
+bool reshard_parse_listen(const char *text, bool allow_unix) {
+  if (text == NULL) {
+    return false;
+  }
+  if (strncmp(text, "unix:", 5) == 0) {
+    return allow_unix && text[5] != '\0';
+  }
+  const char *colon;
+  if (text[0] == '[') {
+    const char *close = strchr(text, ']');
+    if (close == NULL || close == text + 1 || close[1] != ':') {
+      return false;
+    }
+    colon = close + 1;
+  } else {
+    colon = strrchr(text, ':');
+    if (colon == NULL || colon == text) {
+      return false;
+    }
+    for (const char *p = text; p < colon; p++) {
+      if (*p == ':' || isspace((unsigned char)*p) || *p == '/') {
+        return false;
+      }
+    }
+  }
+  return parse_port(colon + 1);
+}
+
+bool reshard_parse_catalog(const char *text) {
+  if (text == NULL) {
+    return false;
+  }
+  if (strcmp(text, "memory") == 0) {
+    return true;
+  }
+  if (strncmp(text, "lmdb:", 5) == 0) {
+    return text[5] != '\0';
+  }
+  if (strncmp(text, "redis://", 8) == 0) {
+    /* HOST:PORT, optionally /DB with DB a decimal number. */
+    const char *hostport = text + 8;
+    const char *slash = strchr(hostport, '/');
+    size_t length = slash ? (size_t)(slash - hostport) : strlen(hostport);
+    char buffer[256];
+    if (length == 0 || length >= sizeof buffer) {
+      return false;
+    }
+    memcpy(buffer, hostport, length);
+    buffer[length] = '\0';
+    if (!reshard_parse_listen(buffer, false)) {
+      return false;
+    }
+    if (slash != NULL) {
+      const char *db = slash + 1;
+      if (*db == '\0' || strlen(db) > 9) {
+        return false;
+      }
+      for (; *db; db++) {
+        if (!isdigit((unsigned char)*db)) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
+static bool parse_count(const char *text, uint64_t *out) {
+  if (text == NULL || !isdigit((unsigned char)text[0])) {
+    return false;
+  }
+  errno = 0;
+  char *end;
+  unsigned long long value = strtoull(text, &end, 10);
+  if (errno != 0 || *end != '\0') {
+    return false;
+  }
+  *out = value;
+  return true;
+}
+
+/* Applies `value` to the option; `source` names where it came from for the
+ * message ("--cache-bytes" or "RESHARDD_CACHE_BYTES"). */
+static reshard_status apply(reshard_config *config, const option *opt,
+                            const char *value, const char *source,
+                            reshard_error *err) {
+  char *field = (char *)config + opt->offset;
+  uint64_t number = 0;
+  switch (opt->kind) {
+  case OPTION_LISTEN:
+    if (!reshard_parse_listen(value, true)) {
+      return reshard_error_set(
+          err, RESHARD_INVALID_ARGUMENT,
+          "%s: \"%s\" is not a listen address (HOST:PORT, [IPV6]:PORT or "
+          "unix:PATH, port 0..65535)",
+          source, value);
+    }
+    *(const char **)field = value;
+    return RESHARD_OK;
+  case OPTION_METRICS:
+    if (value[0] == '\0') {
+      *(const char **)field = NULL;
+      return RESHARD_OK;
+    }
+    if (!reshard_parse_listen(value, false)) {
+      return reshard_error_set(
+          err, RESHARD_INVALID_ARGUMENT,
+          "%s: \"%s\" is not a listen address (HOST:PORT or [IPV6]:PORT, "
+          "port 0..65535)",
+          source, value);
+    }
+    *(const char **)field = value;
+    return RESHARD_OK;
+  case OPTION_CATALOG:
+    if (!reshard_parse_catalog(value)) {
+      return reshard_error_set(
+          err, RESHARD_INVALID_ARGUMENT,
+          "%s: \"%s\" is not a catalog (memory, lmdb:PATH or "
+          "redis://HOST:PORT[/DB])",
+          source, value);
+    }
+    *(const char **)field = value;
+    return RESHARD_OK;
+  case OPTION_SIZE:
+    if (!reshard_parse_size(value, &number)) {
+      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                               "%s: \"%s\" is not a size (an integer with an "
+                               "optional K, M, G or T suffix)",
+                               source, value);
+    }
+    if (number == 0) {
+      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                               "%s: must be at least 1", source);
+    }
+    *(uint64_t *)field = number;
+    return RESHARD_OK;
+  case OPTION_COUNT:
+  case OPTION_NUMBER:
+    if (!parse_count(value, &number)) {
+      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                               "%s: \"%s\" is not a non-negative integer",
+                               source, value);
+    }
+    if (number == 0 && opt->kind == OPTION_COUNT) {
+      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                               "%s: must be at least 1", source);
+    }
+    *(uint64_t *)field = number;
+    return RESHARD_OK;
+  case OPTION_DURATION:
+    if (!reshard_parse_duration_ms(value, &number)) {
+      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                               "%s: \"%s\" is not a duration (e.g. 500ms, "
+                               "30s, 2m; a bare number is seconds)",
+                               source, value);
+    }
+    *(uint64_t *)field = number;
+    return RESHARD_OK;
+  case OPTION_LOG_LEVEL: {
+    reshard_log_level level;
+    if (!reshard_log_level_parse(value, &level)) {
+      return reshard_error_set(
+          err, RESHARD_INVALID_ARGUMENT,
+          "%s: \"%s\" is not a log level (debug, info, warn or error)", source,
+          value);
+    }
+    *(reshard_log_level *)field = level;
+    return RESHARD_OK;
+  }
+  }
+  return reshard_error_set(err, RESHARD_INTERNAL, "%s: unknown option kind",
+                           source);
+}
+
+static const option *find_flag(const char *name, size_t length) {
+  for (size_t i = 0; i < OPTION_COUNT_ALL; i++) {
+    if (strlen(options[i].flag) == length &&
+        strncmp(options[i].flag, name, length) == 0) {
+      return &options[i];
+    }
+  }
+  return NULL;
+}
+
+reshard_status reshard_config_parse(reshard_config *config, int argc,
+                                    char *const *argv,
+                                    reshard_getenv_fn getenv_fn,
+                                    void *getenv_data, reshard_error *err) {
+  memset(config, 0, sizeof *config);
+  config->listen = RESHARD_DEFAULT_LISTEN;
+  config->catalog = RESHARD_DEFAULT_CATALOG;
+  config->cache_bytes = RESHARD_DEFAULT_CACHE_BYTES;
+  config->log_level = RESHARD_LOG_INFO;
+  config->metrics_listen = NULL;
+  config->drain_timeout_ms = RESHARD_DEFAULT_DRAIN_TIMEOUT_MS;
+  config->max_request_bytes = RESHARD_DEFAULT_MAX_REQUEST_BYTES;
+  config->inline_plan_max_values = RESHARD_DEFAULT_INLINE_PLAN_MAX_VALUES;
+  config->limits = reshard_limits_default();
+
+  if (getenv_fn != NULL) {
+    for (size_t i = 0; i < OPTION_COUNT_ALL; i++) {
+      const char *value = getenv_fn(options[i].env, getenv_data);
+      if (value != NULL) {
+        reshard_status status =
+            apply(config, &options[i], value, options[i].env, err);
+        if (status != RESHARD_OK) {
+          return status;
+        }
+      }
+    }
+  }
+
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+      config->help = true;
+      return RESHARD_OK;
+    }
+    if (strcmp(arg, "--version") == 0) {
+      config->version = true;
+      return RESHARD_OK;
+    }
+    if (strcmp(arg, "--check-config") == 0) {
+      config->check_config = true;
+      continue;
+    }
+    if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                               "unexpected argument \"%s\"", arg);
+    }
+    const char *name = arg + 2;
+    const char *equals = strchr(name, '=');
+    size_t length = equals ? (size_t)(equals - name) : strlen(name);
+    const option *opt = find_flag(name, length);
+    if (opt == NULL) {
+      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                               "unknown flag --%.*s", (int)length, name);
+    }
+    const char *value;
+    if (equals != NULL) {
+      value = equals + 1;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                               "--%s: needs a value (%s)", opt->flag,
+                               opt->value_name);
+    }
+    char source[64];
+    snprintf(source, sizeof source, "--%s", opt->flag);
+    reshard_status status = apply(config, opt, value, source, err);
+    if (status != RESHARD_OK) {
+      return status;
+    }
+  }
+
+  /* Cross-field rules. */
+  if (config->limits.max_batch_operations > config->limits.max_operations) {
+    config->limits.max_batch_operations = config->limits.max_operations;
+  }
+  if (config->max_request_bytes > INT32_MAX) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "--max-request-bytes: %" PRIu64
+                             " exceeds gRPC's message limit of 2G - 1",
+                             config->max_request_bytes);
+  }
+  return RESHARD_OK;
+}
+
+void reshard_config_usage(FILE *out) {
+  fputs("Usage: reshardd [FLAGS]\n"
+        "\n"
+        "The KV-cache resharding planner daemon. Every flag also reads from\n"
+        "the environment variable shown; flags win over the environment.\n"
+        "\n",
+        out);
+  for (size_t i = 0; i < OPTION_COUNT_ALL; i++) {
+    char left[64];
+    snprintf(left, sizeof left, "--%s %s", options[i].flag,
+             options[i].value_name);
+    fprintf(out, "  %-32s %s\n  %-32s [%s]\n", left, options[i].help, "",
+            options[i].env);
+  }
+  fputs(
+      "  --check-config                   validate flags and environment,\n"
+      "                                   print the effective configuration,\n"
+      "                                   exit 0 (valid) or 2; binds nothing\n"
+      "  --help                           show this text\n"
+      "  --version                        print the version\n"
+      "\n"
+      "Sizes take K, M, G or T (binary) suffixes; durations take ms, s, m\n"
+      "or h. Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 on\n"
+      "a runtime failure, 2 on bad configuration.\n",
+      out);
+}
+
+void reshard_config_print(const reshard_config *config, FILE *out) {
+  for (size_t i = 0; i < OPTION_COUNT_ALL; i++) {
+    const option *opt = &options[i];
+    const char *field = (const char *)config + opt->offset;
+    fprintf(out, "%s=", opt->flag);
+    switch (opt->kind) {
+    case OPTION_LISTEN:
+    case OPTION_CATALOG:
+    case OPTION_METRICS: {
+      const char *value = *(const char *const *)field;
+      fputs(value != NULL ? value : "", out);
+      break;
+    }
+    case OPTION_SIZE:
+    case OPTION_COUNT:
+    case OPTION_NUMBER:
+      fprintf(out, "%" PRIu64, *(const uint64_t *)field);
+      break;
+    case OPTION_DURATION:
+      fprintf(out, "%" PRIu64 "ms", *(const uint64_t *)field);
+      break;
+    case OPTION_LOG_LEVEL:
+      fputs(reshard_log_level_name(*(const reshard_log_level *)field), out);
+      break;
+    }
+    fputc('\n', out);
+  }
+}

@@ -1,0 +1,327 @@
+/* reshardd: parse the configuration, wire the catalog, cache, services and
+ * gRPC server to one libuv loop, run until SIGTERM/SIGINT, shut down
+ * cleanly. Exit status: 0 after a clean shutdown, 1 on a runtime failure,
+ * 2 on bad configuration. */
+#include <grpc/grpc.h>
+#include <grpc/support/log.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "cache.h"
+#include "catalog.h"
+#include "catalog_timed.h"
+#include "config.h"
+#include "health.h"
+#include "log.h"
+#include "metrics.h"
+#include "metrics_http.h"
+#include "planner_service.h"
+#include "server.h"
+
+#ifndef RESHARDD_VERSION
+#define RESHARDD_VERSION "0.1.0"
+#endif
+
+typedef struct app {
+  uv_loop_t loop;
+  reshard_config config;
+  reshard_catalog *catalog;
+  reshard_cache *cache;
+  reshard_server *server;
+  reshard_health *health;
+  reshard_planner *planner;
+  uv_signal_t sigterm, sigint;
+  bool signals_open;
+  reshard_metrics *metrics; /* NULL without --metrics-listen */
+  reshard_metrics_http *metrics_http;
+  uv_timer_t metrics_timer; /* publishes the cache figures */
+  bool metrics_timer_open;
+} app;
+
+/* How often the loop publishes the cache's figures for scrapes. */
+enum { METRICS_PUBLISH_MS = 1000 };
+
+static const char *env_lookup(const char *name, void *data) {
+  (void)data;
+  return getenv(name);
+}
+
+/* gRPC's own log lines, in our format. */
+static void grpc_log(gpr_log_func_args *args) {
+  reshard_log_level level = RESHARD_LOG_INFO;
+  if (args->severity == GPR_LOG_SEVERITY_DEBUG) {
+    level = RESHARD_LOG_DEBUG;
+  } else if (args->severity == GPR_LOG_SEVERITY_ERROR) {
+    level = RESHARD_LOG_ERROR;
+  }
+  reshard_log_line line;
+  if (reshard_log_begin(&line, level, args->message)) {
+    reshard_log_str(&line, "component", "grpc");
+    reshard_log_str(&line, "file", args->file);
+    reshard_log_i64(&line, "line", args->line);
+    reshard_log_end(&line);
+  }
+}
+
+static void on_closed_handle(uv_handle_t *handle) {
+  (void)handle;
+}
+
+static void on_catalog_closed(void *data) {
+  (void)data;
+}
+
+/* Copies the cache's figures into the metrics registry (loop thread). */
+static void publish_metrics(app *a) {
+  if (a->metrics != NULL && a->cache != NULL) {
+    reshard_cache_stats stats;
+    reshard_cache_get_stats(a->cache, &stats);
+    reshard_metrics_publish_cache(a->metrics, &stats);
+  }
+}
+
+static void on_metrics_timer(uv_timer_t *timer) {
+  publish_metrics(timer->data);
+}
+
+/* The server is gone: close what keeps the loop alive. */
+static void on_server_closed(void *data) {
+  app *a = data;
+  if (a->metrics_timer_open) {
+    publish_metrics(a);
+    uv_close((uv_handle_t *)&a->metrics_timer, on_closed_handle);
+    a->metrics_timer_open = false;
+  }
+  if (a->signals_open) {
+    uv_close((uv_handle_t *)&a->sigterm, on_closed_handle);
+    uv_close((uv_handle_t *)&a->sigint, on_closed_handle);
+    a->signals_open = false;
+  }
+}
+
+static void on_drain(void *data) {
+  app *a = data;
+  reshard_health_set_serving(a->health, false);
+  reshard_metrics_set_draining(a->metrics, true);
+  publish_metrics(a);
+}
+
+static void on_signal(uv_signal_t *handle, int signum) {
+  app *a = handle->data;
+  reshard_log_line line;
+  if (reshard_log_begin(&line, RESHARD_LOG_INFO, "signal")) {
+    reshard_log_str(&line, "signal", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    reshard_log_bool(&line, "draining", reshard_server_draining(a->server));
+    reshard_log_end(&line);
+  }
+  reshard_server_drain(a->server, on_server_closed, a);
+}
+
+/* The listen address with the bound port in place of the requested one. */
+static void bound_address(const char *listen, int port, char *out,
+                          size_t size) {
+  if (strncmp(listen, "unix:", 5) == 0) {
+    snprintf(out, size, "%s", listen);
+    return;
+  }
+  const char *colon = strrchr(listen, ':');
+  int host_length = colon ? (int)(colon - listen) : (int)strlen(listen);
+  snprintf(out, size, "%.*s:%d", host_length, listen, port);
+}
+
+/* One line with what the cache did over the daemon's life. */
+static void log_cache_stats(const reshard_cache *cache) {
+  reshard_cache_stats stats;
+  reshard_cache_get_stats(cache, &stats);
+  reshard_log_line line;
+  if (!reshard_log_begin(&line, RESHARD_LOG_INFO, "cache")) {
+    return;
+  }
+  for (int kind = 0; kind < RESHARD_CACHE_KINDS; kind++) {
+    char key[32];
+    const char *name = reshard_cache_kind_name((reshard_cache_kind)kind);
+    snprintf(key, sizeof key, "%s_hits", name);
+    reshard_log_u64(&line, key, stats.hits[kind]);
+    snprintf(key, sizeof key, "%s_misses", name);
+    reshard_log_u64(&line, key, stats.misses[kind]);
+    snprintf(key, sizeof key, "%s_evictions", name);
+    reshard_log_u64(&line, key, stats.evictions[kind]);
+  }
+  reshard_log_u64(&line, "bytes", stats.total_bytes);
+  reshard_log_u64(&line, "budget", stats.budget);
+  reshard_log_end(&line);
+}
+
+static void teardown(app *a) {
+  if (a->cache != NULL && a->server != NULL) {
+    log_cache_stats(a->cache);
+  }
+  /* The HTTP thread reads the registry: stop it first. */
+  reshard_metrics_http_stop(a->metrics_http);
+  a->metrics_http = NULL;
+  reshard_planner_free(a->planner);
+  reshard_health_free(a->health);
+  reshard_server_free(a->server);
+  reshard_cache_destroy(a->cache);
+  if (a->catalog != NULL) {
+    a->catalog->vtable->close(a->catalog, on_catalog_closed, NULL);
+  }
+  /* Let close callbacks run, then the loop must be empty. */
+  uv_run(&a->loop, UV_RUN_DEFAULT);
+  if (uv_loop_close(&a->loop) != 0) {
+    reshard_log_msg(RESHARD_LOG_ERROR, "loop still has handles at exit", NULL);
+  }
+  /* Catalog callbacks record into the registry until the catalog is gone. */
+  reshard_metrics_free(a->metrics);
+  a->metrics = NULL;
+}
+
+int main(int argc, char **argv) {
+  static app a;
+  reshard_error err;
+  if (reshard_config_parse(&a.config, argc, argv, env_lookup, NULL, &err) !=
+      RESHARD_OK) {
+    fprintf(stderr, "reshardd: %s\nTry 'reshardd --help'.\n", err.message);
+    return 2;
+  }
+  if (a.config.help) {
+    reshard_config_usage(stdout);
+    return 0;
+  }
+  if (a.config.version) {
+    printf("reshardd %s\n", RESHARDD_VERSION);
+    return 0;
+  }
+  if (a.config.check_config) {
+    /* Everything was validated exactly as for a start; nothing is bound
+     * or opened. */
+    reshard_config_print(&a.config, stdout);
+    return 0;
+  }
+  reshard_log_set_level(a.config.log_level);
+  signal(SIGPIPE, SIG_IGN);
+
+  if (uv_loop_init(&a.loop) != 0) {
+    reshard_log_msg(RESHARD_LOG_ERROR, "cannot create the event loop", NULL);
+    return 1;
+  }
+  if (reshard_catalog_open(&a.loop, a.config.catalog, &a.catalog, &err) !=
+      RESHARD_OK) {
+    fprintf(stderr, "reshardd: %s\n", err.message);
+    uv_loop_close(&a.loop);
+    return err.code == RESHARD_INVALID_ARGUMENT ? 2 : 1;
+  }
+  if (a.config.metrics_listen != NULL) {
+    a.metrics =
+        reshard_metrics_create(RESHARDD_VERSION, a.catalog->vtable->name);
+    reshard_catalog *timed =
+        a.metrics ? reshard_catalog_timed_wrap(a.catalog, a.metrics) : NULL;
+    if (timed == NULL) {
+      reshard_log_msg(RESHARD_LOG_ERROR, "out of memory", NULL);
+      teardown(&a);
+      return 1;
+    }
+    a.catalog = timed;
+  }
+  a.cache = reshard_cache_create(a.config.cache_bytes);
+  if (a.cache == NULL) {
+    reshard_log_msg(RESHARD_LOG_ERROR, "out of memory", NULL);
+    teardown(&a);
+    return 1;
+  }
+
+  gpr_set_log_function(grpc_log);
+  gpr_set_log_verbosity(a.config.log_level == RESHARD_LOG_DEBUG
+                            ? GPR_LOG_SEVERITY_INFO
+                            : GPR_LOG_SEVERITY_ERROR);
+  grpc_init();
+
+  reshard_server_options options = {
+      .listen = a.config.listen,
+      .max_request_bytes = a.config.max_request_bytes,
+      .drain_timeout_ms = a.config.drain_timeout_ms,
+      .metrics = a.metrics,
+  };
+  a.server = reshard_server_create(&a.loop, &options, &err);
+  if (a.server != NULL) {
+    a.health = reshard_health_create(a.server);
+    a.planner =
+        reshard_planner_create(&a.loop, a.catalog, a.cache, &a.config.limits,
+                               a.config.inline_plan_max_values);
+  }
+  if (a.server == NULL || a.health == NULL || a.planner == NULL) {
+    reshard_log_msg(RESHARD_LOG_ERROR, "cannot create the server",
+                    a.server ? "out of memory" : err.message);
+    teardown(&a);
+    grpc_shutdown();
+    return 1;
+  }
+  reshard_planner_register(a.planner, a.server);
+  reshard_planner_set_metrics(a.planner, a.metrics);
+  reshard_server_on_drain(a.server, on_drain, &a);
+
+  /* Metrics bind before gRPC does, so a bad --metrics-listen fails the
+   * start before anything is served. */
+  int metrics_port = 0;
+  if (a.metrics != NULL) {
+    a.metrics_http = reshard_metrics_http_start(a.config.metrics_listen,
+                                                a.metrics, &metrics_port, &err);
+    if (a.metrics_http == NULL) {
+      reshard_log_msg(RESHARD_LOG_ERROR, "cannot serve metrics", err.message);
+      teardown(&a);
+      grpc_shutdown();
+      return 1;
+    }
+  }
+
+  int port = 0;
+  if (reshard_server_start(a.server, &port, &err) != RESHARD_OK) {
+    reshard_log_msg(RESHARD_LOG_ERROR, "cannot listen", err.message);
+    teardown(&a);
+    grpc_shutdown();
+    return 1;
+  }
+
+  uv_signal_init(&a.loop, &a.sigterm);
+  uv_signal_init(&a.loop, &a.sigint);
+  a.sigterm.data = a.sigint.data = &a;
+  uv_signal_start(&a.sigterm, on_signal, SIGTERM);
+  uv_signal_start(&a.sigint, on_signal, SIGINT);
+  a.signals_open = true;
+
+  char address[300];
+  bound_address(a.config.listen, port, address, sizeof address);
+  reshard_log_line line;
+  if (reshard_log_begin(&line, RESHARD_LOG_INFO, "listening")) {
+    reshard_log_str(&line, "address", address);
+    reshard_log_str(&line, "version", RESHARDD_VERSION);
+    reshard_log_str(&line, "catalog", a.config.catalog);
+    reshard_log_u64(&line, "cache_bytes", a.config.cache_bytes);
+    reshard_log_str(&line, "grpc", grpc_version_string());
+    reshard_log_end(&line);
+  }
+  if (a.metrics != NULL) {
+    /* Logged after the gRPC line, which tests read the port from. */
+    bound_address(a.config.metrics_listen, metrics_port, address,
+                  sizeof address);
+    reshard_log_line served;
+    if (reshard_log_begin(&served, RESHARD_LOG_INFO, "serving metrics")) {
+      reshard_log_str(&served, "metrics_address", address);
+      reshard_log_str(&served, "path", "/metrics");
+      reshard_log_end(&served);
+    }
+    uv_timer_init(&a.loop, &a.metrics_timer);
+    a.metrics_timer.data = &a;
+    uv_timer_start(&a.metrics_timer, on_metrics_timer, 0, METRICS_PUBLISH_MS);
+    a.metrics_timer_open = true;
+  }
+
+  uv_run(&a.loop, UV_RUN_DEFAULT);
+
+  teardown(&a);
+  grpc_shutdown();
+  return 0;
+}

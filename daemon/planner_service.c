@@ -1,0 +1,1153 @@
+#include "planner_service.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "google/protobuf/wrappers.pb-c.h"
+#include "log.h"
+#include "reshard/checked.h"
+#include "reshard/identity.h"
+#include "reshard/plan.h"
+#include "reshard/upload.h"
+#include "shared.h"
+#include "table.h"
+#include "wire.h"
+
+struct reshard_planner {
+  uv_loop_t *loop;
+  reshard_catalog *catalog;
+  reshard_cache *cache;
+  reshard_limits caps;
+  uint64_t inline_max_values;
+  bool cache_bindings;      /* a binding cache sits in front of the catalog */
+  reshard_metrics *metrics; /* may be NULL */
+};
+
+/* ---- Helpers ---- */
+
+static void *decode(reshard_call *call,
+                    const ProtobufCMessageDescriptor *type) {
+  size_t length;
+  const uint8_t *payload = reshard_call_payload(call, &length);
+  reshard_error err;
+  ProtobufCMessage *message = reshard_wire_unpack(
+      type, payload, length, reshard_call_arena(call), &err);
+  if (message == NULL) {
+    reshard_call_fail(call, &err);
+  }
+  return message;
+}
+
+static bool is_digest(const char *text) {
+  size_t i = 0;
+  for (; text[i] != '\0'; i++) {
+    char c = text[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return false;
+    }
+  }
+  return i == RESHARD_DIGEST_HEX_LEN;
+}
+
+/* Checks a model domain field: required, 64 lowercase hex digits. */
+static reshard_status check_domain(const char *domain, const char *path,
+                                   reshard_error *err) {
+  if (domain[0] == '\0') {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT, "%s: required",
+                             path);
+  }
+  if (!is_digest(domain)) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "%s: \"%.80s\" is not a model domain (64 "
+                             "lowercase hex digits)",
+                             path, domain);
+  }
+  return RESHARD_OK;
+}
+
+/* Checks "kv/{domain}/manifests/{digest}" and extracts the domain. */
+static reshard_status
+parse_manifest_key(const char *key, const char *path,
+                   char domain[RESHARD_DIGEST_HEX_LEN + 1],
+                   reshard_error *err) {
+  static const char prefix[] = "kv/";
+  static const char middle[] = "/manifests/";
+  if (key[0] == '\0') {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT, "%s: required",
+                             path);
+  }
+  size_t length = strlen(key);
+  const size_t d = RESHARD_DIGEST_HEX_LEN;
+  bool ok = length == 3 + d + 11 + d && memcmp(key, prefix, 3) == 0 &&
+            memcmp(key + 3 + d, middle, 11) == 0;
+  if (ok) {
+    char part[RESHARD_DIGEST_HEX_LEN + 1];
+    memcpy(part, key + 3, d);
+    part[d] = '\0';
+    ok = is_digest(part) && is_digest(key + 3 + d + 11);
+    if (ok) {
+      memcpy(domain, part, d + 1);
+    }
+  }
+  if (!ok) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "%s: \"%.160s\" is not a manifest key "
+                             "(kv/{model_domain}/manifests/{layout digest})",
+                             path, key);
+  }
+  return RESHARD_OK;
+}
+
+static reshard_status check_page_keys(char *const *keys, size_t count,
+                                      const reshard_limits *caps,
+                                      reshard_error *err) {
+  if (count > caps->max_page_keys) {
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "page_keys: %zu keys exceed the limit "
+                             "max_page_keys %" PRIu64,
+                             count, caps->max_page_keys);
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (keys[i][0] == '\0') {
+      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                               "page_keys[%zu]: must not be empty", i);
+    }
+  }
+  return RESHARD_OK;
+}
+
+typedef struct manifest_ids {
+  char key[RESHARD_MANIFEST_KEY_SIZE];
+  char layout_id[RESHARD_ID_SIZE];
+  char domain[RESHARD_DIGEST_HEX_LEN + 1];
+} manifest_ids;
+
+static reshard_status compute_ids(const reshard_manifest *manifest,
+                                  manifest_ids *ids, reshard_error *err) {
+  reshard_status status =
+      reshard_layout_id(&manifest->layout, ids->layout_id, err);
+  if (status == RESHARD_OK) {
+    status = reshard_model_domain(manifest, ids->domain, err);
+  }
+  if (status == RESHARD_OK) {
+    status = reshard_manifest_key(manifest, ids->key, err);
+  }
+  return status;
+}
+
+/* Decodes and normalizes a catalog record into a shared manifest, checking
+ * that it is the manifest `key` names. */
+static reshard_shared_manifest *
+manifest_from_record(const reshard_planner *planner, const char *key,
+                     const uint8_t *data, size_t length, reshard_error *err) {
+  reshard_arena scratch;
+  reshard_arena_init(&scratch, 4096);
+  reshard_shared_manifest *shared = NULL;
+  reshard_manifest manifest;
+  manifest_ids ids;
+  ProtobufCMessage *message = reshard_wire_unpack(
+      &reshard__v1__store_manifest__descriptor, data, length, &scratch, err);
+  if (message == NULL ||
+      reshard_wire_manifest_from_pb((Reshard__V1__StoreManifest *)message,
+                                    "manifest", &scratch, &manifest,
+                                    err) != RESHARD_OK ||
+      reshard_manifest_normalize(&manifest, &planner->caps, &scratch, err) !=
+          RESHARD_OK ||
+      compute_ids(&manifest, &ids, err) != RESHARD_OK) {
+    reshard_error_prefix(err, "catalog record %s", key);
+    if (err != NULL) {
+      err->code = RESHARD_INTERNAL;
+    }
+    goto done;
+  }
+  if (strcmp(ids.key, key) != 0) {
+    reshard_error_set(err, RESHARD_INTERNAL,
+                      "catalog record %s: holds manifest %s", key, ids.key);
+    goto done;
+  }
+  shared = reshard_shared_manifest_create(&manifest, ids.key, ids.layout_id,
+                                          ids.domain);
+  if (shared == NULL) {
+    reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                      "out of memory caching manifest %s", key);
+  }
+done:
+  reshard_arena_destroy(&scratch);
+  return shared;
+}
+
+static void cache_manifest(reshard_planner *planner,
+                           reshard_shared_manifest *manifest) {
+  reshard_cache_put(planner->cache, RESHARD_CACHE_MANIFEST,
+                    manifest->manifest_key, strlen(manifest->manifest_key),
+                    &manifest->base);
+}
+
+/* ---- PublishManifest ---- */
+
+typedef struct publish_ctx {
+  reshard_call *call;
+  reshard_planner *planner;
+  reshard_manifest manifest;
+  manifest_ids ids;
+} publish_ctx;
+
+static void on_published(void *data, const reshard_error *err, bool created) {
+  publish_ctx *ctx = data;
+  if (err->code != RESHARD_OK) {
+    reshard_call_fail(ctx->call, err);
+    return;
+  }
+  reshard_shared_manifest *shared = reshard_shared_manifest_create(
+      &ctx->manifest, ctx->ids.key, ctx->ids.layout_id, ctx->ids.domain);
+  if (shared != NULL) {
+    cache_manifest(ctx->planner, shared);
+    reshard_shared_unref(&shared->base);
+  }
+  reshard_log_line line;
+  if (created &&
+      reshard_log_begin(&line, RESHARD_LOG_INFO, "manifest published")) {
+    reshard_log_str(&line, "manifest_key", ctx->ids.key);
+    reshard_log_str(&line, "layout_id", ctx->ids.layout_id);
+    reshard_log_end(&line);
+  }
+  Reshard__V1__PublishManifestResponse response =
+      RESHARD__V1__PUBLISH_MANIFEST_RESPONSE__INIT;
+  response.manifest_key = ctx->ids.key;
+  response.layout_id = ctx->ids.layout_id;
+  response.model_domain = ctx->ids.domain;
+  response.created = created;
+  reshard_call_reply(ctx->call, &response.base);
+}
+
+static void handle_publish(reshard_call *call, void *data) {
+  reshard_planner *planner = data;
+  Reshard__V1__PublishManifestRequest *request =
+      decode(call, &reshard__v1__publish_manifest_request__descriptor);
+  if (request == NULL) {
+    return;
+  }
+  reshard_arena *arena = reshard_call_arena(call);
+  publish_ctx *ctx = RESHARD_ARENA_NEW(arena, publish_ctx, 1);
+  reshard_error err;
+  if (ctx == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  ctx->call = call;
+  ctx->planner = planner;
+  if (reshard_wire_manifest_from_pb(request->manifest, "manifest", arena,
+                                    &ctx->manifest, &err) != RESHARD_OK ||
+      reshard_manifest_normalize(&ctx->manifest, &planner->caps, arena, &err) !=
+          RESHARD_OK ||
+      compute_ids(&ctx->manifest, &ctx->ids, &err) != RESHARD_OK) {
+    reshard_call_fail(call, &err);
+    return;
+  }
+  /* The record is the canonical form: normalized, so every daemon stores
+   * the same bytes for the same manifest. */
+  Reshard__V1__StoreManifest *canonical =
+      reshard_wire_manifest_to_pb(&ctx->manifest, arena);
+  size_t length = 0;
+  uint8_t *record =
+      canonical ? reshard_wire_pack(&canonical->base, arena, &length) : NULL;
+  if (record == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  planner->catalog->vtable->put_manifest(planner->catalog, ctx->ids.key,
+                                         ctx->ids.domain, record, length,
+                                         on_published, ctx);
+}
+
+/* ---- GetManifest ---- */
+
+typedef struct get_ctx {
+  reshard_call *call;
+  reshard_planner *planner;
+  const char *key;
+} get_ctx;
+
+static void reply_manifest(reshard_call *call,
+                           const reshard_shared_manifest *shared) {
+  Reshard__V1__GetManifestResponse response =
+      RESHARD__V1__GET_MANIFEST_RESPONSE__INIT;
+  response.manifest =
+      reshard_wire_manifest_to_pb(&shared->manifest, reshard_call_arena(call));
+  if (response.manifest == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  response.layout_id = (char *)shared->layout_id;
+  response.model_domain = (char *)shared->model_domain;
+  reshard_call_reply(call, &response.base);
+}
+
+static void on_got_manifest(void *data, const reshard_error *err,
+                            const reshard_catalog_record *records,
+                            size_t count) {
+  get_ctx *ctx = data;
+  if (err->code != RESHARD_OK) {
+    reshard_call_fail(ctx->call, err);
+    return;
+  }
+  if (count != 1 || !records[0].found) {
+    reshard_error not_found;
+    reshard_error_set(&not_found, RESHARD_NOT_FOUND,
+                      "manifest_key %s: no such manifest is published",
+                      ctx->key);
+    reshard_call_fail(ctx->call, &not_found);
+    return;
+  }
+  reshard_error failure;
+  reshard_shared_manifest *shared = manifest_from_record(
+      ctx->planner, ctx->key, records[0].data, records[0].length, &failure);
+  if (shared == NULL) {
+    reshard_call_fail(ctx->call, &failure);
+    return;
+  }
+  cache_manifest(ctx->planner, shared);
+  reply_manifest(ctx->call, shared);
+  reshard_shared_unref(&shared->base);
+}
+
+static void handle_get_manifest(reshard_call *call, void *data) {
+  reshard_planner *planner = data;
+  Reshard__V1__GetManifestRequest *request =
+      decode(call, &reshard__v1__get_manifest_request__descriptor);
+  if (request == NULL) {
+    return;
+  }
+  reshard_error err;
+  char domain[RESHARD_DIGEST_HEX_LEN + 1];
+  if (parse_manifest_key(request->manifest_key, "manifest_key", domain, &err) !=
+      RESHARD_OK) {
+    reshard_call_fail(call, &err);
+    return;
+  }
+  reshard_shared *hit =
+      reshard_cache_get(planner->cache, RESHARD_CACHE_MANIFEST,
+                        request->manifest_key, strlen(request->manifest_key));
+  if (hit != NULL) {
+    reply_manifest(call, (reshard_shared_manifest *)hit);
+    reshard_shared_unref(hit);
+    return;
+  }
+  get_ctx *ctx = RESHARD_ARENA_NEW(reshard_call_arena(call), get_ctx, 1);
+  if (ctx == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  ctx->call = call;
+  ctx->planner = planner;
+  ctx->key = request->manifest_key;
+  planner->catalog->vtable->get_manifests(planner->catalog, &ctx->key, 1,
+                                          on_got_manifest, ctx);
+}
+
+/* ---- RegisterPages / ForgetPages ---- */
+
+typedef struct pages_ctx {
+  reshard_call *call;
+  reshard_planner *planner;
+  const char *domain;
+  char *const *page_keys;
+  size_t page_count;
+  bool forget;
+} pages_ctx;
+
+/* Bindings changed: drop what a binding cache holds for these pages. */
+static void invalidate_bindings(pages_ctx *ctx) {
+  if (!ctx->planner->cache_bindings) {
+    return;
+  }
+  for (size_t i = 0; i < ctx->page_count; i++) {
+    char key[512];
+    int n = snprintf(key, sizeof key, "%s|%s", ctx->domain, ctx->page_keys[i]);
+    if (n > 0 && (size_t)n < sizeof key) {
+      reshard_cache_remove(ctx->planner->cache, RESHARD_CACHE_BINDINGS, key,
+                           (size_t)n);
+    }
+  }
+}
+
+static void on_pages_changed(void *data, const reshard_error *err,
+                             uint64_t count) {
+  pages_ctx *ctx = data;
+  invalidate_bindings(ctx);
+  if (err->code != RESHARD_OK) {
+    reshard_call_fail(ctx->call, err);
+    return;
+  }
+  uint32_t narrowed = count > UINT32_MAX ? UINT32_MAX : (uint32_t)count;
+  if (ctx->forget) {
+    Reshard__V1__ForgetPagesResponse response =
+        RESHARD__V1__FORGET_PAGES_RESPONSE__INIT;
+    response.removed = narrowed;
+    reshard_call_reply(ctx->call, &response.base);
+  } else {
+    Reshard__V1__RegisterPagesResponse response =
+        RESHARD__V1__REGISTER_PAGES_RESPONSE__INIT;
+    response.added = narrowed;
+    reshard_call_reply(ctx->call, &response.base);
+  }
+}
+
+static pages_ctx *pages_ctx_new(reshard_call *call, reshard_planner *planner) {
+  pages_ctx *ctx = RESHARD_ARENA_NEW(reshard_call_arena(call), pages_ctx, 1);
+  if (ctx == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return NULL;
+  }
+  ctx->call = call;
+  ctx->planner = planner;
+  return ctx;
+}
+
+static void handle_register_pages(reshard_call *call, void *data) {
+  reshard_planner *planner = data;
+  Reshard__V1__RegisterPagesRequest *request =
+      decode(call, &reshard__v1__register_pages_request__descriptor);
+  if (request == NULL) {
+    return;
+  }
+  reshard_error err;
+  pages_ctx *ctx = pages_ctx_new(call, planner);
+  if (ctx == NULL) {
+    return;
+  }
+  char *domain = reshard_arena_alloc(reshard_call_arena(call),
+                                     RESHARD_DIGEST_HEX_LEN + 1, 1);
+  if (domain == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  if (parse_manifest_key(request->manifest_key, "manifest_key", domain, &err) !=
+          RESHARD_OK ||
+      check_page_keys(request->page_keys, request->n_page_keys, &planner->caps,
+                      &err) != RESHARD_OK) {
+    reshard_call_fail(call, &err);
+    return;
+  }
+  ctx->domain = domain;
+  ctx->page_keys = request->page_keys;
+  ctx->page_count = request->n_page_keys;
+  planner->catalog->vtable->add_pages(
+      planner->catalog, domain, request->manifest_key,
+      (const char *const *)request->page_keys, request->n_page_keys,
+      on_pages_changed, ctx);
+}
+
+static void handle_forget_pages(reshard_call *call, void *data) {
+  reshard_planner *planner = data;
+  Reshard__V1__ForgetPagesRequest *request =
+      decode(call, &reshard__v1__forget_pages_request__descriptor);
+  if (request == NULL) {
+    return;
+  }
+  reshard_error err;
+  pages_ctx *ctx = pages_ctx_new(call, planner);
+  if (ctx == NULL) {
+    return;
+  }
+  if (check_domain(request->model_domain, "model_domain", &err) != RESHARD_OK ||
+      check_page_keys(request->page_keys, request->n_page_keys, &planner->caps,
+                      &err) != RESHARD_OK) {
+    reshard_call_fail(call, &err);
+    return;
+  }
+  const char *manifest_key = NULL;
+  if (request->manifest_key[0] != '\0') {
+    char domain[RESHARD_DIGEST_HEX_LEN + 1];
+    if (parse_manifest_key(request->manifest_key, "manifest_key", domain,
+                           &err) != RESHARD_OK) {
+      reshard_call_fail(call, &err);
+      return;
+    }
+    if (strcmp(domain, request->model_domain) != 0) {
+      reshard_error_set(&err, RESHARD_INVALID_ARGUMENT,
+                        "manifest_key: belongs to model domain %s, not "
+                        "model_domain %s",
+                        domain, request->model_domain);
+      reshard_call_fail(call, &err);
+      return;
+    }
+    manifest_key = request->manifest_key;
+  }
+  ctx->forget = true;
+  ctx->domain = request->model_domain;
+  ctx->page_keys = request->page_keys;
+  ctx->page_count = request->n_page_keys;
+  planner->catalog->vtable->forget_pages(
+      planner->catalog, request->model_domain, manifest_key,
+      (const char *const *)request->page_keys, request->n_page_keys,
+      on_pages_changed, ctx);
+}
+
+/* ---- RegisterPlacement / PlanUpload ---- */
+
+/* Decodes and normalizes the request's placement into the call's arena. */
+static reshard_status decode_placement(reshard_call *call,
+                                       const Reshard__V1__Placement *pb,
+                                       reshard_placement *out,
+                                       char id[RESHARD_ID_SIZE],
+                                       reshard_error *err) {
+  reshard_arena *arena = reshard_call_arena(call);
+  reshard_status status =
+      reshard_wire_placement_from_pb(pb, "placement", arena, out, err);
+  if (status == RESHARD_OK) {
+    status = reshard_placement_normalize(out, arena, err);
+  }
+  if (status == RESHARD_OK && id != NULL) {
+    status = reshard_placement_id(out, id, err);
+  }
+  return status;
+}
+
+static void handle_register_placement(reshard_call *call, void *data) {
+  reshard_planner *planner = data;
+  Reshard__V1__RegisterPlacementRequest *request =
+      decode(call, &reshard__v1__register_placement_request__descriptor);
+  if (request == NULL) {
+    return;
+  }
+  reshard_error err;
+  reshard_placement placement;
+  char id[RESHARD_ID_SIZE];
+  if (decode_placement(call, request->placement, &placement, id, &err) !=
+      RESHARD_OK) {
+    reshard_call_fail(call, &err);
+    return;
+  }
+  reshard_shared *hit = reshard_cache_get(
+      planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
+  if (hit == NULL) {
+    reshard_shared_placement *shared =
+        reshard_shared_placement_create(&placement, id);
+    bool cached = shared != NULL &&
+                  reshard_cache_put(planner->cache, RESHARD_CACHE_PLACEMENT, id,
+                                    strlen(id), &shared->base);
+    reshard_shared_unref(shared ? &shared->base : NULL);
+    if (!cached) {
+      reshard_error_set(&err, RESHARD_RESOURCE_EXHAUSTED,
+                        "placement: does not fit the cache (--cache-bytes)");
+      reshard_call_fail(call, &err);
+      return;
+    }
+  }
+  reshard_shared_unref(hit);
+  Reshard__V1__RegisterPlacementResponse response =
+      RESHARD__V1__REGISTER_PLACEMENT_RESPONSE__INIT;
+  response.placement_id = id;
+  reshard_call_reply(call, &response.base);
+}
+
+static void handle_plan_upload(reshard_call *call, void *data) {
+  reshard_planner *planner = data;
+  Reshard__V1__PlanUploadRequest *request =
+      decode(call, &reshard__v1__plan_upload_request__descriptor);
+  if (request == NULL) {
+    return;
+  }
+  reshard_arena *arena = reshard_call_arena(call);
+  reshard_error err;
+  reshard_placement placement;
+  reshard_format format;
+  reshard_upload_plan plan;
+  if (decode_placement(call, request->placement, &placement, NULL, &err) !=
+          RESHARD_OK ||
+      reshard_wire_format_from_pb(request->format, "format", &format, &err) !=
+          RESHARD_OK ||
+      reshard_plan_upload(&placement, format, request->dp_rank != NULL,
+                          request->dp_rank ? request->dp_rank->value : 0,
+                          &planner->caps, arena, &plan, &err) != RESHARD_OK) {
+    reshard_call_fail(call, &err);
+    return;
+  }
+  Reshard__V1__PlanUploadResponse response =
+      RESHARD__V1__PLAN_UPLOAD_RESPONSE__INIT;
+  response.layout = reshard_wire_layout_to_pb(&plan.layout, arena);
+  if (response.layout == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  response.layout_id = plan.layout_id;
+  response.n_part_writers = plan.layout.shard_count;
+  response.part_writers = (char **)plan.part_writers;
+  reshard_call_reply(call, &response.base);
+}
+
+/* ---- PlanLoad ---- */
+
+typedef struct load_ctx {
+  reshard_call *call;
+  reshard_planner *planner;
+  Reshard__V1__PlanLoadRequest *request;
+  const char *operation_id;
+
+  reshard_shared_placement *placement_ref; /* when given by id */
+  reshard_placement inline_placement;
+  const reshard_placement *placement;
+  char placement_id[RESHARD_ID_SIZE];
+  bool has_dp_rank;
+  uint64_t dp_rank;
+  uint64_t effective_dp_rank;
+  reshard_binding binding;
+  uint64_t binding_values; /* sum of token_count * head_count, saturated */
+  reshard_limits limits;
+
+  /* Distinct manifests the bound pages name; refs held until the end. */
+  size_t manifest_count;
+  const char **manifest_keys;
+  reshard_shared_manifest **manifests;
+  size_t *page_manifest_start; /* page_count + 1 */
+  size_t *page_manifests;      /* indices into manifests */
+
+  /* What the planner sees: the manifests that resolved. */
+  size_t source_count;
+  reshard_plan_source *sources;
+  const char **source_keys;
+  reshard_shared_join **joins; /* cached templates per source, or NULL */
+  size_t *page_source_start;
+  size_t *page_sources;
+  reshard_load_request load;
+
+  unsigned manifest_hits, manifest_misses, join_hits, join_misses;
+  uv_work_t work;
+  reshard_load_plan plan;
+  bool planned; /* reshard_plan_load succeeded: built joins are ours */
+  reshard_status status;
+  reshard_error err;
+  uint64_t plan_us;
+  bool plan_ran; /* reshard_plan_load was called */
+} load_ctx;
+
+static void load_release(load_ctx *ctx) {
+  for (size_t i = 0; ctx->manifests && i < ctx->manifest_count; i++) {
+    reshard_shared_unref(ctx->manifests[i] ? &ctx->manifests[i]->base : NULL);
+  }
+  for (size_t i = 0; ctx->joins && i < ctx->source_count; i++) {
+    reshard_shared_unref(ctx->joins[i] ? &ctx->joins[i]->base : NULL);
+  }
+  reshard_shared_unref(ctx->placement_ref ? &ctx->placement_ref->base : NULL);
+  ctx->manifests = NULL;
+  ctx->joins = NULL;
+  ctx->placement_ref = NULL;
+}
+
+static void load_fail(load_ctx *ctx, const reshard_error *err) {
+  load_release(ctx);
+  reshard_call_fail(ctx->call, err);
+}
+
+static void load_fail_code(load_ctx *ctx, reshard_status code,
+                           const char *message) {
+  reshard_error err;
+  reshard_error_set(&err, code, "%s", message);
+  load_fail(ctx, &err);
+}
+
+static void log_plan(const load_ctx *ctx) {
+  reshard_log_line line;
+  if (!reshard_log_begin(&line, RESHARD_LOG_DEBUG, "plan")) {
+    return;
+  }
+  if (ctx->operation_id[0] != '\0') {
+    reshard_log_str(&line, "operation_id", ctx->operation_id);
+  }
+  reshard_log_str(&line, "code", reshard_status_name(ctx->status));
+  reshard_log_u64(&line, "pages", ctx->request->n_page_keys);
+  if (ctx->status == RESHARD_OK) {
+    reshard_log_u64(&line, "hit_pages", ctx->plan.hit_pages);
+    reshard_log_u64(&line, "operations", ctx->plan.operations);
+    reshard_log_u64(&line, "bytes", ctx->plan.bytes);
+  }
+  reshard_log_u64(&line, "manifest_hits", ctx->manifest_hits);
+  reshard_log_u64(&line, "manifest_misses", ctx->manifest_misses);
+  reshard_log_u64(&line, "join_hits", ctx->join_hits);
+  reshard_log_u64(&line, "join_misses", ctx->join_misses);
+  reshard_log_u64(&line, "plan_us", ctx->plan_us);
+  reshard_log_end(&line);
+}
+
+/* Worker thread: plan, then build and pack the response. Touches only the
+ * context, the call's arena and response, and immutable shared objects. */
+static void load_work(uv_work_t *work) {
+  load_ctx *ctx = work->data;
+  reshard_call *call = ctx->call;
+  if (reshard_call_cancelled(call)) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_UNAVAILABLE,
+                                    "the call was cancelled before planning");
+    return;
+  }
+  if (reshard_call_expired(call)) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
+                                    "deadline exceeded before planning");
+    return;
+  }
+  uint64_t start = uv_hrtime();
+  ctx->status = reshard_plan_load(&ctx->load, reshard_call_arena(call),
+                                  &ctx->plan, &ctx->err);
+  ctx->plan_us = (uv_hrtime() - start) / 1000;
+  ctx->plan_ran = true;
+  if (ctx->status != RESHARD_OK) {
+    return;
+  }
+  ctx->planned = true;
+  if (reshard_call_expired(call)) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
+                                    "deadline exceeded while planning; the "
+                                    "plan was discarded");
+    return;
+  }
+  reshard_wire_plan_names names = {
+      .page_keys = (const char *const *)ctx->request->page_keys,
+      .manifest_keys = ctx->source_keys,
+      .sources = ctx->sources,
+      .binding = &ctx->binding,
+      .placement_id = ctx->placement_id,
+  };
+  Reshard__V1__PlanLoadResponse *response =
+      reshard_wire_plan_to_pb(&ctx->plan, &names, reshard_call_arena(call));
+  if (response == NULL ||
+      reshard_call_pack(call, &response->base) != RESHARD_OK) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
+                                    "out of memory building the response");
+  }
+}
+
+/* Loop: keep the join templates the planner built, then answer. */
+static void load_after_work(uv_work_t *work, int status) {
+  load_ctx *ctx = work->data;
+  reshard_planner *planner = ctx->planner;
+  if (status != 0) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_UNAVAILABLE,
+                                    "planning was cancelled (shutting down)");
+  }
+  const char *participant = ctx->binding.participant_id;
+  if (status == 0 && ctx->planned && ctx->plan.built_joins != NULL) {
+    for (size_t i = 0; i < ctx->source_count; i++) {
+      reshard_join *built = ctx->plan.built_joins[i];
+      if (built == NULL) {
+        continue;
+      }
+      ctx->plan.built_joins[i] = NULL;
+      reshard_shared_join *shared = reshard_shared_join_wrap(built);
+      char key[RESHARD_ID_SIZE * 2 + 512];
+      size_t length = reshard_cache_join_key(
+          key, sizeof key, ctx->sources[i].layout_id, ctx->placement_id,
+          ctx->effective_dp_rank, participant);
+      if (shared != NULL && length > 0) {
+        reshard_cache_put(planner->cache, RESHARD_CACHE_JOIN, key, length,
+                          &shared->base);
+      }
+      reshard_shared_unref(shared ? &shared->base : NULL);
+    }
+  }
+  log_plan(ctx);
+  if (ctx->plan_ran) {
+    reshard_metrics_record_plan(
+        planner->metrics,
+        &(reshard_metrics_plan){
+            .ok = ctx->planned,
+            .plan_us = ctx->plan_us,
+            .pages = ctx->request->n_page_keys,
+            .hit_pages = ctx->planned ? ctx->plan.hit_pages : 0,
+            .copies = ctx->planned ? ctx->plan.operations : 0,
+            .copies_before_coalescing =
+                ctx->planned ? ctx->plan.copies_before_coalescing : 0,
+            .bytes = ctx->planned ? ctx->plan.bytes : 0,
+        });
+  }
+  load_release(ctx);
+  if (ctx->status != RESHARD_OK) {
+    reshard_call_fail(ctx->call, &ctx->err);
+  } else {
+    reshard_call_send_packed(ctx->call);
+  }
+}
+
+/* Every manifest is resolved (or missing): build the sources, attach the
+ * cached join templates and hand the plan to the thread pool. */
+static void load_plan(load_ctx *ctx) {
+  reshard_planner *planner = ctx->planner;
+  reshard_arena *arena = reshard_call_arena(ctx->call);
+  size_t page_count = ctx->request->n_page_keys;
+  size_t *source_of = RESHARD_ARENA_NEW(arena, size_t, ctx->manifest_count);
+  ctx->sources =
+      RESHARD_ARENA_NEW(arena, reshard_plan_source, ctx->manifest_count);
+  ctx->source_keys =
+      RESHARD_ARENA_NEW(arena, const char *, ctx->manifest_count);
+  ctx->joins =
+      RESHARD_ARENA_NEW(arena, reshard_shared_join *, ctx->manifest_count);
+  ctx->page_source_start = RESHARD_ARENA_NEW(arena, size_t, page_count + 1);
+  size_t bound = ctx->page_manifest_start[page_count];
+  ctx->page_sources = RESHARD_ARENA_NEW(arena, size_t, bound);
+  if (source_of == NULL || ctx->sources == NULL || ctx->source_keys == NULL ||
+      ctx->joins == NULL || ctx->page_source_start == NULL ||
+      ctx->page_sources == NULL) {
+    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  const char *participant = ctx->binding.participant_id;
+  const reshard_placement_part *part =
+      reshard_placement_find_part(ctx->placement, participant);
+  ctx->source_count = 0;
+  for (size_t m = 0; m < ctx->manifest_count; m++) {
+    const reshard_shared_manifest *manifest = ctx->manifests[m];
+    if (manifest == NULL) {
+      source_of[m] = SIZE_MAX;
+      continue;
+    }
+    size_t s = ctx->source_count++;
+    source_of[m] = s;
+    ctx->sources[s].layout = &manifest->manifest.layout;
+    ctx->sources[s].layout_id = manifest->layout_id;
+    ctx->source_keys[s] = manifest->manifest_key;
+    /* A template only exists for layouts the participant can read. */
+    if (part != NULL &&
+        reshard_descriptor_equal(&manifest->manifest.layout.descriptor,
+                                 &ctx->placement->descriptor, NULL)) {
+      char key[RESHARD_ID_SIZE * 2 + 512];
+      size_t length = reshard_cache_join_key(
+          key, sizeof key, manifest->layout_id, ctx->placement_id,
+          ctx->effective_dp_rank, participant);
+      reshard_shared *hit =
+          length > 0 ? reshard_cache_get(planner->cache, RESHARD_CACHE_JOIN,
+                                         key, length)
+                     : NULL;
+      if (hit != NULL) {
+        ctx->joins[s] = (reshard_shared_join *)hit;
+        ctx->sources[s].join = ctx->joins[s]->join;
+        ctx->join_hits++;
+      } else {
+        ctx->join_misses++;
+      }
+    }
+  }
+  size_t at = 0;
+  for (size_t p = 0; p < page_count; p++) {
+    ctx->page_source_start[p] = at;
+    for (size_t i = ctx->page_manifest_start[p];
+         i < ctx->page_manifest_start[p + 1]; i++) {
+      size_t s = source_of[ctx->page_manifests[i]];
+      if (s != SIZE_MAX) {
+        ctx->page_sources[at++] = s;
+      }
+    }
+  }
+  ctx->page_source_start[page_count] = at;
+
+  ctx->load = (reshard_load_request){
+      .placement = ctx->placement,
+      .has_dp_rank = ctx->has_dp_rank,
+      .dp_rank = ctx->dp_rank,
+      .binding = &ctx->binding,
+      .page_count = page_count,
+      .sources = ctx->sources,
+      .source_count = ctx->source_count,
+      .page_source_start = ctx->page_source_start,
+      .page_sources = ctx->page_sources,
+      .preferred_layout_ids =
+          (const char *const *)ctx->request->preferred_layout_ids,
+      .preferred_count = ctx->request->n_preferred_layout_ids,
+      .limits = ctx->limits,
+  };
+  if (reshard_call_expired(ctx->call)) {
+    load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,
+                   "deadline exceeded before planning");
+    return;
+  }
+  ctx->work.data = ctx;
+  if (ctx->binding_values <= planner->inline_max_values) {
+    /* Small plans cost less than the hop to the pool and back. */
+    load_work(&ctx->work);
+    load_after_work(&ctx->work, 0);
+    return;
+  }
+  int error =
+      uv_queue_work(planner->loop, &ctx->work, load_work, load_after_work);
+  if (error != 0) {
+    load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the plan");
+  }
+}
+
+static void on_manifests_fetched(void *data, const reshard_error *err,
+                                 const reshard_catalog_record *records,
+                                 size_t count) {
+  load_ctx *ctx = data;
+  if (err->code != RESHARD_OK) {
+    load_fail(ctx, err);
+    return;
+  }
+  /* records answer the missing manifests in order. */
+  size_t r = 0;
+  for (size_t m = 0; m < ctx->manifest_count && r < count; m++) {
+    if (ctx->manifests[m] != NULL) {
+      continue;
+    }
+    const reshard_catalog_record *record = &records[r++];
+    if (!record->found) {
+      /* A binding names a manifest the catalog does not have: skip that
+       * candidate rather than fail the page. */
+      reshard_log_line line;
+      if (reshard_log_begin(&line, RESHARD_LOG_WARN,
+                            "binding names a missing manifest")) {
+        reshard_log_str(&line, "manifest_key", ctx->manifest_keys[m]);
+        reshard_log_end(&line);
+      }
+      continue;
+    }
+    reshard_error failure;
+    ctx->manifests[m] =
+        manifest_from_record(ctx->planner, ctx->manifest_keys[m], record->data,
+                             record->length, &failure);
+    if (ctx->manifests[m] == NULL) {
+      load_fail(ctx, &failure);
+      return;
+    }
+    cache_manifest(ctx->planner, ctx->manifests[m]);
+  }
+  load_plan(ctx);
+}
+
+typedef struct key_node {
+  reshard_table_node node;
+  const char *key;
+  size_t index;
+} key_node;
+
+static bool key_matches(const reshard_table_node *node, const void *key) {
+  return strcmp(((const key_node *)node)->key, key) == 0;
+}
+
+static void on_pages_found(void *data, const reshard_error *err,
+                           const reshard_catalog_pages *pages) {
+  load_ctx *ctx = data;
+  reshard_planner *planner = ctx->planner;
+  reshard_arena *arena = reshard_call_arena(ctx->call);
+  if (err->code != RESHARD_OK) {
+    load_fail(ctx, err);
+    return;
+  }
+  if (!pages->domain_known) {
+    reshard_error not_found;
+    reshard_error_set(&not_found, RESHARD_NOT_FOUND,
+                      "model_domain %s: no manifest published",
+                      ctx->request->model_domain);
+    load_fail(ctx, &not_found);
+    return;
+  }
+  size_t page_count = ctx->request->n_page_keys;
+  /* The plan covers the bound prefix only; later pages stay empty. */
+  size_t prefix = 0;
+  while (prefix < page_count &&
+         pages->start[prefix + 1] > pages->start[prefix]) {
+    prefix++;
+  }
+  size_t bound = pages->start[prefix];
+  ctx->page_manifest_start = RESHARD_ARENA_NEW(arena, size_t, page_count + 1);
+  ctx->page_manifests = RESHARD_ARENA_NEW(arena, size_t, bound);
+  ctx->manifest_keys = RESHARD_ARENA_NEW(arena, const char *, bound);
+  key_node *nodes = RESHARD_ARENA_NEW(arena, key_node, bound);
+  reshard_table distinct;
+  if (ctx->page_manifest_start == NULL || ctx->page_manifests == NULL ||
+      ctx->manifest_keys == NULL || nodes == NULL ||
+      !reshard_table_init(&distinct, bound)) {
+    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  size_t at = 0;
+  for (size_t p = 0; p < page_count; p++) {
+    ctx->page_manifest_start[p] = at;
+    if (p >= prefix) {
+      continue;
+    }
+    for (size_t i = pages->start[p]; i < pages->start[p + 1]; i++) {
+      const char *key = pages->manifest_keys[i];
+      uint64_t hash = reshard_hash(key, strlen(key), 0);
+      key_node *found =
+          (key_node *)reshard_table_find(&distinct, hash, key_matches, key);
+      if (found == NULL) {
+        found = &nodes[ctx->manifest_count];
+        found->key = reshard_arena_strdup(arena, key);
+        if (found->key == NULL) {
+          reshard_table_destroy(&distinct);
+          load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+          return;
+        }
+        found->index = ctx->manifest_count;
+        found->node.hash = hash;
+        reshard_table_insert(&distinct, &found->node);
+        ctx->manifest_keys[ctx->manifest_count++] = found->key;
+      }
+      ctx->page_manifests[at++] = found->index;
+    }
+  }
+  ctx->page_manifest_start[page_count] = at;
+  reshard_table_destroy(&distinct);
+
+  ctx->manifests =
+      RESHARD_ARENA_NEW(arena, reshard_shared_manifest *, ctx->manifest_count);
+  const char **missing =
+      RESHARD_ARENA_NEW(arena, const char *, ctx->manifest_count);
+  if (ctx->manifests == NULL || missing == NULL) {
+    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  size_t missing_count = 0;
+  for (size_t m = 0; m < ctx->manifest_count; m++) {
+    const char *key = ctx->manifest_keys[m];
+    reshard_shared *hit = reshard_cache_get(
+        planner->cache, RESHARD_CACHE_MANIFEST, key, strlen(key));
+    ctx->manifests[m] = (reshard_shared_manifest *)hit;
+    if (hit != NULL) {
+      ctx->manifest_hits++;
+    } else {
+      ctx->manifest_misses++;
+      missing[missing_count++] = key;
+    }
+  }
+  if (missing_count == 0) {
+    load_plan(ctx);
+    return;
+  }
+  planner->catalog->vtable->get_manifests(
+      planner->catalog, missing, missing_count, on_manifests_fetched, ctx);
+}
+
+static void handle_plan_load(reshard_call *call, void *data) {
+  reshard_planner *planner = data;
+  Reshard__V1__PlanLoadRequest *request =
+      decode(call, &reshard__v1__plan_load_request__descriptor);
+  if (request == NULL) {
+    return;
+  }
+  reshard_arena *arena = reshard_call_arena(call);
+  load_ctx *ctx = RESHARD_ARENA_NEW(arena, load_ctx, 1);
+  if (ctx == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  ctx->call = call;
+  ctx->planner = planner;
+  ctx->request = request;
+  ctx->operation_id = request->operation_id;
+  reshard_error err;
+  if (check_domain(request->model_domain, "model_domain", &err) != RESHARD_OK ||
+      check_page_keys(request->page_keys, request->n_page_keys, &planner->caps,
+                      &err) != RESHARD_OK ||
+      reshard_wire_binding_from_pb(request->binding, "binding", arena,
+                                   &ctx->binding, &err) != RESHARD_OK) {
+    reshard_call_fail(call, &err);
+    return;
+  }
+  /* An upper bound of the plan's size before coalescing: at most one copy
+   * per bound (token, head) value. */
+  for (size_t i = 0; i < ctx->binding.range_count; i++) {
+    const reshard_binding_range *range = &ctx->binding.ranges[i];
+    uint64_t values;
+    if (!reshard_mul(range->token_count, range->head_count, &values) ||
+        !reshard_add(ctx->binding_values, values, &ctx->binding_values)) {
+      ctx->binding_values = UINT64_MAX;
+      break;
+    }
+  }
+  reshard_limits requested;
+  reshard_wire_limits_from_pb(request->limits, &requested);
+  ctx->limits = reshard_limits_clamp(&planner->caps, &requested);
+
+  switch (request->target_case) {
+  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT:
+    if (decode_placement(call, request->placement, &ctx->inline_placement,
+                         ctx->placement_id, &err) != RESHARD_OK) {
+      reshard_call_fail(call, &err);
+      return;
+    }
+    ctx->placement = &ctx->inline_placement;
+    break;
+  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID: {
+    const char *id = request->placement_id;
+    reshard_shared *hit = reshard_cache_get(
+        planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
+    if (hit == NULL) {
+      reshard_error_set(&err, RESHARD_NOT_FOUND,
+                        "placement_id %.80s: not registered (call "
+                        "RegisterPlacement first)",
+                        id);
+      reshard_call_fail(call, &err);
+      return;
+    }
+    ctx->placement_ref = (reshard_shared_placement *)hit;
+    ctx->placement = &ctx->placement_ref->placement;
+    snprintf(ctx->placement_id, sizeof ctx->placement_id, "%s",
+             ctx->placement_ref->placement_id);
+    break;
+  }
+  default:
+    reshard_call_fail_code(call, RESHARD_INVALID_ARGUMENT,
+                           "target: set placement or placement_id");
+    return;
+  }
+  ctx->has_dp_rank = request->target_dp_rank != NULL;
+  ctx->dp_rank = ctx->has_dp_rank ? request->target_dp_rank->value : 0;
+  ctx->effective_dp_rank = ctx->has_dp_rank || ctx->placement->part_count == 0
+                               ? ctx->dp_rank
+                               : reshard_placement_lowest_dp(ctx->placement);
+
+  planner->catalog->vtable->lookup_pages(
+      planner->catalog, request->model_domain,
+      (const char *const *)request->page_keys, request->n_page_keys,
+      on_pages_found, ctx);
+}
+
+/* ---- Life cycle ---- */
+
+reshard_planner *reshard_planner_create(uv_loop_t *loop,
+                                        reshard_catalog *catalog,
+                                        reshard_cache *cache,
+                                        const reshard_limits *caps,
+                                        uint64_t inline_max_values) {
+  reshard_planner *planner = calloc(1, sizeof *planner);
+  if (planner == NULL) {
+    return NULL;
+  }
+  planner->loop = loop;
+  planner->catalog = catalog;
+  planner->cache = cache;
+  planner->caps = *caps;
+  planner->inline_max_values = inline_max_values;
+  planner->cache_bindings = !catalog->vtable->bindings_in_memory;
+  return planner;
+}
+
+void reshard_planner_register(reshard_planner *planner,
+                              reshard_server *server) {
+  static const struct {
+    const char *path;
+    reshard_method_fn fn;
+  } methods[] = {
+      {"/reshard.v1.Planner/PublishManifest", handle_publish},
+      {"/reshard.v1.Planner/GetManifest", handle_get_manifest},
+      {"/reshard.v1.Planner/RegisterPages", handle_register_pages},
+      {"/reshard.v1.Planner/ForgetPages", handle_forget_pages},
+      {"/reshard.v1.Planner/RegisterPlacement", handle_register_placement},
+      {"/reshard.v1.Planner/PlanUpload", handle_plan_upload},
+      {"/reshard.v1.Planner/PlanLoad", handle_plan_load},
+  };
+  for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+    reshard_server_add_method(server, methods[i].path, 0, methods[i].fn,
+                              planner);
+  }
+}
+
+void reshard_planner_set_metrics(reshard_planner *planner,
+                                 reshard_metrics *metrics) {
+  planner->metrics = metrics;
+}
+
+void reshard_planner_free(reshard_planner *planner) {
+  free(planner);
+}

@@ -1,0 +1,998 @@
+#include "server.h"
+
+#include <assert.h>
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/time.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+enum { MAX_METHODS = 16, DEFAULT_REQUEST_SLOTS = 32 };
+
+/* Every completion-queue tag is one of these, embedded in its owner. The
+ * `next` link lets the queue thread hand tags to the loop without
+ * allocating: a tag is pending at most once at a time. */
+typedef enum tag_kind {
+  TAG_REQUEST,    /* a request_call slot matched (or failed) */
+  TAG_RECV,       /* a call's RECV_MESSAGE batch */
+  TAG_CLOSE,      /* a call's RECV_CLOSE_ON_SERVER batch */
+  TAG_SEND,       /* a call's final batch (status, maybe a message) */
+  TAG_WRITE,      /* a streaming call's SEND_MESSAGE batch */
+  TAG_SHUTDOWN,   /* grpc_server_shutdown_and_notify completed */
+  TAG_QUEUE_DONE, /* the queue thread saw GRPC_QUEUE_SHUTDOWN and exits */
+} tag_kind;
+
+typedef struct server_tag {
+  struct server_tag *next;
+  tag_kind kind;
+  int success;
+  void *owner;
+} server_tag;
+
+typedef struct request_slot {
+  server_tag tag;
+  grpc_call *call;
+  grpc_call_details details;
+  grpc_metadata_array metadata;
+} request_slot;
+
+typedef struct method_entry {
+  const char *path;
+  unsigned flags;
+  reshard_method_fn fn;
+  void *data;
+  reshard_metrics_method metric;
+} method_entry;
+
+typedef enum server_phase {
+  PHASE_NEW,      /* created, not started */
+  PHASE_SERVING,  /* started */
+  PHASE_DRAINING, /* refusing new calls, waiting for in-flight ones */
+  PHASE_SHUTDOWN, /* grpc_server_shutdown_and_notify called */
+  PHASE_DESTROYED /* server destroyed, queue shutting down */
+} server_phase;
+
+struct reshard_call {
+  reshard_server *server;
+  grpc_call *call;
+  const method_entry *method; /* NULL for an unknown method */
+  reshard_metrics_method metric;
+  char *method_path; /* in the arena */
+  gpr_timespec deadline;
+  uint64_t start_ns;
+  reshard_arena arena;
+
+  grpc_byte_buffer *recv_buffer;
+  grpc_byte_buffer *send_buffer;  /* the response, owned until TAG_SEND */
+  grpc_byte_buffer *write_buffer; /* a streamed message, until TAG_WRITE */
+  const uint8_t *payload;
+  size_t payload_length;
+  int close_cancelled;
+  atomic_bool cancelled;
+
+  server_tag recv_tag, close_tag, send_tag, write_tag;
+  unsigned pending;   /* batches started and not yet completed */
+  bool finished;      /* the handler finished (status chosen) */
+  bool status_sent;   /* the status batch was started */
+  bool metadata_sent; /* initial metadata went out */
+  bool write_pending;
+  grpc_status_code code; /* the status chosen */
+  const char *message;   /* its message, in the arena */
+
+  reshard_write_fn write_fn;
+  void *write_data;
+  reshard_call_done_fn done_fn;
+  void *done_data;
+
+  struct reshard_call *prev, *next; /* the server's live calls */
+};
+
+struct reshard_server {
+  uv_loop_t *loop;
+  reshard_server_options options;
+  grpc_server *grpc;
+  grpc_completion_queue *cq;
+  server_phase phase;
+
+  method_entry methods[MAX_METHODS];
+  size_t method_count;
+
+  request_slot *slots;
+  unsigned slot_count;
+  unsigned slots_pending;
+
+  /* The queue thread's hand-off list. */
+  uv_thread_t thread;
+  uv_mutex_t lock;
+  server_tag *events_head, *events_tail;
+  uv_async_t async;
+  uv_timer_t timer; /* drain timeout, then the shutdown grace period */
+  bool handles_open;
+  unsigned handles_closing;
+
+  server_tag shutdown_tag;
+  server_tag queue_done_tag;
+  bool shutdown_notified;
+  uint64_t drain_deadline_ns;
+
+  reshard_call *calls; /* every live call */
+  uint64_t in_flight;  /* live calls that hold up the drain */
+
+  reshard_drain_fn drain_fn;
+  void *drain_data;
+  void (*closed_fn)(void *data);
+  void *closed_data;
+
+  reshard_server_stats stats;
+};
+
+static void begin_shutdown(reshard_server *server);
+static void maybe_finish_shutdown(reshard_server *server);
+static void arm_slot(reshard_server *server, request_slot *slot);
+
+/* ---- The queue thread ---- */
+
+static void push_event(reshard_server *server, server_tag *tag) {
+  tag->next = NULL;
+  uv_mutex_lock(&server->lock);
+  bool was_empty = server->events_head == NULL;
+  if (was_empty) {
+    server->events_head = tag;
+  } else {
+    server->events_tail->next = tag;
+  }
+  server->events_tail = tag;
+  uv_mutex_unlock(&server->lock);
+  if (was_empty) {
+    uv_async_send(&server->async);
+  }
+}
+
+static void queue_thread(void *arg) {
+  reshard_server *server = arg;
+  for (;;) {
+    grpc_event event = grpc_completion_queue_next(
+        server->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (event.type == GRPC_QUEUE_SHUTDOWN) {
+      break;
+    }
+    if (event.type == GRPC_OP_COMPLETE) {
+      server_tag *tag = event.tag;
+      tag->success = event.success;
+      push_event(server, tag);
+    }
+  }
+  push_event(server, &server->queue_done_tag);
+}
+
+/* ---- Calls ---- */
+
+const char *reshard_call_method(const reshard_call *call) {
+  return call->method_path;
+}
+
+reshard_arena *reshard_call_arena(reshard_call *call) {
+  return &call->arena;
+}
+
+const uint8_t *reshard_call_payload(const reshard_call *call, size_t *length) {
+  *length = call->payload_length;
+  return call->payload;
+}
+
+bool reshard_call_expired(const reshard_call *call) {
+  return gpr_time_cmp(gpr_now(GPR_CLOCK_MONOTONIC), call->deadline) >= 0;
+}
+
+bool reshard_call_cancelled(const reshard_call *call) {
+  return atomic_load_explicit(&call->cancelled, memory_order_relaxed);
+}
+
+uint64_t reshard_call_elapsed_us(const reshard_call *call) {
+  return (uv_hrtime() - call->start_ns) / 1000;
+}
+
+static grpc_status_code grpc_code(reshard_status status) {
+  switch (status) {
+  case RESHARD_OK:
+    return GRPC_STATUS_OK;
+  case RESHARD_INVALID_ARGUMENT:
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  case RESHARD_NOT_FOUND:
+    return GRPC_STATUS_NOT_FOUND;
+  case RESHARD_FAILED_PRECONDITION:
+    return GRPC_STATUS_FAILED_PRECONDITION;
+  case RESHARD_RESOURCE_EXHAUSTED:
+    return GRPC_STATUS_RESOURCE_EXHAUSTED;
+  case RESHARD_UNAVAILABLE:
+    return GRPC_STATUS_UNAVAILABLE;
+  case RESHARD_DEADLINE_EXCEEDED:
+    return GRPC_STATUS_DEADLINE_EXCEEDED;
+  case RESHARD_INTERNAL:
+    return GRPC_STATUS_INTERNAL;
+  }
+  return GRPC_STATUS_UNKNOWN;
+}
+
+static const char *grpc_code_name(grpc_status_code code) {
+  static const char *const names[] = {"OK",
+                                      "CANCELLED",
+                                      "UNKNOWN",
+                                      "INVALID_ARGUMENT",
+                                      "DEADLINE_EXCEEDED",
+                                      "NOT_FOUND",
+                                      "ALREADY_EXISTS",
+                                      "PERMISSION_DENIED",
+                                      "RESOURCE_EXHAUSTED",
+                                      "FAILED_PRECONDITION",
+                                      "ABORTED",
+                                      "OUT_OF_RANGE",
+                                      "UNIMPLEMENTED",
+                                      "INTERNAL",
+                                      "UNAVAILABLE",
+                                      "DATA_LOSS",
+                                      "UNAUTHENTICATED"};
+  if ((unsigned)code < sizeof names / sizeof names[0]) {
+    return names[code];
+  }
+  return "UNKNOWN";
+}
+
+static grpc_call_error start_batch(reshard_call *call, const grpc_op *ops,
+                                   size_t count, server_tag *tag) {
+  grpc_call_error error =
+      grpc_call_start_batch(call->call, ops, count, tag, NULL);
+  if (error == GRPC_CALL_OK) {
+    call->pending++;
+  } else {
+    reshard_log_line line;
+    if (reshard_log_begin(&line, RESHARD_LOG_ERROR, "grpc_call_start_batch")) {
+      reshard_log_str(&line, "method", call->method_path);
+      reshard_log_str(&line, "error", grpc_call_error_to_string(error));
+      reshard_log_end(&line);
+    }
+  }
+  return error;
+}
+
+static void log_call(const reshard_call *call) {
+  /* Successes are routine; refusals are worth a line; our own failures
+   * are errors. */
+  reshard_log_level level = RESHARD_LOG_DEBUG;
+  if (call->code == GRPC_STATUS_INTERNAL || call->code == GRPC_STATUS_UNKNOWN) {
+    level = RESHARD_LOG_ERROR;
+  } else if (call->code != GRPC_STATUS_OK &&
+             call->code != GRPC_STATUS_CANCELLED) {
+    level = RESHARD_LOG_INFO;
+  }
+  reshard_log_line line;
+  if (reshard_log_begin(&line, level, "rpc")) {
+    reshard_log_str(&line, "method", call->method_path);
+    reshard_log_str(&line, "code", grpc_code_name(call->code));
+    reshard_log_u64(&line, "duration_us", reshard_call_elapsed_us(call));
+    if (call->message != NULL && call->message[0] != '\0') {
+      reshard_log_str(&line, "error", call->message);
+    }
+    reshard_log_end(&line);
+  }
+}
+
+/* Calls the drain waits for: Planner work, not health checks or streams
+ * (a busy prober must not hold the daemon up). */
+static bool holds_drain(const reshard_call *call) {
+  return call->method != NULL &&
+         !(call->method->flags &
+           (RESHARD_METHOD_STREAMING | RESHARD_METHOD_WHILE_DRAINING));
+}
+
+static void call_free(reshard_call *call) {
+  reshard_server *server = call->server;
+  if (call->done_fn != NULL) {
+    call->done_fn(call, call->done_data);
+  }
+  log_call(call);
+  reshard_metrics_call_finished(server->options.metrics, call->metric,
+                                (unsigned)call->code,
+                                reshard_call_elapsed_us(call));
+  server->stats.calls_finished++;
+  if ((unsigned)call->code < 17) {
+    server->stats.calls_by_code[call->code]++;
+  }
+  if (call->prev) {
+    call->prev->next = call->next;
+  } else {
+    server->calls = call->next;
+  }
+  if (call->next) {
+    call->next->prev = call->prev;
+  }
+  if (holds_drain(call)) {
+    server->in_flight--;
+  }
+  grpc_call_unref(call->call);
+  reshard_arena_destroy(&call->arena);
+  free(call);
+
+  if (server->phase == PHASE_DRAINING && server->in_flight == 0) {
+    begin_shutdown(server);
+  }
+  maybe_finish_shutdown(server);
+}
+
+static void maybe_free(reshard_call *call) {
+  if (call->status_sent && call->pending == 0) {
+    call_free(call);
+  }
+}
+
+/* Starts the final batch: initial metadata when not yet sent, the packed
+ * response when there is one, and the status. */
+static void send_status(reshard_call *call) {
+  grpc_op ops[3];
+  size_t count = 0;
+  memset(ops, 0, sizeof ops);
+  if (!call->metadata_sent) {
+    ops[count].op = GRPC_OP_SEND_INITIAL_METADATA;
+    count++;
+    call->metadata_sent = true;
+  }
+  if (call->send_buffer != NULL) {
+    ops[count].op = GRPC_OP_SEND_MESSAGE;
+    ops[count].data.send_message.send_message = call->send_buffer;
+    count++;
+  }
+  grpc_slice details =
+      grpc_slice_from_copied_string(call->message != NULL ? call->message : "");
+  ops[count].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[count].data.send_status_from_server.status = call->code;
+  ops[count].data.send_status_from_server.status_details = &details;
+  count++;
+  call->status_sent = true;
+  grpc_call_error error = start_batch(call, ops, count, &call->send_tag);
+  /* The details are not retained past grpc_call_start_batch. */
+  grpc_slice_unref(details);
+  if (error != GRPC_CALL_OK && call->send_buffer != NULL) {
+    grpc_byte_buffer_destroy(call->send_buffer);
+    call->send_buffer = NULL;
+  }
+}
+
+static void finish(reshard_call *call, grpc_status_code code,
+                   const char *message) {
+  assert(!call->finished && "a call is finished exactly once");
+  call->finished = true;
+  call->code = code;
+  call->message = message ? reshard_arena_strdup(&call->arena, message) : NULL;
+  if (call->message == NULL && message != NULL) {
+    call->message = "out of memory";
+  }
+  if (code != GRPC_STATUS_OK && call->send_buffer != NULL) {
+    grpc_byte_buffer_destroy(call->send_buffer);
+    call->send_buffer = NULL;
+  }
+  if (call->write_pending) {
+    return; /* sent when the write completes */
+  }
+  send_status(call);
+  maybe_free(call);
+}
+
+reshard_status reshard_call_pack(reshard_call *call,
+                                 const ProtobufCMessage *message) {
+  size_t size = protobuf_c_message_get_packed_size(message);
+  grpc_slice slice = grpc_slice_malloc(size);
+  protobuf_c_message_pack(message, GRPC_SLICE_START_PTR(slice));
+  grpc_byte_buffer *buffer = grpc_raw_byte_buffer_create(&slice, 1);
+  grpc_slice_unref(slice);
+  if (buffer == NULL) {
+    return RESHARD_RESOURCE_EXHAUSTED;
+  }
+  if (call->send_buffer != NULL) {
+    grpc_byte_buffer_destroy(call->send_buffer);
+  }
+  call->send_buffer = buffer;
+  return RESHARD_OK;
+}
+
+void reshard_call_send_packed(reshard_call *call) {
+  finish(call, GRPC_STATUS_OK, NULL);
+}
+
+void reshard_call_reply(reshard_call *call, const ProtobufCMessage *message) {
+  if (reshard_call_pack(call, message) != RESHARD_OK) {
+    finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+           "response: out of memory packing the response");
+    return;
+  }
+  finish(call, GRPC_STATUS_OK, NULL);
+}
+
+void reshard_call_fail(reshard_call *call, const reshard_error *err) {
+  finish(call, grpc_code(err->code), err->message);
+}
+
+void reshard_call_fail_code(reshard_call *call, reshard_status code,
+                            const char *message) {
+  finish(call, grpc_code(code), message);
+}
+
+bool reshard_call_writable(const reshard_call *call) {
+  /* A finished stream still takes writes until its status goes out, so the
+   * last update (NOT_SERVING on drain) is not lost behind the status. */
+  return !call->status_sent && !call->write_pending;
+}
+
+bool reshard_call_write(reshard_call *call, const ProtobufCMessage *message,
+                        reshard_write_fn fn, void *data) {
+  if (!reshard_call_writable(call)) {
+    return false;
+  }
+  size_t size = protobuf_c_message_get_packed_size(message);
+  grpc_slice slice = grpc_slice_malloc(size);
+  protobuf_c_message_pack(message, GRPC_SLICE_START_PTR(slice));
+  call->write_buffer = grpc_raw_byte_buffer_create(&slice, 1);
+  grpc_slice_unref(slice);
+  grpc_op ops[2];
+  size_t count = 0;
+  memset(ops, 0, sizeof ops);
+  if (!call->metadata_sent) {
+    ops[count].op = GRPC_OP_SEND_INITIAL_METADATA;
+    count++;
+  }
+  ops[count].op = GRPC_OP_SEND_MESSAGE;
+  ops[count].data.send_message.send_message = call->write_buffer;
+  count++;
+  if (start_batch(call, ops, count, &call->write_tag) != GRPC_CALL_OK) {
+    grpc_byte_buffer_destroy(call->write_buffer);
+    call->write_buffer = NULL;
+    return false;
+  }
+  call->metadata_sent = true;
+  call->write_pending = true;
+  call->write_fn = fn;
+  call->write_data = data;
+  return true;
+}
+
+void reshard_call_on_done(reshard_call *call, reshard_call_done_fn fn,
+                          void *data) {
+  call->done_fn = fn;
+  call->done_data = data;
+}
+
+static void on_recv(reshard_call *call, int success) {
+  call->pending--;
+  if (!success || call->recv_buffer == NULL) {
+    if (call->recv_buffer != NULL) {
+      grpc_byte_buffer_destroy(call->recv_buffer);
+      call->recv_buffer = NULL;
+    }
+    finish(call, success ? GRPC_STATUS_INVALID_ARGUMENT : GRPC_STATUS_CANCELLED,
+           success ? "request: the client sent no request message"
+                   : "the call was cancelled before its request arrived");
+    return;
+  }
+  size_t length = grpc_byte_buffer_length(call->recv_buffer);
+  if (length > call->server->options.max_request_bytes) {
+    grpc_byte_buffer_destroy(call->recv_buffer);
+    call->recv_buffer = NULL;
+    char message[160];
+    snprintf(message, sizeof message,
+             "request: %zu bytes exceed the server's limit of %llu bytes "
+             "(--max-request-bytes)",
+             length,
+             (unsigned long long)call->server->options.max_request_bytes);
+    finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, message);
+    return;
+  }
+  uint8_t *payload = reshard_arena_alloc(&call->arena, length, 16);
+  grpc_byte_buffer_reader reader;
+  bool ok = payload != NULL &&
+            grpc_byte_buffer_reader_init(&reader, call->recv_buffer) != 0;
+  if (ok) {
+    size_t at = 0;
+    grpc_slice slice;
+    while (grpc_byte_buffer_reader_next(&reader, &slice) != 0) {
+      size_t n = GRPC_SLICE_LENGTH(slice);
+      if (n > length - at) {
+        n = length - at; /* cannot happen: length counted these slices */
+      }
+      memcpy(payload + at, GRPC_SLICE_START_PTR(slice), n);
+      at += n;
+      grpc_slice_unref(slice);
+    }
+    grpc_byte_buffer_reader_destroy(&reader);
+    length = at;
+  }
+  grpc_byte_buffer_destroy(call->recv_buffer);
+  call->recv_buffer = NULL;
+  if (!ok) {
+    finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+           "request: out of memory reading the request");
+    return;
+  }
+  call->payload = payload;
+  call->payload_length = length;
+  if (reshard_call_expired(call)) {
+    finish(call, GRPC_STATUS_DEADLINE_EXCEEDED,
+           "deadline exceeded before the request was handled");
+    return;
+  }
+  call->method->fn(call, call->method->data);
+}
+
+static void on_close(reshard_call *call) {
+  call->pending--;
+  if (call->close_cancelled) {
+    atomic_store_explicit(&call->cancelled, true, memory_order_relaxed);
+  }
+  if (call->method != NULL &&
+      (call->method->flags & RESHARD_METHOD_STREAMING) && !call->finished) {
+    /* The client went away from a stream: end our side too. */
+    finish(call, GRPC_STATUS_CANCELLED, "the client cancelled the stream");
+    return;
+  }
+  maybe_free(call);
+}
+
+static void on_write(reshard_call *call, int success) {
+  call->pending--;
+  call->write_pending = false;
+  grpc_byte_buffer_destroy(call->write_buffer);
+  call->write_buffer = NULL;
+  if (call->write_fn != NULL) {
+    reshard_write_fn fn = call->write_fn;
+    call->write_fn = NULL;
+    fn(call, success != 0, call->write_data);
+  }
+  if (call->finished && !call->status_sent && !call->write_pending) {
+    send_status(call);
+  }
+  maybe_free(call);
+}
+
+static void on_send(reshard_call *call) {
+  call->pending--;
+  if (call->send_buffer != NULL) {
+    grpc_byte_buffer_destroy(call->send_buffer);
+    call->send_buffer = NULL;
+  }
+  maybe_free(call);
+}
+
+static const method_entry *find_method(const reshard_server *server,
+                                       grpc_slice path) {
+  size_t length = GRPC_SLICE_LENGTH(path);
+  for (size_t i = 0; i < server->method_count; i++) {
+    const char *name = server->methods[i].path;
+    if (strlen(name) == length &&
+        memcmp(name, GRPC_SLICE_START_PTR(path), length) == 0) {
+      return &server->methods[i];
+    }
+  }
+  return NULL;
+}
+
+/* A request slot matched: take the call over and re-arm the slot. */
+static void on_request(reshard_server *server, request_slot *slot,
+                       int success) {
+  server->slots_pending--;
+  if (!success) {
+    /* The server is shutting down; the slot is not re-armed. */
+    grpc_call_details_destroy(&slot->details);
+    grpc_metadata_array_destroy(&slot->metadata);
+    maybe_finish_shutdown(server);
+    return;
+  }
+  reshard_call *call = calloc(1, sizeof *call);
+  if (call == NULL) {
+    /* Nothing to answer with; let gRPC fail the call. */
+    grpc_call_cancel_with_status(slot->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                 "server out of memory", NULL);
+    grpc_call_unref(slot->call);
+    grpc_call_details_destroy(&slot->details);
+    grpc_metadata_array_destroy(&slot->metadata);
+    arm_slot(server, slot);
+    return;
+  }
+  call->server = server;
+  call->call = slot->call;
+  call->start_ns = uv_hrtime();
+  /* Kept on the monotonic clock so any thread can compare it. */
+  call->deadline =
+      slot->details.deadline.clock_type == GPR_TIMESPAN
+          ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
+          : gpr_convert_clock_type(slot->details.deadline, GPR_CLOCK_MONOTONIC);
+  atomic_init(&call->cancelled, false);
+  reshard_arena_init(&call->arena, 16 * 1024);
+  call->recv_tag = (server_tag){NULL, TAG_RECV, 0, call};
+  call->close_tag = (server_tag){NULL, TAG_CLOSE, 0, call};
+  call->send_tag = (server_tag){NULL, TAG_SEND, 0, call};
+  call->write_tag = (server_tag){NULL, TAG_WRITE, 0, call};
+  call->method = find_method(server, slot->details.method);
+  call->method_path = reshard_arena_strndup(
+      &call->arena, (const char *)GRPC_SLICE_START_PTR(slot->details.method),
+      GRPC_SLICE_LENGTH(slot->details.method));
+  if (call->method_path == NULL) {
+    call->method_path = "?";
+  }
+  /* Nothing of the metadata is kept; the details were copied above. */
+  grpc_call_details_destroy(&slot->details);
+  grpc_metadata_array_destroy(&slot->metadata);
+  slot->call = NULL;
+  if (server->phase == PHASE_SERVING || server->phase == PHASE_DRAINING) {
+    arm_slot(server, slot);
+  }
+
+  call->next = server->calls;
+  if (server->calls) {
+    server->calls->prev = call;
+  }
+  server->calls = call;
+  if (holds_drain(call)) {
+    server->in_flight++;
+  }
+  server->stats.calls_started++;
+  call->metric = call->method != NULL ? call->method->metric
+                                      : RESHARD_METRICS_METHOD_UNKNOWN;
+  reshard_metrics_call_started(server->options.metrics, call->metric);
+
+  grpc_op close_op;
+  memset(&close_op, 0, sizeof close_op);
+  close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  close_op.data.recv_close_on_server.cancelled = &call->close_cancelled;
+  if (start_batch(call, &close_op, 1, &call->close_tag) != GRPC_CALL_OK) {
+    finish(call, GRPC_STATUS_INTERNAL, "cannot start the call");
+    return;
+  }
+  if (call->method == NULL) {
+    char message[320];
+    snprintf(message, sizeof message, "unknown method %s", call->method_path);
+    finish(call, GRPC_STATUS_UNIMPLEMENTED, message);
+    return;
+  }
+  if (server->phase != PHASE_SERVING &&
+      !(call->method->flags & RESHARD_METHOD_WHILE_DRAINING)) {
+    finish(call, GRPC_STATUS_UNAVAILABLE,
+           "reshardd is shutting down; retry on another instance");
+    return;
+  }
+  if (reshard_call_expired(call)) {
+    finish(call, GRPC_STATUS_DEADLINE_EXCEEDED,
+           "deadline exceeded before the call started");
+    return;
+  }
+  grpc_op recv_op;
+  memset(&recv_op, 0, sizeof recv_op);
+  recv_op.op = GRPC_OP_RECV_MESSAGE;
+  recv_op.data.recv_message.recv_message = &call->recv_buffer;
+  if (start_batch(call, &recv_op, 1, &call->recv_tag) != GRPC_CALL_OK) {
+    finish(call, GRPC_STATUS_INTERNAL, "cannot receive the request");
+  }
+}
+
+static void arm_slot(reshard_server *server, request_slot *slot) {
+  grpc_call_details_init(&slot->details);
+  grpc_metadata_array_init(&slot->metadata);
+  slot->call = NULL;
+  grpc_call_error error = grpc_server_request_call(
+      server->grpc, &slot->call, &slot->details, &slot->metadata, server->cq,
+      server->cq, &slot->tag);
+  if (error != GRPC_CALL_OK) {
+    grpc_call_details_destroy(&slot->details);
+    grpc_metadata_array_destroy(&slot->metadata);
+    reshard_log_msg(RESHARD_LOG_ERROR, "grpc_server_request_call",
+                    grpc_call_error_to_string(error));
+    return;
+  }
+  server->slots_pending++;
+}
+
+/* ---- The loop side of the queue ---- */
+
+static void on_handle_closed(uv_handle_t *handle) {
+  reshard_server *server = handle->data;
+  if (--server->handles_closing == 0) {
+    server->handles_open = false;
+    reshard_log_msg(RESHARD_LOG_INFO, "stopped", NULL);
+    if (server->closed_fn != NULL) {
+      server->closed_fn(server->closed_data);
+    }
+  }
+}
+
+static void on_queue_done(reshard_server *server) {
+  /* The thread returned from its last grpc_completion_queue_next. */
+  grpc_completion_queue_destroy(server->cq);
+  server->cq = NULL;
+  uv_thread_join(&server->thread);
+  server->handles_closing = 2;
+  uv_close((uv_handle_t *)&server->async, on_handle_closed);
+  uv_close((uv_handle_t *)&server->timer, on_handle_closed);
+}
+
+static void dispatch(reshard_server *server, server_tag *tag) {
+  switch (tag->kind) {
+  case TAG_REQUEST:
+    on_request(server, tag->owner, tag->success);
+    break;
+  case TAG_RECV:
+    on_recv(tag->owner, tag->success);
+    break;
+  case TAG_CLOSE:
+    on_close(tag->owner);
+    break;
+  case TAG_SEND:
+    on_send(tag->owner);
+    break;
+  case TAG_WRITE:
+    on_write(tag->owner, tag->success);
+    break;
+  case TAG_SHUTDOWN:
+    server->shutdown_notified = true;
+    uv_timer_stop(&server->timer);
+    maybe_finish_shutdown(server);
+    break;
+  case TAG_QUEUE_DONE:
+    on_queue_done(server);
+    break;
+  }
+}
+
+static void on_async(uv_async_t *async) {
+  reshard_server *server = async->data;
+  uv_mutex_lock(&server->lock);
+  server_tag *tag = server->events_head;
+  server->events_head = server->events_tail = NULL;
+  uv_mutex_unlock(&server->lock);
+  while (tag != NULL) {
+    server_tag *next = tag->next;
+    dispatch(server, tag);
+    tag = next;
+  }
+}
+
+/* ---- Shutdown ---- */
+
+static void maybe_finish_shutdown(reshard_server *server) {
+  if (server->phase != PHASE_SHUTDOWN || !server->shutdown_notified ||
+      server->calls != NULL || server->slots_pending != 0) {
+    return;
+  }
+  server->phase = PHASE_DESTROYED;
+  grpc_server_destroy(server->grpc);
+  server->grpc = NULL;
+  grpc_completion_queue_shutdown(server->cq);
+}
+
+static void on_grace_timeout(uv_timer_t *timer) {
+  reshard_server *server = timer->data;
+  if (server->phase == PHASE_SHUTDOWN && !server->shutdown_notified) {
+    reshard_log_msg(RESHARD_LOG_WARN, "cancelling calls still running", NULL);
+    grpc_server_cancel_all_calls(server->grpc);
+  }
+}
+
+static void begin_shutdown(reshard_server *server) {
+  if (server->phase != PHASE_DRAINING) {
+    return;
+  }
+  server->phase = PHASE_SHUTDOWN;
+  uv_timer_stop(&server->timer);
+  /* Long-lived streams end now; nothing else will. */
+  for (reshard_call *call = server->calls; call != NULL;) {
+    reshard_call *next = call->next;
+    if (call->method != NULL &&
+        (call->method->flags & RESHARD_METHOD_STREAMING) && !call->finished) {
+      finish(call, GRPC_STATUS_UNAVAILABLE, "reshardd is shutting down");
+    }
+    call = next;
+  }
+  grpc_server_shutdown_and_notify(server->grpc, server->cq,
+                                  &server->shutdown_tag);
+  uint64_t now = uv_hrtime();
+  uint64_t grace_ms = server->drain_deadline_ns > now
+                          ? (server->drain_deadline_ns - now) / 1000000
+                          : 0;
+  if (grace_ms == 0) {
+    grpc_server_cancel_all_calls(server->grpc);
+  } else {
+    uv_timer_start(&server->timer, on_grace_timeout, grace_ms, 0);
+  }
+}
+
+static void on_drain_timeout(uv_timer_t *timer) {
+  reshard_server *server = timer->data;
+  reshard_log_line line;
+  if (reshard_log_begin(&line, RESHARD_LOG_WARN, "drain timeout")) {
+    reshard_log_u64(&line, "in_flight", server->in_flight);
+    reshard_log_end(&line);
+  }
+  server->drain_deadline_ns = uv_hrtime();
+  begin_shutdown(server);
+}
+
+void reshard_server_drain(reshard_server *server, void (*closed)(void *data),
+                          void *data) {
+  if (server->phase == PHASE_DRAINING) {
+    /* Asked again: stop waiting. */
+    server->drain_deadline_ns = uv_hrtime();
+    begin_shutdown(server);
+    return;
+  }
+  if (server->phase == PHASE_SHUTDOWN) {
+    if (!server->shutdown_notified) {
+      uv_timer_stop(&server->timer);
+      grpc_server_cancel_all_calls(server->grpc);
+    }
+    return;
+  }
+  if (server->phase != PHASE_SERVING) {
+    return;
+  }
+  server->closed_fn = closed;
+  server->closed_data = data;
+  server->phase = PHASE_DRAINING;
+  server->drain_deadline_ns =
+      uv_hrtime() + server->options.drain_timeout_ms * 1000000;
+  reshard_log_line line;
+  if (reshard_log_begin(&line, RESHARD_LOG_INFO, "draining")) {
+    reshard_log_u64(&line, "in_flight", server->in_flight);
+    reshard_log_u64(&line, "timeout_ms", server->options.drain_timeout_ms);
+    reshard_log_end(&line);
+  }
+  if (server->drain_fn != NULL) {
+    server->drain_fn(server->drain_data);
+  }
+  if (server->in_flight == 0) {
+    begin_shutdown(server);
+  } else {
+    uv_timer_start(&server->timer, on_drain_timeout,
+                   server->options.drain_timeout_ms, 0);
+  }
+}
+
+bool reshard_server_draining(const reshard_server *server) {
+  return server->phase >= PHASE_DRAINING;
+}
+
+void reshard_server_on_drain(reshard_server *server, reshard_drain_fn fn,
+                             void *data) {
+  server->drain_fn = fn;
+  server->drain_data = data;
+}
+
+/* ---- Life cycle ---- */
+
+reshard_server *reshard_server_create(uv_loop_t *loop,
+                                      const reshard_server_options *options,
+                                      reshard_error *err) {
+  reshard_server *server = calloc(1, sizeof *server);
+  if (server == NULL) {
+    reshard_error_set(err, RESHARD_INTERNAL, "server: out of memory");
+    return NULL;
+  }
+  server->loop = loop;
+  server->options = *options;
+  if (server->options.request_slots == 0) {
+    server->options.request_slots = DEFAULT_REQUEST_SLOTS;
+  }
+  server->shutdown_tag = (server_tag){NULL, TAG_SHUTDOWN, 0, server};
+  server->queue_done_tag = (server_tag){NULL, TAG_QUEUE_DONE, 0, server};
+
+  grpc_arg args[3];
+  memset(args, 0, sizeof args);
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[0].value.integer = (int)options->max_request_bytes;
+  args[1].type = GRPC_ARG_INTEGER;
+  args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+  args[1].value.integer = -1;
+  /* A second daemon on the same port must fail, not share it. */
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = GRPC_ARG_ALLOW_REUSEPORT;
+  args[2].value.integer = 0;
+  grpc_channel_args channel_args = {3, args};
+  server->grpc = grpc_server_create(&channel_args, NULL);
+  server->cq = grpc_completion_queue_create_for_next(NULL);
+  if (server->grpc == NULL || server->cq == NULL) {
+    reshard_error_set(err, RESHARD_INTERNAL, "server: cannot create");
+    reshard_server_free(server);
+    return NULL;
+  }
+  grpc_server_register_completion_queue(server->grpc, server->cq, NULL);
+  return server;
+}
+
+void reshard_server_add_method(reshard_server *server, const char *path,
+                               unsigned flags, reshard_method_fn fn,
+                               void *data) {
+  assert(server->phase == PHASE_NEW);
+  assert(server->method_count < MAX_METHODS);
+  server->methods[server->method_count++] =
+      (method_entry){path, flags, fn, data, reshard_metrics_method_of(path)};
+}
+
+reshard_status reshard_server_start(reshard_server *server, int *port,
+                                    reshard_error *err) {
+  assert(server->phase == PHASE_NEW);
+  grpc_server_credentials *credentials =
+      grpc_insecure_server_credentials_create();
+  int bound = grpc_server_add_http2_port(server->grpc, server->options.listen,
+                                         credentials);
+  grpc_server_credentials_release(credentials);
+  if (bound == 0) {
+    return reshard_error_set(err, RESHARD_UNAVAILABLE,
+                             "--listen %s: cannot bind (address in use or "
+                             "not available)",
+                             server->options.listen);
+  }
+  server->slots = calloc(server->options.request_slots, sizeof *server->slots);
+  if (server->slots == NULL) {
+    return reshard_error_set(err, RESHARD_INTERNAL, "server: out of memory");
+  }
+  if (uv_mutex_init(&server->lock) != 0) {
+    free(server->slots);
+    server->slots = NULL;
+    return reshard_error_set(err, RESHARD_INTERNAL, "server: uv_mutex_init");
+  }
+  uv_async_init(server->loop, &server->async, on_async);
+  server->async.data = server;
+  uv_timer_init(server->loop, &server->timer);
+  server->timer.data = server;
+  server->handles_open = true;
+
+  grpc_server_start(server->grpc);
+  server->phase = PHASE_SERVING;
+  if (uv_thread_create(&server->thread, queue_thread, server) != 0) {
+    /* Without the thread nothing can be served; abort loudly. */
+    reshard_log_msg(RESHARD_LOG_ERROR, "cannot start the queue thread", NULL);
+    abort();
+  }
+  server->slot_count = server->options.request_slots;
+  for (unsigned i = 0; i < server->slot_count; i++) {
+    server->slots[i].tag =
+        (server_tag){NULL, TAG_REQUEST, 0, &server->slots[i]};
+    arm_slot(server, &server->slots[i]);
+  }
+  *port = bound;
+  return RESHARD_OK;
+}
+
+void reshard_server_free(reshard_server *server) {
+  if (server == NULL) {
+    return;
+  }
+  assert(!server->handles_open && "free after the closed callback");
+  if (server->phase == PHASE_NEW) {
+    /* Never started: no listener, no calls, no thread. */
+    if (server->grpc != NULL) {
+      grpc_server_destroy(server->grpc);
+    }
+    if (server->cq != NULL) {
+      grpc_completion_queue_shutdown(server->cq);
+      while (grpc_completion_queue_next(
+                 server->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+                 .type != GRPC_QUEUE_SHUTDOWN) {
+      }
+      grpc_completion_queue_destroy(server->cq);
+    }
+  } else {
+    uv_mutex_destroy(&server->lock);
+  }
+  free(server->slots);
+  free(server);
+}
+
+void reshard_server_get_stats(const reshard_server *server,
+                              reshard_server_stats *out) {
+  *out = server->stats;
+  out->in_flight = server->in_flight;
+}

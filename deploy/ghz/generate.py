@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""Writes the ghz request data (and configurations) for the SPEC §6 scenarios.
+
+For every scenario variant (S1-8, then S1..S5) and step (publish, register,
+planload) it writes into --out:
+
+  {variant}.{step}.json   the request in protobuf's JSON mapping (ghz "data-file")
+  {variant}.{step}.bin    the same request serialized (ghz "binary-file",
+                          and scripts/load.py frames it for h2load)
+  index.json              what each file claims to be: call and message type
+
+and with --configs DIR the ghz configurations {variant}.{step}.ghz.json,
+whose paths are relative to deploy/ghz/ (run ghz from there). The committed
+configurations in deploy/ghz/ are exactly what `generate.py --configs
+deploy/ghz` writes; CI checks that they have not drifted.
+
+The messages come from tests/e2e/reshard_scenarios.py, which needs the
+Python modules protoc generates at build time: --pygen names their
+directory (default: the first build*/tests/e2e/pygen found).
+
+Usage (from the repository root, after a build):
+  deploy/ghz/generate.py                      # data into deploy/ghz/data
+  cd deploy/ghz && ghz --config S1-8.publish.ghz.json \
+      && ghz --config S1-8.register.ghz.json && ghz --config S1-8.planload.ghz.json
+"""
+
+import argparse
+import glob
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+E2E = os.path.join(REPO, "tests", "e2e")
+
+# How hard each step's ghz configuration pushes. Set-up steps run once.
+LOAD_TOTALS = {"S1-8": 20000}
+DEFAULT_LOAD_TOTAL = 2000
+CONCURRENCY = 64
+CONNECTIONS = 4
+
+
+def find_pygen(explicit):
+    if explicit:
+        return explicit
+    if os.environ.get("RESHARD_E2E_PYGEN"):
+        return os.environ["RESHARD_E2E_PYGEN"]
+    found = sorted(glob.glob(os.path.join(REPO, "build*", "tests", "e2e",
+                                          "pygen")))
+    if not found:
+        sys.exit("generate.py: no generated Python messages found; build "
+                 "first (cmake --build build) or pass --pygen DIR")
+    return found[0]
+
+
+def setup_imports(pygen):
+    os.environ["RESHARD_E2E_PYGEN"] = os.path.abspath(pygen)
+    if E2E not in sys.path:
+        sys.path.insert(0, E2E)
+
+
+def ghz_config(variant, step, method, host, data_dir_rel):
+    call = "reshard.v1.Planner." + method
+    config = {
+        "name": "reshardd %s %s" % (variant, method),
+        "proto": "../../proto/reshard/v1/planner.proto",
+        "import-paths": ["../../proto"],
+        "call": call,
+        "host": host,
+        "insecure": True,
+        "timeout": "20s",
+    }
+    if step == "planload":
+        config.update({
+            "binary-file": "%s/%s.%s.bin" % (data_dir_rel, variant, step),
+            "total": LOAD_TOTALS.get(variant, DEFAULT_LOAD_TOTAL),
+            "concurrency": CONCURRENCY,
+            "connections": CONNECTIONS,
+        })
+    else:
+        config.update({
+            "data-file": "%s/%s.%s.json" % (data_dir_rel, variant, step),
+            "total": 1,
+            "concurrency": 1,
+        })
+    return config
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def generate(out, configs=None, host="127.0.0.1:50051", data_dir_rel="data"):
+    """Writes every data file into ``out`` (and configurations into
+    ``configs``); returns the index entries."""
+    import reshard_scenarios as scenarios
+    from google.protobuf import json_format
+
+    os.makedirs(out, exist_ok=True)
+    if configs:
+        os.makedirs(configs, exist_ok=True)
+    index = []
+    for name, pages in scenarios.variants():
+        req = scenarios.build(name, pages)
+        for step, method, message in req.steps():
+            stem = "%s.%s" % (req.name, step)
+            doc = json_format.MessageToDict(message,
+                                            preserving_proto_field_name=True)
+            write_json(os.path.join(out, stem + ".json"), doc)
+            with open(os.path.join(out, stem + ".bin"), "wb") as f:
+                f.write(message.SerializeToString())
+            index.append({
+                "variant": req.name,
+                "step": step,
+                "call": "reshard.v1.Planner." + method,
+                "path": "/reshard.v1.Planner/" + method,
+                "message": message.DESCRIPTOR.full_name,
+                "json": stem + ".json",
+                "binary": stem + ".bin",
+                "manifest_key": req.manifest_key,
+                "model_domain": req.model_domain,
+                "pages": req.pages,
+            })
+            if configs:
+                write_json(os.path.join(configs, stem + ".ghz.json"),
+                           ghz_config(req.name, step, method, host,
+                                      data_dir_rel))
+    write_json(os.path.join(out, "index.json"), index)
+    return index
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=os.path.join(HERE, "data"),
+                        help="directory for the request data "
+                             "(default deploy/ghz/data)")
+    parser.add_argument("--configs", default=None,
+                        help="also write the ghz configurations here")
+    parser.add_argument("--host", default="127.0.0.1:50051",
+                        help="daemon address the configurations target")
+    parser.add_argument("--pygen", default=None,
+                        help="directory of the generated *_pb2.py modules")
+    args = parser.parse_args()
+    setup_imports(find_pygen(args.pygen))
+    index = generate(args.out, args.configs, args.host)
+    print("wrote %d requests to %s" % (len(index), args.out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,469 @@
+/* Tests daemon/catalog_redis.c through the catalog interface on a real
+ * libuv loop against a real redis-server, which each test starts on a free
+ * loopback port (no persistence) and stops: manifests, idempotent bindings,
+ * lookups, forgetting, two catalogs sharing one Redis, SELECT, and an outage
+ * with UNAVAILABLE and recovery without reopening the catalog.
+ *
+ * Needs redis-server on PATH (Debian's redis-server, installed by
+ * scripts/install-deps.sh). */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "catalog.h"
+#include "catalog_redis.h"
+
+/* ---- redis-server ---- */
+
+static pid_t redis_pid;
+static int redis_port;
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  cr_assert_geq(fd, 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET};
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  cr_assert_eq(bind(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  socklen_t length = sizeof addr;
+  cr_assert_eq(getsockname(fd, (struct sockaddr *)&addr, &length), 0);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+static bool port_open(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port)};
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool open = connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+  close(fd);
+  return open;
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void redis_start(void) {
+  char port[16];
+  snprintf(port, sizeof port, "%d", redis_port);
+  char *argv[] = {"redis-server", "--port",    port,        "--bind",
+                  "127.0.0.1",    "--save",    "",          "--appendonly",
+                  "no",           "--logfile", "/dev/null", NULL};
+  redis_pid = fork();
+  cr_assert_geq(redis_pid, 0);
+  if (redis_pid == 0) {
+    /* Dies with the test process, even when that one crashes, and holds
+     * none of its output pipes. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(null, 2);
+    execvp("redis-server", argv);
+    _exit(127);
+  }
+  for (int i = 0; i < 500 && !port_open(redis_port); i++) {
+    int status;
+    cr_assert_eq(waitpid(redis_pid, &status, WNOHANG), 0,
+                 "redis-server exited: install Debian's redis-server "
+                 "(scripts/install-deps.sh)");
+    sleep_ms(10);
+  }
+  cr_assert(port_open(redis_port), "redis-server did not listen on %d",
+            redis_port);
+}
+
+static void redis_stop(void) {
+  if (redis_pid > 0) {
+    kill(redis_pid, SIGKILL);
+    waitpid(redis_pid, NULL, 0);
+    redis_pid = 0;
+  }
+}
+
+/* ---- Loop helpers ---- */
+
+typedef struct result {
+  int calls;
+  reshard_error err;
+  bool created;
+  uint64_t count;
+  bool domain_known;
+  size_t found;
+  char keys[8][160];
+  size_t page_start[9];
+} result;
+
+static void on_put(void *data, const reshard_error *err, bool created) {
+  result *r = data;
+  r->calls++;
+  r->err = *err;
+  r->created = created;
+}
+
+static void on_count(void *data, const reshard_error *err, uint64_t count) {
+  result *r = data;
+  r->calls++;
+  r->err = *err;
+  r->count = count;
+}
+
+static void on_get(void *data, const reshard_error *err,
+                   const reshard_catalog_record *records, size_t count) {
+  result *r = data;
+  r->calls++;
+  r->err = *err;
+  r->found = 0;
+  for (size_t i = 0; records != NULL && i < count; i++) {
+    if (records[i].found) {
+      r->found++;
+      cr_assert_eq(records[i].length, 4);
+      cr_assert_eq(memcmp(records[i].data, "r\0ec", 4), 0);
+    }
+  }
+}
+
+static void on_lookup(void *data, const reshard_error *err,
+                      const reshard_catalog_pages *pages) {
+  result *r = data;
+  r->calls++;
+  r->err = *err;
+  if (pages == NULL) {
+    return;
+  }
+  r->domain_known = pages->domain_known;
+  for (size_t i = 0; i <= pages->page_count && i < 9; i++) {
+    r->page_start[i] = pages->start[i];
+  }
+  size_t total = pages->start[pages->page_count];
+  for (size_t i = 0; i < total && i < 8; i++) {
+    snprintf(r->keys[i], sizeof r->keys[i], "%s", pages->manifest_keys[i]);
+  }
+}
+
+static uv_loop_t loop;
+static reshard_catalog *catalog;
+static char spec[64];
+static const char *const domain = "d0";
+
+typedef struct waiter {
+  uv_timer_t timer;
+  const int *calls;
+  int want;
+  reshard_catalog *connected; /* or wait until this one is connected */
+  uint64_t deadline;
+} waiter;
+
+static void on_tick(uv_timer_t *timer) {
+  waiter *w = timer->data;
+  bool done = w->connected ? reshard_catalog_redis_connected(w->connected)
+                           : *w->calls >= w->want;
+  if (done || uv_now(&loop) > w->deadline) {
+    uv_timer_stop(timer);
+  }
+}
+
+/* Runs the loop until `*calls` reaches `want` (or `connected` connects),
+ * for at most `timeout_ms`. */
+static void run_until(const int *calls, int want, reshard_catalog *connected,
+                      uint64_t timeout_ms) {
+  waiter w = {.calls = calls, .want = want, .connected = connected};
+  w.deadline = uv_now(&loop) + timeout_ms;
+  uv_timer_init(&loop, &w.timer);
+  w.timer.data = &w;
+  uv_timer_start(&w.timer, on_tick, 1, 5);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_close((uv_handle_t *)&w.timer, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+}
+
+static void wait_calls(result *r, int want) {
+  run_until(&r->calls, want, NULL, 10000);
+  cr_assert_eq(r->calls, want, "callback count %d, want %d", r->calls, want);
+}
+
+static void closed(void *data) {
+  *(int *)data += 1;
+}
+
+static void close_one(reshard_catalog *c) {
+  int done = 0;
+  c->vtable->close(c, closed, &done);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  cr_assert_eq(done, 1);
+}
+
+static reshard_catalog *open_spec(const char *text) {
+  reshard_catalog *c = NULL;
+  reshard_error err;
+  cr_assert_eq(reshard_catalog_open(&loop, text, &c, &err), RESHARD_OK, "%s",
+               err.message);
+  cr_assert_str_eq(c->vtable->name, "redis");
+  return c;
+}
+
+static void setup(void) {
+  cr_assert_eq(uv_loop_init(&loop), 0);
+  redis_port = free_port();
+  redis_start();
+  snprintf(spec, sizeof spec, "redis://127.0.0.1:%d", redis_port);
+  catalog = open_spec(spec);
+}
+
+static void teardown(void) {
+  if (catalog != NULL) {
+    close_one(catalog);
+    catalog = NULL;
+  }
+  redis_stop();
+  cr_assert_eq(uv_loop_close(&loop), 0);
+}
+
+TestSuite(catalog_redis, .init = setup, .fini = teardown, .timeout = 60);
+
+/* ---- Operations (each waits for its callback) ---- */
+
+static void publish_on(reshard_catalog *c, const char *key,
+                       const char *in_domain, result *r) {
+  int want = r->calls + 1;
+  c->vtable->put_manifest(c, key, in_domain, (const uint8_t *)"r\0ec", 4,
+                          on_put, r);
+  wait_calls(r, want);
+}
+
+static void add_on(reshard_catalog *c, const char *key,
+                   const char *const *pages, size_t n, result *r) {
+  int want = r->calls + 1;
+  c->vtable->add_pages(c, domain, key, pages, n, on_count, r);
+  wait_calls(r, want);
+}
+
+static void forget_on(reshard_catalog *c, const char *key,
+                      const char *const *pages, size_t n, result *r) {
+  int want = r->calls + 1;
+  c->vtable->forget_pages(c, domain, key, pages, n, on_count, r);
+  wait_calls(r, want);
+}
+
+static void lookup_on(reshard_catalog *c, const char *in_domain,
+                      const char *const *pages, size_t n, result *r) {
+  int want = r->calls + 1;
+  c->vtable->lookup_pages(c, in_domain, pages, n, on_lookup, r);
+  wait_calls(r, want);
+}
+
+static void get_on(reshard_catalog *c, const char *const *keys, size_t n,
+                   result *r) {
+  int want = r->calls + 1;
+  c->vtable->get_manifests(c, keys, n, on_get, r);
+  wait_calls(r, want);
+}
+
+Test(catalog_redis, manifests_are_stored_once) {
+  result r = {0};
+  /* Issued before the connection is up: it waits for it. */
+  publish_on(catalog, "m1", domain, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert(r.created);
+  publish_on(catalog, "m1", domain, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK);
+  cr_assert(!r.created);
+  const char *keys[] = {"m1", "m2"};
+  get_on(catalog, keys, 2, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert_eq(r.found, 1);
+}
+
+Test(catalog_redis, bindings) {
+  result r = {0};
+  const char *pages[] = {"p0", "p1", "p2"};
+  add_on(catalog, "m1", pages, 2, &r);
+  cr_assert_eq(r.err.code, RESHARD_NOT_FOUND, "%s", r.err.message);
+  cr_assert(strstr(r.err.message, "m1") != NULL);
+
+  publish_on(catalog, "m1", domain, &r);
+  publish_on(catalog, "m2", domain, &r);
+  publish_on(catalog, "m3", "other", &r);
+  add_on(catalog, "m3", pages, 1, &r);
+  cr_assert_eq(r.err.code, RESHARD_INVALID_ARGUMENT, "%s", r.err.message);
+
+  add_on(catalog, "m1", pages, 2, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert_eq(r.count, 2);
+  add_on(catalog, "m1", pages, 2, &r);
+  cr_assert_eq(r.count, 0); /* idempotent */
+  add_on(catalog, "m2", pages + 1, 1, &r);
+  cr_assert_eq(r.count, 1);
+
+  lookup_on(catalog, domain, pages, 3, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert(r.domain_known);
+  cr_assert_eq(r.page_start[0], 0);
+  cr_assert_eq(r.page_start[1], 1);
+  cr_assert_eq(r.page_start[2], 3);
+  cr_assert_eq(r.page_start[3], 3);
+  cr_assert_str_eq(r.keys[0], "m1");
+  cr_assert_str_eq(r.keys[1], "m1"); /* sorted within a page */
+  cr_assert_str_eq(r.keys[2], "m2");
+
+  forget_on(catalog, "m1", pages + 1, 1, &r);
+  cr_assert_eq(r.count, 1);
+  forget_on(catalog, "m1", pages + 1, 1, &r);
+  cr_assert_eq(r.count, 0);
+  forget_on(catalog, NULL, pages, 3, &r);
+  cr_assert_eq(r.count, 2);
+  lookup_on(catalog, domain, pages, 3, &r);
+  cr_assert(r.domain_known);
+  cr_assert_eq(r.page_start[3], 0);
+
+  lookup_on(catalog, "unknown", pages, 3, &r);
+  cr_assert(!r.domain_known);
+  cr_assert_eq(r.page_start[3], 0);
+}
+
+Test(catalog_redis, two_catalogs_share_one_redis) {
+  reshard_catalog *other = open_spec(spec);
+  result r = {0};
+  publish_on(catalog, "m1", domain, &r);
+  publish_on(other, "m1", domain, &r);
+  cr_assert(!r.created);
+  const char *pages[] = {"a", "b"};
+  add_on(other, "m1", pages, 2, &r);
+  cr_assert_eq(r.count, 2);
+  lookup_on(catalog, domain, pages, 2, &r);
+  cr_assert_eq(r.page_start[2], 2);
+  forget_on(catalog, NULL, pages, 1, &r);
+  cr_assert_eq(r.count, 1);
+  lookup_on(other, domain, pages, 2, &r);
+  cr_assert_eq(r.page_start[1], 0);
+  cr_assert_eq(r.page_start[2], 1);
+  close_one(other);
+}
+
+Test(catalog_redis, select_keeps_databases_apart) {
+  char db3[80];
+  snprintf(db3, sizeof db3, "%s/3", spec);
+  reshard_catalog *third = open_spec(db3);
+  result r = {0};
+  publish_on(third, "m1", domain, &r);
+  cr_assert(r.created);
+  publish_on(catalog, "m1", domain, &r);
+  cr_assert(r.created, "database 0 must not see database 3's manifest");
+  close_one(third);
+
+  /* A database Redis does not have: UNAVAILABLE naming SELECT. */
+  char bad[80];
+  snprintf(bad, sizeof bad, "%s/999", spec);
+  reshard_catalog *missing = open_spec(bad);
+  publish_on(missing, "m1", domain, &r);
+  cr_assert_eq(r.err.code, RESHARD_UNAVAILABLE);
+  cr_assert(strstr(r.err.message, "SELECT") != NULL, "%s", r.err.message);
+  close_one(missing);
+}
+
+Test(catalog_redis, outage_is_unavailable_then_recovers) {
+  result r = {0};
+  publish_on(catalog, "m1", domain, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK);
+  redis_stop();
+
+  /* The loss is noticed by the next request at the latest. */
+  const char *pages[] = {"p"};
+  for (int i = 0; i < 3; i++) {
+    add_on(catalog, "m1", pages, 1, &r);
+    if (r.err.code == RESHARD_UNAVAILABLE) {
+      break;
+    }
+  }
+  cr_assert_eq(r.err.code, RESHARD_UNAVAILABLE, "%s", r.err.message);
+  cr_assert(strstr(r.err.message, spec) != NULL, "%s", r.err.message);
+  cr_assert(strstr(r.err.message, "unreachable") != NULL, "%s", r.err.message);
+  lookup_on(catalog, domain, pages, 1, &r);
+  cr_assert_eq(r.err.code, RESHARD_UNAVAILABLE);
+  get_on(catalog, pages, 1, &r);
+  cr_assert_eq(r.err.code, RESHARD_UNAVAILABLE);
+  cr_assert(!reshard_catalog_redis_connected(catalog));
+
+  /* A while down (reconnect attempts are refused), then back on the same
+   * port (empty: no persistence): the catalog reconnects by itself. */
+  int never = 0;
+  run_until(&never, 1, NULL, 400);
+  lookup_on(catalog, domain, pages, 1, &r);
+  cr_assert_eq(r.err.code, RESHARD_UNAVAILABLE);
+  cr_assert(strstr(r.err.message, "refused") != NULL, "%s", r.err.message);
+  redis_start();
+  run_until(NULL, 0, catalog, 15000);
+  cr_assert(reshard_catalog_redis_connected(catalog));
+  publish_on(catalog, "m1", domain, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert(r.created);
+  add_on(catalog, "m1", pages, 1, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert_eq(r.count, 1);
+}
+
+Test(catalog_redis, unreachable_from_the_start) {
+  close_one(catalog);
+  catalog = NULL;
+  redis_stop();
+  reshard_catalog *c = open_spec(spec);
+  result r = {0};
+  publish_on(c, "m1", domain, &r);
+  cr_assert_eq(r.err.code, RESHARD_UNAVAILABLE);
+  cr_assert(strstr(r.err.message, "unreachable") != NULL, "%s", r.err.message);
+  close_one(c);
+}
+
+Test(catalog_redis, silent_redis_times_out) {
+  result r = {0};
+  publish_on(catalog, "m1", domain, &r);
+  kill(redis_pid, SIGSTOP);
+  const char *keys[] = {"m1"};
+  get_on(catalog, keys, 1, &r);
+  kill(redis_pid, SIGCONT);
+  cr_assert_eq(r.err.code, RESHARD_UNAVAILABLE);
+  cr_assert(strstr(r.err.message, "no reply") != NULL, "%s", r.err.message);
+  run_until(NULL, 0, catalog, 15000);
+  get_on(catalog, keys, 1, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert_eq(r.found, 1);
+}
+
+Test(catalog_redis, close_answers_pending_operations_first) {
+  result r = {0};
+  publish_on(catalog, "m1", domain, &r);
+  const char *page = "p";
+  result pending = {0};
+  catalog->vtable->add_pages(catalog, domain, "m1", &page, 1, on_count,
+                             &pending);
+  close_one(catalog);
+  catalog = NULL;
+  cr_assert_eq(pending.calls, 1);
+  cr_assert_eq(pending.err.code, RESHARD_OK, "%s", pending.err.message);
+  cr_assert_eq(pending.count, 1);
+}
+
+Test(catalog_redis, malformed_specs) {
+  reshard_catalog *c = NULL;
+  reshard_error err;
+  cr_assert_eq(reshard_catalog_open(&loop, "redis://nohost", &c, &err),
+               RESHARD_INVALID_ARGUMENT);
+  cr_assert_eq(reshard_catalog_open(&loop, "redis://h:0", &c, &err),
+               RESHARD_INVALID_ARGUMENT);
+  cr_assert_eq(reshard_catalog_open(&loop, "redis://h:1/x", &c, &err),
+               RESHARD_INVALID_ARGUMENT);
+  cr_assert_null(c);
+}
