@@ -108,6 +108,31 @@ struct reshard_catalog {
   uv_loop_t *loop;
 };
 
+/* ---- Helpers shared by the backends ---- */
+
+/* The inputs of one catalog operation. Backends that answer after the call
+ * returns keep a copy made by reshard_catalog_op_alloc. */
+typedef struct reshard_catalog_args {
+  const char *manifest_key; /* NULL when the operation has none */
+  const char *domain;       /* NULL when the operation has none */
+  const uint8_t *record;
+  size_t length;
+  const char **keys; /* page keys, or manifest keys for get_manifests */
+  size_t key_count;
+} reshard_catalog_args;
+
+/* Allocates `op_size` zeroed bytes for a backend's operation record,
+ * followed in the same block by copies of `in`, and describes the copies in
+ * `*copy`. One free() releases everything. NULL when out of memory. */
+void *reshard_catalog_op_alloc(size_t op_size, const reshard_catalog_args *in,
+                               reshard_catalog_args *copy);
+
+/* Grows the malloc'd `*array` of `*capacity` elements of `size` bytes to
+ * hold at least `need`, doubling; false (array unchanged) when out of
+ * memory. */
+bool reshard_catalog_grow(void **array, size_t *capacity, size_t need,
+                          size_t size);
+
 /* Opens the catalog named by `spec` ("memory", "lmdb:PATH",
  * "redis://HOST:PORT[/DB]") on `loop`. Returns INVALID_ARGUMENT for a
  * malformed spec or a backend this build does not provide, UNAVAILABLE when

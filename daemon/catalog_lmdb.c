@@ -529,41 +529,21 @@ static write_op *op_new(write_kind kind, const char *manifest_key,
                         const char *domain, const uint8_t *record,
                         size_t length, const char *const *page_keys,
                         size_t page_count) {
-  size_t key_bytes = manifest_key ? strlen(manifest_key) + 1 : 0;
-  size_t domain_bytes = strlen(domain) + 1;
-  size_t size = sizeof(write_op) + page_count * sizeof(char *);
-  size_t strings = key_bytes + domain_bytes + length;
-  for (size_t i = 0; i < page_count; i++) {
-    strings += strlen(page_keys[i]) + 1;
-  }
-  write_op *op = malloc(size + strings);
+  reshard_catalog_args copy;
+  reshard_catalog_args in = {
+      manifest_key, domain, record, length, (const char **)page_keys,
+      page_count};
+  write_op *op = reshard_catalog_op_alloc(sizeof *op, &in, &copy);
   if (op == NULL) {
     return NULL;
   }
-  memset(op, 0, sizeof *op);
   op->kind = kind;
-  op->page_keys = (const char **)(op + 1);
-  op->page_count = page_count;
-  char *at = (char *)op + size;
-  if (manifest_key != NULL) {
-    memcpy(at, manifest_key, key_bytes);
-    op->manifest_key = at;
-    at += key_bytes;
-  }
-  memcpy(at, domain, domain_bytes);
-  op->domain = at;
-  at += domain_bytes;
-  for (size_t i = 0; i < page_count; i++) {
-    size_t n = strlen(page_keys[i]) + 1;
-    memcpy(at, page_keys[i], n);
-    op->page_keys[i] = at;
-    at += n;
-  }
-  if (length > 0) {
-    memcpy(at, record, length);
-  }
-  op->record = (const uint8_t *)at;
-  op->length = length;
+  op->manifest_key = copy.manifest_key;
+  op->domain = copy.domain;
+  op->record = copy.record;
+  op->length = copy.length;
+  op->page_keys = copy.keys;
+  op->page_count = copy.key_count;
   return op;
 }
 
@@ -825,23 +805,6 @@ static void lmdb_forget_pages(reshard_catalog *catalog,
   enqueue(c, op);
 }
 
-static bool grow(void **array, size_t *capacity, size_t need, size_t size) {
-  if (need <= *capacity) {
-    return true;
-  }
-  size_t next = *capacity ? *capacity * 2 : 16;
-  while (next < need) {
-    next *= 2;
-  }
-  void *grown = realloc(*array, next * size);
-  if (grown == NULL) {
-    return false;
-  }
-  *array = grown;
-  *capacity = next;
-  return true;
-}
-
 /* Appends the manifest keys bound to one page; returns 0 or an LMDB error
  * (ENOMEM when memory runs out). */
 static int collect_page(lmdb_catalog *c, MDB_txn *txn, MDB_cursor *cursor,
@@ -861,7 +824,8 @@ static int collect_page(lmdb_catalog *c, MDB_txn *txn, MDB_cursor *cursor,
     if (iv.mv_size == 0 || ((const char *)iv.mv_data)[iv.mv_size - 1] != 0) {
       return MDB_CORRUPTED;
     }
-    if (!grow((void **)keys, capacity, *count + 1, sizeof **keys)) {
+    if (!reshard_catalog_grow((void **)keys, capacity, *count + 1,
+                              sizeof **keys)) {
       return ENOMEM;
     }
     (*keys)[(*count)++] = iv.mv_data;

@@ -105,24 +105,6 @@ static const uint32_t *page_ids(const page_entry *entry) {
   return entry->capacity == 0 ? &entry->ids.one : entry->ids.many;
 }
 
-static bool grow_array(void **array, size_t *capacity, size_t need,
-                       size_t element) {
-  if (need <= *capacity) {
-    return true;
-  }
-  size_t next = *capacity ? *capacity * 2 : 16;
-  while (next < need) {
-    next *= 2;
-  }
-  void *grown = realloc(*array, next * element);
-  if (grown == NULL) {
-    return false;
-  }
-  *array = grown;
-  *capacity = next;
-  return true;
-}
-
 static void memory_put_manifest(reshard_catalog *catalog,
                                 const char *manifest_key,
                                 const char *model_domain, const uint8_t *record,
@@ -139,8 +121,8 @@ static void memory_put_manifest(reshard_catalog *catalog,
   if (domain == NULL) {
     size_t name_length = strlen(model_domain);
     if (m->domain_count >= UINT32_MAX ||
-        !grow_array((void **)&m->domain_by_id, &m->domain_capacity,
-                    m->domain_count + 1, sizeof(domain_entry *)) ||
+        !reshard_catalog_grow((void **)&m->domain_by_id, &m->domain_capacity,
+                              m->domain_count + 1, sizeof(domain_entry *)) ||
         (domain = malloc(sizeof *domain + name_length + 1)) == NULL) {
       reshard_error_set(&err, RESHARD_INTERNAL,
                         "catalog: out of memory storing model domain %s",
@@ -159,8 +141,8 @@ static void memory_put_manifest(reshard_catalog *catalog,
   manifest_entry *entry = NULL;
   uint8_t *copy = malloc(length ? length : 1);
   if (m->manifest_count >= UINT32_MAX || copy == NULL ||
-      !grow_array((void **)&m->manifest_by_id, &m->manifest_capacity,
-                  m->manifest_count + 1, sizeof(manifest_entry *)) ||
+      !reshard_catalog_grow((void **)&m->manifest_by_id, &m->manifest_capacity,
+                            m->manifest_count + 1, sizeof(manifest_entry *)) ||
       (entry = malloc(sizeof *entry + key_length + 1)) == NULL) {
     free(copy);
     reshard_error_set(&err, RESHARD_INTERNAL,

@@ -1029,44 +1029,21 @@ static redis_op *op_new(redis_catalog *r, op_kind kind,
                         const char *manifest_key, const char *domain,
                         const uint8_t *record, size_t length,
                         const char *const *keys, size_t key_count) {
-  size_t key_bytes = manifest_key ? strlen(manifest_key) + 1 : 0;
-  size_t domain_bytes = domain ? strlen(domain) + 1 : 0;
-  size_t size = sizeof(redis_op) + key_count * sizeof(char *);
-  size_t strings = key_bytes + domain_bytes + length;
-  for (size_t i = 0; i < key_count; i++) {
-    strings += strlen(keys[i]) + 1;
-  }
-  redis_op *op = malloc(size + strings);
+  reshard_catalog_args copy;
+  reshard_catalog_args in = {manifest_key,        domain,   record, length,
+                             (const char **)keys, key_count};
+  redis_op *op = reshard_catalog_op_alloc(sizeof *op, &in, &copy);
   if (op == NULL) {
     return NULL;
   }
-  memset(op, 0, sizeof *op);
   op->r = r;
   op->kind = kind;
-  op->keys = (const char **)(op + 1);
-  op->key_count = key_count;
-  char *at = (char *)op + size;
-  if (manifest_key != NULL) {
-    memcpy(at, manifest_key, key_bytes);
-    op->manifest_key = at;
-    at += key_bytes;
-  }
-  if (domain != NULL) {
-    memcpy(at, domain, domain_bytes);
-    op->domain = at;
-    at += domain_bytes;
-  }
-  for (size_t i = 0; i < key_count; i++) {
-    size_t n = strlen(keys[i]) + 1;
-    memcpy(at, keys[i], n);
-    op->keys[i] = at;
-    at += n;
-  }
-  if (length > 0) {
-    memcpy(at, record, length);
-  }
-  op->record = (const uint8_t *)at;
-  op->length = length;
+  op->manifest_key = copy.manifest_key;
+  op->domain = copy.domain;
+  op->record = copy.record;
+  op->length = copy.length;
+  op->keys = copy.keys;
+  op->key_count = copy.key_count;
   return op;
 }
 
