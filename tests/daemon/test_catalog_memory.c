@@ -6,60 +6,10 @@
 
 #include "catalog.h"
 
-typedef struct result {
-  int calls;
-  reshard_error err;
-  bool created;
-  uint64_t count;
-  bool domain_known;
-  size_t found;
-  char keys[8][160];
-  size_t page_start[9];
-} result;
+#define CATALOG_TEST_RECORD "rec"
+#include "catalog_results.h"
 
-static void on_put(void *data, const reshard_error *err, bool created) {
-  result *r = data;
-  r->calls++;
-  r->err = *err;
-  r->created = created;
-}
-
-static void on_count(void *data, const reshard_error *err, uint64_t count) {
-  result *r = data;
-  r->calls++;
-  r->err = *err;
-  r->count = count;
-}
-
-static void on_get(void *data, const reshard_error *err,
-                   const reshard_catalog_record *records, size_t count) {
-  result *r = data;
-  r->calls++;
-  r->err = *err;
-  r->found = 0;
-  for (size_t i = 0; i < count; i++) {
-    if (records[i].found) {
-      r->found++;
-      cr_assert_eq(records[i].length, 3);
-      cr_assert_eq(memcmp(records[i].data, "rec", 3), 0);
-    }
-  }
-}
-
-static void on_lookup(void *data, const reshard_error *err,
-                      const reshard_catalog_pages *pages) {
-  result *r = data;
-  r->calls++;
-  r->err = *err;
-  r->domain_known = pages->domain_known;
-  for (size_t i = 0; i <= pages->page_count && i < 9; i++) {
-    r->page_start[i] = pages->start[i];
-  }
-  size_t total = pages->start[pages->page_count];
-  for (size_t i = 0; i < total && i < 8; i++) {
-    snprintf(r->keys[i], sizeof r->keys[i], "%s", pages->manifest_keys[i]);
-  }
-}
+typedef catalog_result result;
 
 static reshard_catalog *catalog;
 static const char *const domain = "d0";

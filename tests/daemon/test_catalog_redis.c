@@ -96,63 +96,10 @@ static void redis_stop(void) {
 
 /* ---- Loop helpers ---- */
 
-typedef struct result {
-  int calls;
-  reshard_error err;
-  bool created;
-  uint64_t count;
-  bool domain_known;
-  size_t found;
-  char keys[8][160];
-  size_t page_start[9];
-} result;
+#define CATALOG_TEST_RECORD "r\0ec"
+#include "catalog_results.h"
 
-static void on_put(void *data, const reshard_error *err, bool created) {
-  result *r = data;
-  r->calls++;
-  r->err = *err;
-  r->created = created;
-}
-
-static void on_count(void *data, const reshard_error *err, uint64_t count) {
-  result *r = data;
-  r->calls++;
-  r->err = *err;
-  r->count = count;
-}
-
-static void on_get(void *data, const reshard_error *err,
-                   const reshard_catalog_record *records, size_t count) {
-  result *r = data;
-  r->calls++;
-  r->err = *err;
-  r->found = 0;
-  for (size_t i = 0; records != NULL && i < count; i++) {
-    if (records[i].found) {
-      r->found++;
-      cr_assert_eq(records[i].length, 4);
-      cr_assert_eq(memcmp(records[i].data, "r\0ec", 4), 0);
-    }
-  }
-}
-
-static void on_lookup(void *data, const reshard_error *err,
-                      const reshard_catalog_pages *pages) {
-  result *r = data;
-  r->calls++;
-  r->err = *err;
-  if (pages == NULL) {
-    return;
-  }
-  r->domain_known = pages->domain_known;
-  for (size_t i = 0; i <= pages->page_count && i < 9; i++) {
-    r->page_start[i] = pages->start[i];
-  }
-  size_t total = pages->start[pages->page_count];
-  for (size_t i = 0; i < total && i < 8; i++) {
-    snprintf(r->keys[i], sizeof r->keys[i], "%s", pages->manifest_keys[i]);
-  }
-}
+typedef catalog_result result;
 
 static uv_loop_t loop;
 static reshard_catalog *catalog;
