@@ -358,6 +358,15 @@ typedef struct pages_ctx {
   bool forget;
 } pages_ctx;
 
+/* The binding cache's key for a page: "domain|page key" into `out`
+ * (capacity `size`); 0 when it does not fit (such pages are never cached).
+ * The model domain alone (no '|') marks the domain as known. */
+static size_t bindings_key(char *out, size_t size, const char *domain,
+                           const char *page_key) {
+  int n = snprintf(out, size, "%s|%s", domain, page_key);
+  return n > 0 && (size_t)n < size ? (size_t)n : 0;
+}
+
 /* Bindings changed: drop what a binding cache holds for these pages. */
 static void invalidate_bindings(pages_ctx *ctx) {
   if (!ctx->planner->cache_bindings) {
@@ -365,10 +374,9 @@ static void invalidate_bindings(pages_ctx *ctx) {
   }
   for (size_t i = 0; i < ctx->page_count; i++) {
     char key[512];
-    int n = snprintf(key, sizeof key, "%s|%s", ctx->domain, ctx->page_keys[i]);
-    if (n > 0 && (size_t)n < sizeof key) {
-      reshard_cache_remove(ctx->planner->cache, RESHARD_CACHE_BINDINGS, key,
-                           (size_t)n);
+    size_t n = bindings_key(key, sizeof key, ctx->domain, ctx->page_keys[i]);
+    if (n > 0) {
+      reshard_cache_remove(ctx->planner->cache, RESHARD_CACHE_BINDINGS, key, n);
     }
   }
 }
@@ -622,6 +630,11 @@ typedef struct load_ctx {
   reshard_error err;
   uint64_t plan_us;
   bool plan_ran; /* reshard_plan_load was called */
+
+  /* The catalog was unreachable and the bindings came from the cache:
+   * manifests must come from it too, or the call fails with `outage`. */
+  bool from_cache;
+  reshard_error outage;
 } load_ctx;
 
 static void load_release(load_ctx *ctx) {
@@ -923,23 +936,11 @@ static bool key_matches(const reshard_table_node *node, const void *key) {
   return strcmp(((const key_node *)node)->key, key) == 0;
 }
 
-static void on_pages_found(void *data, const reshard_error *err,
-                           const reshard_catalog_pages *pages) {
-  load_ctx *ctx = data;
+/* Bindings found: resolve the distinct manifests of the bound prefix (from
+ * the cache, else the catalog) and plan. */
+static void load_pages(load_ctx *ctx, const reshard_catalog_pages *pages) {
   reshard_planner *planner = ctx->planner;
   reshard_arena *arena = reshard_call_arena(ctx->call);
-  if (err->code != RESHARD_OK) {
-    load_fail(ctx, err);
-    return;
-  }
-  if (!pages->domain_known) {
-    reshard_error not_found;
-    reshard_error_set(&not_found, RESHARD_NOT_FOUND,
-                      "model_domain %s: no manifest published",
-                      ctx->request->model_domain);
-    load_fail(ctx, &not_found);
-    return;
-  }
   size_t page_count = ctx->request->n_page_keys;
   /* The plan covers the bound prefix only; later pages stay empty. */
   size_t prefix = 0;
@@ -1010,12 +1011,185 @@ static void on_pages_found(void *data, const reshard_error *err,
       missing[missing_count++] = key;
     }
   }
+  if (ctx->from_cache) {
+    if (missing_count > 0) {
+      load_fail(ctx, &ctx->outage);
+      return;
+    }
+    reshard_log_line line;
+    if (reshard_log_begin(&line, RESHARD_LOG_WARN,
+                          "catalog unavailable; planning from cache")) {
+      reshard_log_u64(&line, "pages", prefix);
+      reshard_log_end(&line);
+    }
+  }
   if (missing_count == 0) {
     load_plan(ctx);
     return;
   }
   planner->catalog->vtable->get_manifests(
       planner->catalog, missing, missing_count, on_manifests_fetched, ctx);
+}
+
+static bool keys_equal(const reshard_shared_keys *cached,
+                       const char *const *keys, size_t count) {
+  if (cached->count != count) {
+    return false;
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (strcmp(cached->keys[i], keys[i]) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* A lookup answered: remember what the catalog said, for planning during
+ * an outage. The catalog stays the source of truth; these entries are read
+ * only when it cannot be reached. A page found unbound drops its entry. */
+static void remember_bindings(reshard_planner *planner, const char *domain,
+                              char *const *page_keys,
+                              const reshard_catalog_pages *pages) {
+  size_t domain_length = strlen(domain);
+  reshard_shared *known = reshard_cache_get(
+      planner->cache, RESHARD_CACHE_BINDINGS, domain, domain_length);
+  if (known == NULL) {
+    reshard_shared_keys *marker = reshard_shared_keys_create(NULL, 0);
+    if (marker != NULL) {
+      reshard_cache_put(planner->cache, RESHARD_CACHE_BINDINGS, domain,
+                        domain_length, &marker->base);
+      reshard_shared_unref(&marker->base);
+    }
+  }
+  reshard_shared_unref(known);
+  for (size_t p = 0; p < pages->page_count; p++) {
+    char key[512];
+    size_t length = bindings_key(key, sizeof key, domain, page_keys[p]);
+    if (length == 0) {
+      continue;
+    }
+    size_t count = pages->start[p + 1] - pages->start[p];
+    const char *const *keys = pages->manifest_keys + pages->start[p];
+    if (count == 0) {
+      reshard_cache_remove(planner->cache, RESHARD_CACHE_BINDINGS, key, length);
+      continue;
+    }
+    reshard_shared *hit =
+        reshard_cache_get(planner->cache, RESHARD_CACHE_BINDINGS, key, length);
+    bool same = hit != NULL &&
+                keys_equal((const reshard_shared_keys *)hit, keys, count);
+    reshard_shared_unref(hit);
+    if (same) {
+      continue;
+    }
+    reshard_shared_keys *value = reshard_shared_keys_create(keys, count);
+    if (value != NULL) {
+      reshard_cache_put(planner->cache, RESHARD_CACHE_BINDINGS, key, length,
+                        &value->base);
+      reshard_shared_unref(&value->base);
+    }
+  }
+}
+
+/* The catalog is unreachable: plan the pages whose bindings are cached, in
+ * order up to the first that is not. When even the first is not (or the
+ * domain was never seen), the call fails with the catalog's error. */
+static void load_from_cache(load_ctx *ctx, const reshard_error *outage) {
+  reshard_planner *planner = ctx->planner;
+  reshard_arena *arena = reshard_call_arena(ctx->call);
+  const char *domain = ctx->request->model_domain;
+  size_t page_count = ctx->request->n_page_keys;
+  reshard_shared *known = reshard_cache_get(
+      planner->cache, RESHARD_CACHE_BINDINGS, domain, strlen(domain));
+  if (known == NULL || page_count == 0) {
+    reshard_shared_unref(known);
+    load_fail(ctx, outage);
+    return;
+  }
+  reshard_shared_unref(known);
+  size_t *start = RESHARD_ARENA_NEW(arena, size_t, page_count + 1);
+  reshard_shared_keys **hits =
+      RESHARD_ARENA_NEW(arena, reshard_shared_keys *, page_count);
+  if (start == NULL || hits == NULL) {
+    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  size_t prefix = 0;
+  size_t total = 0;
+  for (; prefix < page_count; prefix++) {
+    char key[512];
+    size_t length =
+        bindings_key(key, sizeof key, domain, ctx->request->page_keys[prefix]);
+    reshard_shared *hit =
+        length > 0 ? reshard_cache_get(planner->cache, RESHARD_CACHE_BINDINGS,
+                                       key, length)
+                   : NULL;
+    if (hit == NULL) {
+      break;
+    }
+    hits[prefix] = (reshard_shared_keys *)hit;
+    total += hits[prefix]->count;
+  }
+  /* Request-local copies, so the cached entries can go now. */
+  const char **keys =
+      prefix > 0 ? RESHARD_ARENA_NEW(arena, const char *, total) : NULL;
+  bool ok = keys != NULL;
+  size_t at = 0;
+  for (size_t p = 0; p < prefix; p++) {
+    start[p] = at;
+    for (size_t i = 0; ok && i < hits[p]->count; i++) {
+      keys[at] = reshard_arena_strdup(arena, hits[p]->keys[i]);
+      ok = keys[at++] != NULL;
+    }
+    reshard_shared_unref(&hits[p]->base);
+  }
+  if (prefix == 0) {
+    load_fail(ctx, outage);
+    return;
+  }
+  if (!ok) {
+    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  for (size_t p = prefix; p <= page_count; p++) {
+    start[p] = at;
+  }
+  ctx->from_cache = true;
+  ctx->outage = *outage;
+  reshard_catalog_pages pages = {
+      .domain_known = true,
+      .page_count = page_count,
+      .start = start,
+      .manifest_keys = keys,
+  };
+  load_pages(ctx, &pages);
+}
+
+static void on_pages_found(void *data, const reshard_error *err,
+                           const reshard_catalog_pages *pages) {
+  load_ctx *ctx = data;
+  reshard_planner *planner = ctx->planner;
+  if (err->code == RESHARD_UNAVAILABLE && planner->cache_bindings) {
+    load_from_cache(ctx, err);
+    return;
+  }
+  if (err->code != RESHARD_OK) {
+    load_fail(ctx, err);
+    return;
+  }
+  if (!pages->domain_known) {
+    reshard_error not_found;
+    reshard_error_set(&not_found, RESHARD_NOT_FOUND,
+                      "model_domain %s: no manifest published",
+                      ctx->request->model_domain);
+    load_fail(ctx, &not_found);
+    return;
+  }
+  if (planner->cache_bindings) {
+    remember_bindings(planner, ctx->request->model_domain,
+                      ctx->request->page_keys, pages);
+  }
+  load_pages(ctx, pages);
 }
 
 static void handle_plan_load(reshard_call *call, void *data) {

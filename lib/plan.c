@@ -415,8 +415,7 @@ reshard_status reshard_plan_load(const reshard_load_request *request,
   out->built_joins = plan.built;
   if (status) {
     reshard_load_plan_free_joins(out, sources);
-    reshard_load_plan *cleared = out;
-    memset(cleared, 0, sizeof *cleared);
+    memset(out, 0, sizeof *out);
     return status;
   }
   out->participant = plan.part;

@@ -14,8 +14,9 @@ free loopback port):
 * two daemons registering and forgetting concurrently end with identical
   bindings and give identical plans;
 * Redis stopped and restarted mid-test: calls that need it get UNAVAILABLE
-  with a clear message, cached manifests still serve, and the daemon
-  recovers without a restart.
+  with a clear message, cached manifests still serve, PlanLoad of pages whose
+  bindings the daemon has seen still plans identically from its cache, and
+  the daemon recovers without a restart.
 
 Run through ctest (tests/e2e/CMakeLists.txt sets the environment).
 """
@@ -447,8 +448,36 @@ class RedisFleetTests(CatalogCase):
         self.assertIsNotNone(message, "no UNAVAILABLE while Redis is down")
         self.assertIn(redis.url, message)
         self.assertIn("unreachable", message)
+        # Pages whose bindings this daemon has seen plan from its cache,
+        # identically; the log says so.
+        during, _ = self.plan(planner, pubs[0].model_domain, keys, reader)
+        self.assertEqual(during.SerializeToString(), before.SerializeToString())
+        e.verify_plan(during, fleet.store, DESC, binding, keys)
+        deadline = time.monotonic() + 10
+        while not any("planning from cache" in line and "pages=8" in line
+                      and "level=warn" in line
+                      for line in daemon.log_lines()):
+            self.assertLess(time.monotonic(), deadline, daemon.log_text())
+            time.sleep(0.02)
+        # The hit prefix ends at the first page not cached.
+        mixed = keys[:3] + ["outage-never"] + keys[3:]
+        part, _ = self.plan(planner, pubs[0].model_domain, mixed, reader)
+        self.assertEqual(part.hit_pages, 3)
+        # Pages never seen (and domains never seen) need Redis.
         message = self.rpc_error(Code.UNAVAILABLE, self.plan, planner,
-                                 pubs[0].model_domain, keys, reader)
+                                 pubs[0].model_domain,
+                                 ["outage-never-%d" % i for i in range(4)],
+                                 reader)
+        self.assertIn(redis.url, message)
+        self.assertIn("unreachable", message)
+        message = self.rpc_error(Code.UNAVAILABLE, self.plan, planner,
+                                 "ab" * 32, keys, reader)
+        self.assertIn("unreachable", message)
+        # Writes need Redis, still.
+        message = self.rpc_error(
+            Code.UNAVAILABLE, planner.RegisterPages, pb.RegisterPagesRequest(
+                manifest_key=pubs[0].manifest_key, page_keys=keys[:1]),
+            timeout=10)
         self.assertIn("unreachable", message)
         # Publishing needs Redis too.
         self.rpc_error(Code.UNAVAILABLE, fleet.publish_writer,
@@ -464,8 +493,10 @@ class RedisFleetTests(CatalogCase):
         redis.start()
         deadline = time.monotonic() + 20
         while True:
-            err = e.rpc_error(self.plan, planner, pubs[0].model_domain, keys,
-                              reader)
+            # PlanLoad of seen pages works during the outage too; a lookup
+            # of unseen pages shows that Redis is back.
+            err = e.rpc_error(self.plan, planner, pubs[0].model_domain,
+                              ["outage-never-0"], reader)
             if err is None:
                 break
             self.assertEqual(err.code(), Code.UNAVAILABLE, err.details())
@@ -480,6 +511,28 @@ class RedisFleetTests(CatalogCase):
         self.assertTrue(any("catalog reconnected" in line
                             for line in daemon.log_lines()),
                         daemon.log_text())
+        # With Redis reachable the catalog is the source of truth again: a
+        # forget through another daemon of the fleet is honoured at once,
+        # and a later outage no longer plans the forgotten page.
+        _, other = self.start(redis.url)
+        other.ForgetPages(pb.ForgetPagesRequest(
+            model_domain=pubs[0].model_domain, page_keys=keys[2:3]),
+            timeout=10)
+        forgot, _ = self.plan(planner, pubs[0].model_domain, keys, reader)
+        self.assertEqual(forgot.hit_pages, 2)
+        redis.stop()
+        deadline = time.monotonic() + 20
+        while True:
+            err = e.rpc_error(planner.RegisterPages, pb.RegisterPagesRequest(
+                manifest_key=pubs[0].manifest_key, page_keys=["x"]),
+                timeout=10)
+            if err is not None and err.code() == Code.UNAVAILABLE:
+                break
+            self.assertLess(time.monotonic(), deadline, "no outage seen")
+            time.sleep(0.05)
+        cached, _ = self.plan(planner, pubs[0].model_domain, keys, reader)
+        self.assertEqual(cached.SerializeToString(), forgot.SerializeToString())
+        redis.start()
         self.stop(daemon)
 
 
