@@ -64,9 +64,10 @@ typedef void (*reshard_catalog_close_cb)(void *data);
 typedef struct reshard_catalog_vtable {
   /* "memory", "lmdb", "redis". */
   const char *name;
-  /* True when bindings already live in this process's memory, so a binding
-   * cache in front would only duplicate them. */
-  bool bindings_in_memory;
+  /* True when lookups are answered on this machine (memory, LMDB) and so
+   * are never UNAVAILABLE: the daemon then keeps no binding cache in front,
+   * which would only duplicate them. */
+  bool lookups_are_local;
 
   /* Stores `record` under `manifest_key` in `model_domain` unless the key
    * exists; `created` says which. */

@@ -910,7 +910,7 @@ static void lmdb_close(reshard_catalog *catalog, reshard_catalog_close_cb cb,
 
 static const reshard_catalog_vtable lmdb_vtable = {
     .name = "lmdb",
-    .bindings_in_memory = false,
+    .lookups_are_local = true,
     .put_manifest = lmdb_put_manifest,
     .get_manifests = lmdb_get_manifests,
     .add_pages = lmdb_add_pages,

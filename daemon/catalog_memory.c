@@ -421,7 +421,7 @@ static void memory_close(reshard_catalog *catalog, reshard_catalog_close_cb cb,
 
 static const reshard_catalog_vtable memory_vtable = {
     .name = "memory",
-    .bindings_in_memory = true,
+    .lookups_are_local = true,
     .put_manifest = memory_put_manifest,
     .get_manifests = memory_get_manifests,
     .add_pages = memory_add_pages,

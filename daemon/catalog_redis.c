@@ -1203,7 +1203,7 @@ static void redis_close(reshard_catalog *catalog, reshard_catalog_close_cb cb,
 
 static const reshard_catalog_vtable redis_vtable = {
     .name = "redis",
-    .bindings_in_memory = false,
+    .lookups_are_local = false,
     .put_manifest = redis_put_manifest,
     .get_manifests = redis_get_manifests,
     .add_pages = redis_add_pages,

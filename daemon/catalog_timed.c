@@ -184,7 +184,7 @@ reshard_catalog *reshard_catalog_timed_wrap(reshard_catalog *inner,
   }
   catalog->vtable = (reshard_catalog_vtable){
       .name = inner->vtable->name,
-      .bindings_in_memory = inner->vtable->bindings_in_memory,
+      .lookups_are_local = inner->vtable->lookups_are_local,
       .put_manifest = put_manifest,
       .get_manifests = get_manifests,
       .add_pages = add_pages,

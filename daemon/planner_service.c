@@ -1293,7 +1293,7 @@ reshard_planner *reshard_planner_create(uv_loop_t *loop,
   planner->cache = cache;
   planner->caps = *caps;
   planner->inline_max_values = inline_max_values;
-  planner->cache_bindings = !catalog->vtable->bindings_in_memory;
+  planner->cache_bindings = !catalog->vtable->lookups_are_local;
   return planner;
 }
 

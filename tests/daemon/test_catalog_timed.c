@@ -69,8 +69,7 @@ Test(catalog_timed, forwards_and_records) {
   reshard_catalog *c = reshard_catalog_timed_wrap(inner, m);
   cr_assert_not_null(c);
   cr_assert_str_eq(c->vtable->name, inner->vtable->name);
-  cr_assert_eq(c->vtable->bindings_in_memory,
-               inner->vtable->bindings_in_memory);
+  cr_assert_eq(c->vtable->lookups_are_local, inner->vtable->lookups_are_local);
 
   const char *domain =
       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
