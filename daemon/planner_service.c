@@ -7,6 +7,7 @@
 
 #include "google/protobuf/wrappers.pb-c.h"
 #include "log.h"
+#include "plan_response.h"
 #include "reshard/checked.h"
 #include "reshard/identity.h"
 #include "reshard/plan.h"
@@ -687,6 +688,18 @@ static void log_plan(const load_ctx *ctx) {
 
 /* Worker thread: plan, then build and pack the response. Touches only the
  * context, the call's arena and response, and immutable shared objects. */
+
+/* A plan and its names, for the response encoder. */
+typedef struct plan_encoding {
+  const reshard_load_plan *plan;
+  const reshard_wire_plan_names *names;
+} plan_encoding;
+
+static size_t write_plan_response(void *context, uint8_t *out) {
+  const plan_encoding *encoding = context;
+  return reshard_plan_response_write(encoding->plan, encoding->names, out);
+}
+
 static void load_work(uv_work_t *work) {
   load_ctx *ctx = work->data;
   reshard_call *call = ctx->call;
@@ -722,10 +735,10 @@ static void load_work(uv_work_t *work) {
       .binding = &ctx->binding,
       .placement_id = ctx->placement_id,
   };
-  Reshard__V1__PlanLoadResponse *response =
-      reshard_wire_plan_to_pb(&ctx->plan, &names, reshard_call_arena(call));
-  if (response == NULL ||
-      reshard_call_pack(call, &response->base) != RESHARD_OK) {
+  plan_encoding encoding = {&ctx->plan, &names};
+  if (reshard_call_pack_encoded(call,
+                                reshard_plan_response_size(&ctx->plan, &names),
+                                write_plan_response, &encoding) != RESHARD_OK) {
     ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
                                     "out of memory building the response");
   }

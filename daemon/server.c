@@ -384,11 +384,25 @@ static void finish(reshard_call *call, grpc_status_code code,
   maybe_free(call);
 }
 
+static size_t pack_message(void *context, uint8_t *out) {
+  return protobuf_c_message_pack(context, out);
+}
+
 reshard_status reshard_call_pack(reshard_call *call,
                                  const ProtobufCMessage *message) {
-  size_t size = protobuf_c_message_get_packed_size(message);
+  return reshard_call_pack_encoded(call,
+                                   protobuf_c_message_get_packed_size(message),
+                                   pack_message, (void *)message);
+}
+
+reshard_status reshard_call_pack_encoded(reshard_call *call, size_t size,
+                                         size_t (*write)(void *context,
+                                                         uint8_t *out),
+                                         void *context) {
   grpc_slice slice = grpc_slice_malloc(size);
-  protobuf_c_message_pack(message, GRPC_SLICE_START_PTR(slice));
+  size_t written = write(context, GRPC_SLICE_START_PTR(slice));
+  assert(written == size);
+  (void)written;
   grpc_byte_buffer *buffer = grpc_raw_byte_buffer_create(&slice, 1);
   grpc_slice_unref(slice);
   if (buffer == NULL) {

@@ -131,7 +131,16 @@ uint64_t reshard_call_elapsed_us(const reshard_call *call);
 reshard_status reshard_call_pack(reshard_call *call,
                                  const ProtobufCMessage *message);
 
-/* Finishes the call with OK and the response packed by reshard_call_pack. */
+/* Like reshard_call_pack for a response encoded by the caller: `write`
+ * fills exactly `size` bytes at `out` (the call's send buffer) and returns
+ * how many it wrote. Same threading rule as reshard_call_pack. */
+reshard_status reshard_call_pack_encoded(reshard_call *call, size_t size,
+                                         size_t (*write)(void *context,
+                                                         uint8_t *out),
+                                         void *context);
+
+/* Finishes the call with OK and the response packed by reshard_call_pack
+ * or reshard_call_pack_encoded. */
 void reshard_call_send_packed(reshard_call *call);
 
 /* Packs and finishes with OK in one step. */
