@@ -99,6 +99,13 @@ static const char *const code_names[RESHARD_METRICS_CODES] = {
     "DATA_LOSS",
     "UNAUTHENTICATED"};
 
+const char *reshard_grpc_code_name(int code) {
+  if (code < 0 || code >= RESHARD_METRICS_CODES) {
+    return "UNKNOWN";
+  }
+  return code_names[code];
+}
+
 static const char *const catalog_op_names[RESHARD_METRICS_CATALOG_OPS] = {
     "put_manifest", "get_manifests", "add_pages", "forget_pages",
     "lookup_pages"};

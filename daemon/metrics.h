@@ -43,6 +43,11 @@ typedef enum reshard_metrics_method {
 /* gRPC status codes 0 (OK) .. 16 (UNAUTHENTICATED). */
 #define RESHARD_METRICS_CODES 17
 
+/* The canonical name of gRPC status `code` ("OK", "INVALID_ARGUMENT", ...),
+ * the label value of the metrics and the `code` of the call logs; "UNKNOWN"
+ * for a code outside 0..16. */
+const char *reshard_grpc_code_name(int code);
+
 typedef enum reshard_metrics_catalog_op {
   RESHARD_METRICS_CATALOG_PUT_MANIFEST = 0,
   RESHARD_METRICS_CATALOG_GET_MANIFESTS,

@@ -221,30 +221,6 @@ static grpc_status_code grpc_code(reshard_status status) {
   return GRPC_STATUS_UNKNOWN;
 }
 
-static const char *grpc_code_name(grpc_status_code code) {
-  static const char *const names[] = {"OK",
-                                      "CANCELLED",
-                                      "UNKNOWN",
-                                      "INVALID_ARGUMENT",
-                                      "DEADLINE_EXCEEDED",
-                                      "NOT_FOUND",
-                                      "ALREADY_EXISTS",
-                                      "PERMISSION_DENIED",
-                                      "RESOURCE_EXHAUSTED",
-                                      "FAILED_PRECONDITION",
-                                      "ABORTED",
-                                      "OUT_OF_RANGE",
-                                      "UNIMPLEMENTED",
-                                      "INTERNAL",
-                                      "UNAVAILABLE",
-                                      "DATA_LOSS",
-                                      "UNAUTHENTICATED"};
-  if ((unsigned)code < sizeof names / sizeof names[0]) {
-    return names[code];
-  }
-  return "UNKNOWN";
-}
-
 static grpc_call_error start_batch(reshard_call *call, const grpc_op *ops,
                                    size_t count, server_tag *tag) {
   grpc_call_error error =
@@ -275,7 +251,7 @@ static void log_call(const reshard_call *call) {
   reshard_log_line line;
   if (reshard_log_begin(&line, level, "rpc")) {
     reshard_log_str(&line, "method", call->method_path);
-    reshard_log_str(&line, "code", grpc_code_name(call->code));
+    reshard_log_str(&line, "code", reshard_grpc_code_name((int)call->code));
     reshard_log_u64(&line, "duration_us", reshard_call_elapsed_us(call));
     if (call->message != NULL && call->message[0] != '\0') {
       reshard_log_str(&line, "error", call->message);
