@@ -293,7 +293,7 @@ static int check_add(lmdb_catalog *c, MDB_txn *txn, write_op *op,
 }
 
 static int apply_add(lmdb_catalog *c, MDB_txn *txn, write_op *op) {
-  uint32_t manifest_id, domain_id;
+  uint32_t manifest_id = 0, domain_id = 0;
   int rc = check_add(c, txn, op, &manifest_id, &domain_id);
   if (rc != 0 || op->err.code != RESHARD_OK) {
     return rc;

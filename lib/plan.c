@@ -84,7 +84,7 @@ static reshard_status grow_trial(planner *plan, size_t need) {
  * candidate layouts are compared. */
 static reshard_status trial_cost(planner *plan, size_t source, uint64_t page,
                                  uint64_t *out) {
-  const reshard_join *join;
+  const reshard_join *join = NULL;
   reshard_status status = source_join(plan, source, &join);
   if (status) {
     return status;
@@ -263,7 +263,7 @@ static reshard_status select_and_count(planner *plan, reshard_load_plan *out,
     if (source == SIZE_MAX) {
       break;
     }
-    const reshard_join *join;
+    const reshard_join *join = NULL;
     if ((status = source_join(plan, source, &join))) {
       return status;
     }

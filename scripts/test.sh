@@ -8,11 +8,11 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DRESHARD_WERROR=ON
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure
 
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DRESHARD_SANITIZE=ON
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DRESHARD_SANITIZE=ON -DRESHARD_WERROR=ON
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
