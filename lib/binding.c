@@ -314,6 +314,76 @@ static int compare_bound_with_source(const void *a, const void *b) {
                        &((const bound_with_source *)b)->range);
 }
 
+static int compare_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static int compare_head_start(const void *a, const void *b) {
+  return compare_u64(&((const reshard_bound_range *)a)->head_start,
+                     &((const reshard_bound_range *)b)->head_start);
+}
+
+/* The first (token, head) in token-then-head order that no range of a
+ * group binds, when the group's ranges are pairwise disjoint but bind
+ * fewer cells than the rectangle holds. A token stops being covered only
+ * where some range ends, so only token 0 and the range ends are looked
+ * at; the ranges open there are disjoint on that token, at most head_count
+ * of them, which keeps the walk within the sweep's work bound. */
+static void first_unbound(validation *v, const reshard_bound_range *ranges,
+                          size_t count, uint64_t token_span, uint64_t *token,
+                          uint64_t *head) {
+  const reshard_placement_part *part = v->part;
+  uint64_t *stops = RESHARD_ARENA_ARRAY(v->arena, uint64_t, count + 1);
+  reshard_bound_range *open =
+      RESHARD_ARENA_ARRAY(v->arena, reshard_bound_range, count + 1);
+  *token = 0;
+  *head = part->head_start;
+  if (stops == NULL || open == NULL) {
+    return; /* the message still counts the cells */
+  }
+  size_t stop_count = 0;
+  stops[stop_count++] = 0;
+  for (size_t r = 0; r < count; r++) {
+    if (ranges[r].token_end < token_span) {
+      stops[stop_count++] = ranges[r].token_end;
+    }
+  }
+  qsort(stops, stop_count, sizeof *stops, compare_u64);
+  size_t next = 0, open_count = 0;
+  for (size_t s = 0; s < stop_count; s++) {
+    uint64_t t = stops[s];
+    if (s > 0 && t == stops[s - 1]) {
+      continue;
+    }
+    size_t kept = 0;
+    uint64_t heads = 0;
+    for (size_t o = 0; o < open_count; o++) {
+      if (open[o].token_end > t) {
+        heads += open[o].head_end - open[o].head_start;
+        open[kept++] = open[o];
+      }
+    }
+    for (; next < count && ranges[next].token_start <= t; next++) {
+      if (ranges[next].token_end > t) {
+        heads += ranges[next].head_end - ranges[next].head_start;
+        open[kept++] = ranges[next];
+      }
+    }
+    open_count = kept;
+    if (heads < part->head_count) {
+      qsort(open, open_count, sizeof *open, compare_head_start);
+      uint64_t h = part->head_start;
+      for (size_t o = 0; o < open_count && open[o].head_start == h; o++) {
+        h = open[o].head_end;
+      }
+      *token = t;
+      *head = h;
+      return;
+    }
+  }
+}
+
 /* Proves that the ranges of one (layer, component) tile the rectangle
  * [0, span) x [head_start, head_end) exactly: pairwise disjoint (a sweep
  * over tokens with the ranges still open, at most one per head) and of
@@ -357,12 +427,16 @@ check_group_tiling(validation *v, const reshard_bound_range *ranges,
   }
   uint64_t expected = token_span * part->head_count;
   if (cells != expected) {
+    uint64_t token, head;
+    first_unbound(v, ranges, count, token_span, &token, &head);
     return reshard_error_set(
         v->err, RESHARD_INVALID_ARGUMENT,
-        "binding: layer %llu component %s: the ranges bind %llu of the %llu "
+        "binding: layer %llu component %s: token %llu head %llu is not bound; "
+        "the ranges bind %llu of the %llu "
         "(token, head) cells of tokens [0, %llu) x heads [%llu, %llu); every "
         "cell must be bound exactly once",
-        (unsigned long long)layer, name, (unsigned long long)cells,
+        (unsigned long long)layer, name, (unsigned long long)token,
+        (unsigned long long)head, (unsigned long long)cells,
         (unsigned long long)expected, (unsigned long long)token_span,
         (unsigned long long)part->head_start,
         (unsigned long long)(part->head_start + part->head_count));

@@ -620,19 +620,32 @@ Test(binding, rejects_partly_aliased_regions_sharing_bytes) {
 
 Test(binding, rejects_a_token_left_unbound) {
   fx.binding.ranges[0].token_count = 7;
-  ASSERT_INVALID("binding: layer 1 component KEY:", "bind 14 of the 16",
-                 "tokens [0, 8) x heads [2, 4)", "exactly once");
+  ASSERT_INVALID(
+      "binding: layer 1 component KEY:", "token 7 head 2 is not bound",
+      "bind 14 of the 16", "tokens [0, 8) x heads [2, 4)", "exactly once");
 }
 
 Test(binding, rejects_a_head_left_unbound) {
   fx.binding.ranges[3].head_count = 1;
-  ASSERT_INVALID("binding: layer 2 component VALUE:", "bind 8 of the 16",
-                 "exactly once");
+  ASSERT_INVALID(
+      "binding: layer 2 component VALUE:", "token 0 head 3 is not bound",
+      "bind 8 of the 16", "exactly once");
 }
 
 Test(binding, rejects_an_owned_layer_component_without_ranges) {
   fx.binding.range_count = 3; /* drop L2 V */
-  ASSERT_INVALID("binding: layer 2 component VALUE:", "bind 0 of the 16");
+  ASSERT_INVALID("binding: layer 2 component VALUE:",
+                 "token 0 head 2 is not bound", "bind 0 of the 16");
+}
+
+Test(binding, names_the_first_unbound_value_inside_the_span) {
+  /* L1 K: tokens [0, 4) both heads, then head 3 alone on [4, 8) and head 2
+   * only from token 6 on: tokens 4 and 5 of head 2 are holes. */
+  fx.binding.ranges[0].token_count = 4;
+  add_range(1, K, 4, 4, 3, 1, "aux", 32, 8, 8);
+  add_range(1, K, 6, 2, 2, 1, "aux", 0, 8, 8);
+  ASSERT_INVALID("binding: layer 1 component KEY:",
+                 "token 4 head 2 is not bound", "bind 14 of the 16");
 }
 
 Test(binding, rejects_a_cell_bound_twice) {
