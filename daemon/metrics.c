@@ -78,6 +78,8 @@ static const struct {
                                              "grpc.health.v1.Health", "Check"},
     [RESHARD_METRICS_METHOD_HEALTH_WATCH] = {"/grpc.health.v1.Health/Watch",
                                              "grpc.health.v1.Health", "Watch"},
+    [RESHARD_METRICS_METHOD_PLAN_STORE] = {"/reshard.v1.Planner/PlanStore",
+                                           "reshard.v1.Planner", "PlanStore"},
 };
 
 static const char *const code_names[RESHARD_METRICS_CODES] = {

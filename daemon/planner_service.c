@@ -8,6 +8,7 @@
 #include "google/protobuf/wrappers.pb-c.h"
 #include "log.h"
 #include "plan_response.h"
+#include "planner_internal.h"
 #include "reshard/checked.h"
 #include "reshard/identity.h"
 #include "reshard/plan.h"
@@ -1290,6 +1291,49 @@ static void handle_plan_load(reshard_call *call, void *data) {
       on_pages_found, ctx);
 }
 
+/* ---- Shared with the other RPC files (planner_internal.h) ---- */
+
+reshard__planner_env reshard__planner_env_of(reshard_planner *planner) {
+  return (reshard__planner_env){
+      .loop = planner->loop,
+      .catalog = planner->catalog,
+      .cache = planner->cache,
+      .caps = &planner->caps,
+      .inline_max_values = planner->inline_max_values,
+      .metrics = planner->metrics,
+  };
+}
+
+void *reshard__planner_decode(reshard_call *call,
+                              const ProtobufCMessageDescriptor *type) {
+  return decode(call, type);
+}
+
+reshard_status
+reshard__planner_parse_manifest_key(const char *key, const char *path,
+                                    char domain[RESHARD_DIGEST_HEX_LEN + 1],
+                                    reshard_error *err) {
+  return parse_manifest_key(key, path, domain, err);
+}
+
+reshard_status reshard__planner_decode_placement(
+    reshard_call *call, const Reshard__V1__Placement *pb,
+    reshard_placement *out, char id[RESHARD_ID_SIZE], reshard_error *err) {
+  return decode_placement(call, pb, out, id, err);
+}
+
+reshard_shared_manifest *
+reshard__planner_manifest_from_record(reshard_planner *planner, const char *key,
+                                      const uint8_t *data, size_t length,
+                                      reshard_error *err) {
+  return manifest_from_record(planner, key, data, length, err);
+}
+
+void reshard__planner_cache_manifest(reshard_planner *planner,
+                                     reshard_shared_manifest *manifest) {
+  cache_manifest(planner, manifest);
+}
+
 /* ---- Life cycle ---- */
 
 reshard_planner *reshard_planner_create(uv_loop_t *loop,
@@ -1323,6 +1367,7 @@ void reshard_planner_register(reshard_planner *planner,
       {"/reshard.v1.Planner/RegisterPlacement", handle_register_placement},
       {"/reshard.v1.Planner/PlanUpload", handle_plan_upload},
       {"/reshard.v1.Planner/PlanLoad", handle_plan_load},
+      {"/reshard.v1.Planner/PlanStore", reshard__handle_plan_store},
   };
   for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
     reshard_server_add_method(server, methods[i].path, 0, methods[i].fn,

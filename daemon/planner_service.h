@@ -1,4 +1,4 @@
-/* The reshard.v1.Planner service (SPEC §3.3): the seven RPCs over the
+/* The reshard.v1.Planner service (SPEC §3.3): the eight RPCs over the
  * catalog, the cache and the planning library. Handlers run on the loop;
  * PlanLoad plans on libuv's thread pool over reference-counted manifests,
  * placements and join templates, and sends from the after-work callback. */
@@ -26,7 +26,7 @@ reshard_planner *reshard_planner_create(uv_loop_t *loop,
                                         const reshard_limits *caps,
                                         uint64_t inline_max_values);
 
-/* Registers the seven methods on `server` (before it starts). */
+/* Registers the eight methods on `server` (before it starts). */
 void reshard_planner_register(reshard_planner *planner, reshard_server *server);
 
 /* Records PlanLoad figures (plan latency, copies, bytes) in `metrics`,

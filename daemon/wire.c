@@ -567,3 +567,42 @@ reshard_wire_plan_to_pb(const reshard_load_plan *plan,
   pb->stats = stats;
   return pb;
 }
+
+Reshard__V1__PlanStoreResponse *
+reshard_wire_store_plan_to_pb(const reshard_store_plan *plan,
+                              const reshard_binding *binding,
+                              const char *layout_id, reshard_arena *arena) {
+  /* The copies read as a load plan without pages; only the columns, the
+   * region ids and the stats of that message are taken. */
+  reshard_load_plan columns = {
+      .copies = plan->copies,
+      .copy_count = plan->copy_count,
+      .batches = plan->batches,
+      .batch_count = plan->batch_count,
+      .operations = plan->operations,
+      .bytes = plan->bytes,
+      .copies_before_coalescing = plan->copies_before_coalescing,
+  };
+  reshard_wire_plan_names names = {.binding = binding, .placement_id = ""};
+  Reshard__V1__PlanLoadResponse *load =
+      reshard_wire_plan_to_pb(&columns, &names, arena);
+  Reshard__V1__PlanStoreResponse *pb =
+      RESHARD_ARENA_NEW(arena, Reshard__V1__PlanStoreResponse, 1);
+  uint32_t *parts = RESHARD_ARENA_NEW(arena, uint32_t, plan->part_count);
+  if (load == NULL || pb == NULL || parts == NULL) {
+    return NULL;
+  }
+  reshard__v1__plan_store_response__init(pb);
+  for (size_t i = 0; i < plan->part_count; i++) {
+    parts[i] = u32(plan->part_indexes[i]);
+  }
+  pb->part_indexes = parts;
+  pb->n_part_indexes = plan->part_count;
+  pb->region_ids = load->region_ids;
+  pb->n_region_ids = load->n_region_ids;
+  pb->batches = load->batches;
+  pb->n_batches = load->n_batches;
+  pb->stats = load->stats;
+  pb->layout_id = text(layout_id);
+  return pb;
+}

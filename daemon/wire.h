@@ -20,6 +20,7 @@
 #include "reshard/manifest.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
+#include "reshard/store.h"
 #include "reshard/upload.h"
 #include "reshard/v1/planner.pb-c.h"
 
@@ -102,5 +103,13 @@ Reshard__V1__PlanLoadResponse *
 reshard_wire_plan_to_pb(const reshard_load_plan *plan,
                         const reshard_wire_plan_names *names,
                         reshard_arena *arena);
+
+/* Builds the PlanStore response: the Parts written, the binding's region
+ * ids and the copies (region to Part) in the RangeBatch columns of a load,
+ * built by reshard_wire_plan_to_pb so both directions encode alike. */
+Reshard__V1__PlanStoreResponse *
+reshard_wire_store_plan_to_pb(const reshard_store_plan *plan,
+                              const reshard_binding *binding,
+                              const char *layout_id, reshard_arena *arena);
 
 #endif

@@ -271,6 +271,7 @@ PLANNER_METHODS = {
                           "RegisterPlacementResponse"),
     "PlanUpload": ("PlanUploadRequest", "PlanUploadResponse"),
     "PlanLoad": ("PlanLoadRequest", "PlanLoadResponse"),
+    "PlanStore": ("PlanStoreRequest", "PlanStoreResponse"),
 }
 
 

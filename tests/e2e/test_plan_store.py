@@ -1,0 +1,228 @@
+"""End-to-end tests of PlanStore (SPEC §2.5) through a live reshardd.
+
+Writers fill their memory with the values of the SPEC §2.4 oracle, ask
+PlanStore where each byte goes, execute the plan into zeroed Part buffers
+and compare them with the SPEC §1.3 Part bytes; then the pages are
+registered and readers of another topology load them with PlanLoad from
+the Parts the writers produced. Rejections come back with their codes.
+
+Run through ctest, or by hand from this directory:
+  RESHARD_E2E_DAEMON=.../reshardd RESHARD_E2E_PYGEN=.../pygen \\
+      /usr/bin/python3 -m unittest -v test_plan_store
+"""
+
+import unittest
+
+import grpc
+
+import reshard_e2e as e
+from reshard_e2e import pb
+from test_grpcio import DaemonTestCase
+
+Code = grpc.StatusCode
+
+
+class WrittenParts:
+    """Parts as the writers' executed store plans produced them, served to
+    readers in the shape reshard_e2e.execute_plan expects."""
+
+    def __init__(self, layout, page_keys):
+        self.layout = layout
+        self.page_keys = page_keys
+        self.count = len(e.canonical_shards(layout))
+        self.data = {}  # (page_key, part) -> bytearray
+
+    def parts(self, page_key, layout_id):
+        return [bytes(self.data[(page_key, i)]) for i in range(self.count)]
+
+
+def store_request(manifest_key, writer, binding, pages, **fields):
+    req = pb.PlanStoreRequest(manifest_key=manifest_key,
+                              binding=binding.message, page_count=pages,
+                              operation_id="e2e-store", **fields)
+    req.placement.CopyFrom(writer)
+    return req
+
+
+def execute_store(resp, memory, written, part_sizes):
+    """Runs every copy (region bytes into Part bytes) and returns how many
+    times each Part byte was written."""
+    writes = {}
+    for rb in resp.batches:
+        for i in range(len(rb.nbytes)):
+            page, part = rb.page_index[i], rb.part_index[i]
+            po, ro, n = rb.part_offset[i], rb.region_offset[i], rb.nbytes[i]
+            if part not in resp.part_indexes:
+                raise AssertionError("copy into Part %d, not written by this "
+                                     "participant" % part)
+            src = memory[resp.region_ids[rb.region_index[i]]]
+            key = (written.page_keys[page], part)
+            dst = written.data.setdefault(key, bytearray(part_sizes[part]))
+            count = writes.setdefault(key, bytearray(part_sizes[part]))
+            if po + n > len(dst) or ro + n > len(src):
+                raise AssertionError("copy leaves its Part or region")
+            dst[po:po + n] = src[ro:ro + n]
+            for b in range(po, po + n):
+                count[b] += 1
+    return writes
+
+
+class PlanStoreTests(DaemonTestCase):
+
+    def write_all(self, desc, writer, fmt, keys, mode="paged", order="NHD"):
+        """Every writer of the lowest DP rank stores its Parts; returns the
+        publish response and the written Parts."""
+        pub, up = self.fleet.publish_writer(writer, fmt)
+        written = WrittenParts(up.layout, keys)
+        expected = {k: e.build_parts(up.layout, k) for k in keys}
+        sizes = [len(p) for p in expected[keys[0]]]
+        dp = min(p.rank.dp for p in writer.parts)
+        writers = 0
+        for part in writer.parts:
+            if part.rank.dp != dp:
+                continue
+            binding = e.make_binding(desc, part, len(keys), mode=mode,
+                                     order=order, seed=writers)
+            memory, _ = e.expected_regions(desc, binding, keys, len(keys))
+            resp = self.planner.PlanStore(
+                store_request(pub.manifest_key, writer, binding, len(keys)),
+                timeout=60)
+            self.assertEqual(resp.layout_id, pub.layout_id)
+            writes = execute_store(resp, memory, written, sizes)
+            if part.replica_ordinal != 0 or not part.layer_ids:
+                self.assertEqual(list(resp.part_indexes), [])
+                self.assertEqual(len(resp.batches), 0)
+                continue
+            self.assertEqual(len(resp.part_indexes), 1)
+            index = resp.part_indexes[0]
+            self.assertEqual(up.part_writers[index], part.participant_id)
+            for k in keys:
+                self.assertEqual(bytes(written.data[(k, index)]),
+                                 expected[k][index],
+                                 "page %s Part %d of %s" %
+                                 (k, index, part.participant_id))
+                self.assertTrue(all(c == 1 for c in writes[(k, index)]))
+            writers += 1
+        self.assertEqual(writers, len(up.layout.shards))
+        return pub, written
+
+    def read_all(self, desc, reader, pub, written, keys):
+        self.fleet.register(pub.manifest_key, keys)
+        for part in reader.parts:
+            if not part.layer_ids:
+                continue
+            binding = e.make_binding(desc, part, len(keys), mode="paged")
+            resp = self.fleet.plan(pub.model_domain, keys, reader, binding)
+            self.assertEqual(resp.hit_pages, len(keys))
+            actual = e.execute_plan(resp, written, binding.region_sizes)
+            want, _ = e.expected_regions(desc, binding, keys, len(keys))
+            self.assertIsNone(e.describe_mismatch(actual, want, binding,
+                                                  desc), part.participant_id)
+
+    def test_write_then_read_every_format(self):
+        desc = e.make_descriptor(6, 4, 8, 8, 8)
+        cases = [(pb.PLHD, (1, 1, 1), (1, 1, 2)),
+                 (pb.LPHD, (1, 2, 4), (1, 3, 2)),
+                 (pb.HPLD, (2, 1, 8), (1, 2, 1))]
+        for fmt, (wd, wp, wt), (rd, rp, rt) in cases:
+            with self.subTest(format=fmt):
+                model = "store-%d" % fmt
+                writer = e.make_placement(desc, wd, wp, wt, model + "-w")
+                keys = ["%s-%d" % (model, i) for i in range(3)]
+                pub, written = self.write_all(desc, writer, fmt, keys)
+                reader = e.make_placement(desc, rd, rp, rt, model + "-r")
+                self.read_all(desc, reader, pub, written, keys)
+
+    def test_contiguous_and_hnd_writer_memory(self):
+        desc = e.make_descriptor(4, 2, 8, 0, 4)  # single tensor too
+        writer = e.make_placement(desc, 1, 2, 2, "store-mem-w")
+        keys = ["store-mem-%d" % i for i in range(2)]
+        self.write_all(desc, writer, pb.LPHD, keys, mode="contiguous")
+        self.write_all(desc, writer, pb.HPLD, keys, order="HND")
+
+    def test_placement_by_id_and_join_reuse(self):
+        desc = e.make_descriptor(2, 2, 4, 4, 4)
+        writer = e.make_placement(desc, 1, 1, 2, "store-id-w")
+        pub, _ = self.fleet.publish_writer(writer, pb.PLHD)
+        pid = self.planner.RegisterPlacement(
+            pb.RegisterPlacementRequest(placement=writer)).placement_id
+        binding = e.make_binding(desc, writer.parts[0], 2)
+        inline = self.planner.PlanStore(
+            store_request(pub.manifest_key, writer, binding, 2))
+        req = pb.PlanStoreRequest(manifest_key=pub.manifest_key,
+                                  placement_id=pid, binding=binding.message,
+                                  page_count=2)
+        for _ in range(2):
+            by_id = self.planner.PlanStore(req)
+            self.assertEqual(by_id, inline)
+
+    def test_rejections(self):
+        desc = e.make_descriptor(2, 2, 4, 4, 4)
+        writer = e.make_placement(desc, 1, 1, 2, "store-bad-w")
+        pub, _ = self.fleet.publish_writer(writer, pb.PLHD)
+        part = writer.parts[0]
+        good = e.make_binding(desc, part, 2)
+
+        def call(binding=good, key=pub.manifest_key, **fields):
+            return self.planner.PlanStore(
+                store_request(key, writer, binding, 2, **fields))
+
+        hole = e.make_binding(desc, part, 2)
+        hole.message.ranges[0].token_count -= 1
+        msg = self.assertRpcError(Code.INVALID_ARGUMENT, call, hole)
+        self.assertIn("is not bound", msg)
+
+        overlap = e.make_binding(desc, part, 2)
+        overlap.message.ranges[1].offset_bytes = \
+            overlap.message.ranges[0].offset_bytes
+        overlap.message.ranges[1].region_id = \
+            overlap.message.ranges[0].region_id
+        self.assertRpcError(Code.INVALID_ARGUMENT, call, overlap)
+
+        unowned = e.make_binding(desc, part, 2)
+        extra = unowned.message.ranges.add()
+        extra.CopyFrom(unowned.message.ranges[0])
+        extra.global_layer_id = 9
+        msg = self.assertRpcError(Code.INVALID_ARGUMENT, call, unowned)
+        self.assertIn("binding.ranges", msg)
+
+        unknown = pub.manifest_key[:-4] + "0000"
+        msg = self.assertRpcError(Code.NOT_FOUND, call, key=unknown)
+        self.assertIn("manifest_key", msg)
+        self.assertRpcError(Code.INVALID_ARGUMENT, call, key="kv/nope")
+
+        msg = self.assertRpcError(Code.INVALID_ARGUMENT, call, runs=True)
+        self.assertIn("runs", msg)
+
+        req = store_request(pub.manifest_key, writer, good, 0)
+        self.assertRpcError(Code.INVALID_ARGUMENT, self.planner.PlanStore, req)
+
+        req = pb.PlanStoreRequest(manifest_key=pub.manifest_key,
+                                  placement_id="sha256:" + "0" * 64,
+                                  binding=good.message, page_count=1)
+        self.assertRpcError(Code.NOT_FOUND, self.planner.PlanStore, req)
+
+        other = e.make_placement(e.make_descriptor(2, 2, 4, 4, 8), 1, 1, 2,
+                                 "store-bad-w")
+        binding = e.make_binding(other.descriptor, other.parts[0], 1)
+        req = store_request(pub.manifest_key, other, binding, 1)
+        self.assertRpcError(Code.FAILED_PRECONDITION, self.planner.PlanStore,
+                            req)
+        self.assertServing()
+
+    def test_participant_that_writes_nothing_gets_an_empty_plan(self):
+        desc = e.make_descriptor(2, 2, 4, 4, 4)
+        writer = e.make_placement(desc, 1, 1, 4, "store-rep-w")  # 2 replicas
+        pub, _ = self.fleet.publish_writer(writer, pb.PLHD)
+        replica = next(p for p in writer.parts if p.replica_ordinal == 1)
+        binding = e.make_binding(desc, replica, 2)
+        resp = self.planner.PlanStore(
+            store_request(pub.manifest_key, writer, binding, 2))
+        self.assertEqual(list(resp.part_indexes), [])
+        self.assertEqual(len(resp.batches), 0)
+        self.assertEqual(resp.stats.operations, 0)
+        self.assertEqual(resp.layout_id, pub.layout_id)
+
+
+if __name__ == "__main__":
+    unittest.main()
