@@ -295,6 +295,10 @@ RESHARD_TYPED_CALL(reshard_client_plan_upload, "/reshard.v1.Planner/PlanUpload",
 RESHARD_TYPED_CALL(reshard_client_plan_load, "/reshard.v1.Planner/PlanLoad",
                    Reshard__V1__PlanLoadRequest, Reshard__V1__PlanLoadResponse,
                    reshard__v1__plan_load_response__descriptor)
+RESHARD_TYPED_CALL(reshard_client_plan_store, "/reshard.v1.Planner/PlanStore",
+                   Reshard__V1__PlanStoreRequest,
+                   Reshard__V1__PlanStoreResponse,
+                   reshard__v1__plan_store_response__descriptor)
 RESHARD_TYPED_CALL(reshard_client_health_check, "/grpc.health.v1.Health/Check",
                    Grpc__Health__V1__HealthCheckRequest,
                    Grpc__Health__V1__HealthCheckResponse,

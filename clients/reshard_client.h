@@ -131,6 +131,11 @@ int reshard_client_plan_load(reshard_client *client,
                              int64_t timeout_ms,
                              Reshard__V1__PlanLoadResponse **resp,
                              reshard_client_status *st);
+int reshard_client_plan_store(reshard_client *client,
+                              const Reshard__V1__PlanStoreRequest *req,
+                              int64_t timeout_ms,
+                              Reshard__V1__PlanStoreResponse **resp,
+                              reshard_client_status *st);
 int reshard_client_health_check(reshard_client *client,
                                 const Grpc__Health__V1__HealthCheckRequest *req,
                                 int64_t timeout_ms,

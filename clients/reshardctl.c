@@ -42,6 +42,8 @@ static const char usage_text[] =
     "  plan FILE.json [--format table|json]\n"
     "                                     run a PlanLoadRequest, print the "
     "plan\n"
+    "  plan-store FILE.json               run a PlanStoreRequest, print the "
+    "plan as JSON\n"
     "  health [SERVICE]                   grpc.health.v1 Check\n"
     "\n"
     "FILE may be - for standard input. The target defaults to "
@@ -268,6 +270,27 @@ static int cmd_plan_upload(reshard_client *c, int argc, char **argv) {
   return rc;
 }
 
+/* The store plan prints as its message: the copies go region to Part, so
+ * the load plan's document (pages by key) does not describe it. */
+static int cmd_plan_store(reshard_client *c, int argc, char **argv) {
+  if (argc != 1)
+    return usage_error("plan-store takes exactly one FILE.json");
+  ProtobufCMessage *m =
+      load_message(argv[0], &reshard__v1__plan_store_request__descriptor);
+  if (m == NULL)
+    return EXIT_USAGE;
+  Reshard__V1__PlanStoreResponse *resp = NULL;
+  reshard_client_status st;
+  int code = reshard_client_plan_store(c, (Reshard__V1__PlanStoreRequest *)m, 0,
+                                       &resp, &st);
+  protobuf_c_message_free_unpacked(m, NULL);
+  if (code != RESHARD_STATUS_OK)
+    return rpc_error(&st);
+  int rc = print_message_json(&resp->base);
+  reshard__v1__plan_store_response__free_unpacked(resp, NULL);
+  return rc;
+}
+
 static int cmd_plan(reshard_client *c, int argc, char **argv) {
   const char *file = NULL;
   const char *format = "table";
@@ -355,6 +378,7 @@ static const command commands[] = {
     {"register-placement", cmd_register_placement},
     {"plan-upload", cmd_plan_upload},
     {"plan", cmd_plan},
+    {"plan-store", cmd_plan_store},
     {"health", cmd_health},
 };
 

@@ -11,9 +11,14 @@ Run through ctest, or by hand from this directory:
       /usr/bin/python3 -m unittest -v test_plan_store
 """
 
+import json
+import os
+import subprocess
+import tempfile
 import unittest
 
 import grpc
+from google.protobuf import json_format
 
 import reshard_e2e as e
 from reshard_e2e import pb
@@ -222,6 +227,32 @@ class PlanStoreTests(DaemonTestCase):
         self.assertEqual(len(resp.batches), 0)
         self.assertEqual(resp.stats.operations, 0)
         self.assertEqual(resp.layout_id, pub.layout_id)
+
+    def test_reshardctl_plan_store(self):
+        if not e.RESHARDCTL or not os.access(e.RESHARDCTL, os.X_OK):
+            self.skipTest("RESHARD_E2E_RESHARDCTL is not set")
+        desc = e.make_descriptor(2, 2, 4, 4, 4)
+        writer = e.make_placement(desc, 1, 1, 2, "store-ctl-w")
+        pub, _ = self.fleet.publish_writer(writer, pb.LPHD)
+        binding = e.make_binding(desc, writer.parts[1], 2, mode="contiguous")
+        req = store_request(pub.manifest_key, writer, binding, 2)
+        want = self.planner.PlanStore(req)
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(json_format.MessageToDict(
+                req, preserving_proto_field_name=True), f)
+            f.flush()
+            proc = subprocess.run(
+                [e.RESHARDCTL, "--target", self.daemon.target, "plan-store",
+                 f.name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        doc = json.loads(proc.stdout)
+        self.assertEqual(doc["layout_id"], pub.layout_id)
+        self.assertEqual(doc["part_indexes"], list(want.part_indexes))
+        got = [[int(v) for v in b["nbytes"]] for b in doc["batches"]]
+        self.assertEqual(got, [list(b.nbytes) for b in want.batches])
+        got = [[int(v) for v in b["part_offset"]] for b in doc["batches"]]
+        self.assertEqual(got, [list(b.part_offset) for b in want.batches])
 
 
 if __name__ == "__main__":
