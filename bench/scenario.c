@@ -224,3 +224,37 @@ reshard_status scenario_build(const scenario_spec *spec, uint64_t pages,
   };
   return RESHARD_OK;
 }
+
+reshard_status scenario_build_store(const scenario_spec *spec, uint64_t pages,
+                                    uint64_t seed, reshard_arena *arena,
+                                    store_scenario *out, reshard_error *err) {
+  memset(out, 0, sizeof *out);
+  if (pages == 0) {
+    pages = spec->pages;
+  }
+  reshard_status status =
+      scenario_build(spec, pages, 0, seed, arena, &out->load, err);
+  if (status) {
+    return status;
+  }
+  const reshard_placement *writer = &out->load.writer;
+  for (size_t p = 0; p < writer->part_count && out->writer_part == NULL; p++) {
+    const reshard_placement_part *part = &writer->parts[p];
+    if (part->replica_ordinal == 0 && part->layer_count > 0) {
+      out->writer_part = part;
+    }
+  }
+  if ((status = build_binding(spec, pages, out->writer_part, seed, arena,
+                              &out->binding, err))) {
+    return status;
+  }
+  out->request = (reshard_store_request){
+      .placement = writer,
+      .binding = &out->binding,
+      .page_count = pages,
+      .layout = &out->load.upload.layout,
+      .layout_id = out->load.upload.layout_id,
+      .limits = reshard_limits_default(),
+  };
+  return RESHARD_OK;
+}

@@ -9,6 +9,7 @@
 
 #include "reshard/arena.h"
 #include "reshard/plan.h"
+#include "reshard/store.h"
 #include "reshard/upload.h"
 
 typedef enum scenario_memory {
@@ -51,5 +52,20 @@ reshard_status scenario_build(const scenario_spec *spec, uint64_t pages,
                               size_t reader_index, uint64_t seed,
                               reshard_arena *arena, scenario *out,
                               reshard_error *err);
+
+/* The store side of a scenario (SPEC §2.5): the first writer participant
+ * that writes a Part (canonical order), its memory laid out like the
+ * spec's reader memory (same blocks and axis order) over the writer's own
+ * layers and heads, storing into the uploaded layout. */
+typedef struct store_scenario {
+  scenario load; /* the same scenario's load side */
+  const reshard_placement_part *writer_part;
+  reshard_binding binding;
+  reshard_store_request request;
+} store_scenario;
+
+reshard_status scenario_build_store(const scenario_spec *spec, uint64_t pages,
+                                    uint64_t seed, reshard_arena *arena,
+                                    store_scenario *out, reshard_error *err);
 
 #endif

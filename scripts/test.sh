@@ -21,6 +21,7 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
 
 ./build/bench/reshard-bench 20
+./build/bench/reshard-bench-store 20
 
 # Catalog figures (docs/catalog.md): publishes and registrations per second,
 # plan latency with a cold and a warm cache, per backend. It starts its own
