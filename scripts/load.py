@@ -22,7 +22,8 @@ and in time (--time-limit).
 Usage:
   scripts/load.py --daemon build/daemon/reshardd           # start one, test, stop it
   scripts/load.py --target 127.0.0.1:50051 --metrics 127.0.0.1:9464
-Options: --scenario S1-8 (default; any of S1..S5 or S1-N), --requests 5000,
+Options: --scenario S1-8 (default; any of S1..S5 or S1-N), --method PlanLoad
+(default) or PlanStore (the scenario's writer), --requests 5000,
 --warmup 1000, --clients 4 --streams 16 (64 concurrent streams).
 Exit status: 0 when every call succeeded and memory stayed flat, 1 otherwise,
 2 on bad usage.
@@ -47,6 +48,8 @@ REPO = os.path.dirname(HERE)
 E2E = os.path.join(REPO, "tests", "e2e")
 
 PLAN_LOAD_PATH = "/reshard.v1.Planner/PlanLoad"
+# --method: the RPC under load and the scenario request it sends.
+METHODS = {"PlanLoad": "plan_load", "PlanStore": "plan_store"}
 SAMPLE_RE = re.compile(r'^reshard_requests_total\{service="([^"]*)",'
                        r'method="([^"]*)",code="([^"]*)"\} (\d+)$')
 RSS_RE = re.compile(r"^process_resident_memory_bytes (\d+)$", re.M)
@@ -160,10 +163,10 @@ def parse_h2load(stdout):
 
 
 def run_h2load(h2load, target, data_file, requests, clients, streams,
-               threads, time_limit, log_file=None):
+               threads, time_limit, log_file=None, path=PLAN_LOAD_PATH):
     host, port = split_host_port(target)
     url = "http://%s:%d%s" % (("[%s]" % host) if ":" in host else host, port,
-                              PLAN_LOAD_PATH)
+                              path)
     argv = [h2load, "-n", str(requests), "-c", str(clients), "-m",
             str(streams), "-t", str(threads), "-d", data_file,
             "-H", "content-type: application/grpc", "-H", "te: trailers",
@@ -234,7 +237,7 @@ class Target:
                                 % (code, self.daemon.log_text()))
 
 
-def set_up(target, requests, timeout=120):
+def set_up(target, requests, timeout=120, method="PlanLoad"):
     """PublishManifest and RegisterPages with grpcio, then one PlanLoad to
     check the request plans every page."""
     import grpc
@@ -249,6 +252,12 @@ def set_up(target, requests, timeout=120):
             raise LoadError("the daemon's manifest key %s differs from %s"
                             % (pub.manifest_key, requests.manifest_key))
         planner.RegisterPages(requests.register, timeout=timeout)
+        if method == "PlanStore":
+            resp = planner.PlanStore(requests.plan_store, timeout=timeout)
+            if len(resp.part_indexes) != 1:
+                raise LoadError("the PlanStore writes %d Parts, not 1"
+                                % len(resp.part_indexes))
+            return resp.stats
         resp = planner.PlanLoad(requests.plan_load, timeout=timeout)
         if resp.hit_pages != requests.pages:
             raise LoadError("the PlanLoad hits %d of %d pages"
@@ -273,19 +282,22 @@ def run(args):
     name, pages = scenarios.parse_variant(args.scenario)
     requests = scenarios.build(name, pages)
     target = Target(args)
-    result = {"scenario": requests.name, "requests": args.requests,
+    message = getattr(requests, METHODS[args.method])
+    path = "/reshard.v1.Planner/" + args.method
+    result = {"scenario": requests.name, "method": args.method,
+              "requests": args.requests,
               "warmup": args.warmup, "clients": args.clients,
               "streams_per_client": args.streams,
               "concurrent_streams": args.clients * args.streams}
     try:
-        stats = set_up(target.grpc, requests)
+        stats = set_up(target.grpc, requests, method=args.method)
         result["plan"] = {"copies": stats.operations, "bytes": stats.bytes,
                           "copies_before_coalescing":
                               stats.copies_before_coalescing}
         with tempfile.TemporaryDirectory(prefix="reshard-load-") as tmp:
             data_file = os.path.join(tmp, "planload.grpc")
             with open(data_file, "wb") as f:
-                f.write(grpc_frame(requests.plan_load.SerializeToString()))
+                f.write(grpc_frame(message.SerializeToString()))
             log_file = os.path.join(tmp, "requests.log")
 
             before_text = read_metrics(target.metrics)
@@ -295,12 +307,14 @@ def run(args):
             if args.warmup > 0:
                 warm, _ = run_h2load(h2load, target.grpc, data_file,
                                      args.warmup, args.clients, args.streams,
-                                     args.threads, args.time_limit)
+                                     args.threads, args.time_limit,
+                                     path=path)
                 sent += warm["done"]
             rss_warm = rss_bytes(target.pid, read_metrics(target.metrics))
             main, text = run_h2load(h2load, target.grpc, data_file,
                                     args.requests, args.clients, args.streams,
-                                    args.threads, args.time_limit, log_file)
+                                    args.threads, args.time_limit, log_file,
+                                    path=path)
             sent += main["done"]
             after_text = read_metrics(target.metrics)
             after = request_counts(after_text)
@@ -335,11 +349,11 @@ def run(args):
         d = after.get(key, 0) - before.get(key, 0)
         if d:
             deltas["%s/%s %s" % key] = d
-    ok_key = "reshard.v1.Planner/PlanLoad OK"
+    ok_key = "reshard.v1.Planner/%s OK" % args.method
     result["daemon_counter_deltas"] = deltas
     if deltas.get(ok_key, 0) != sent:
-        problems.append("the daemon counted %d PlanLoad OK, %d were sent"
-                        % (deltas.get(ok_key, 0), sent))
+        problems.append("the daemon counted %d %s OK, %d were sent"
+                        % (deltas.get(ok_key, 0), args.method, sent))
     for key, d in sorted(deltas.items()):
         if key != ok_key:
             problems.append("the daemon counted %d %s" % (d, key))
@@ -355,9 +369,9 @@ def run(args):
 def report(r, out=sys.stdout):
     mib = 1024.0 * 1024.0
     lat = r["latency_ms"]
-    print("reshardd load test: %s PlanLoad (%d copies, %d bytes per plan), "
+    print("reshardd load test: %s %s (%d copies, %d bytes per plan), "
           "h2load %d requests at %d concurrent streams (%d connections x %d)"
-          % (r["scenario"], r["plan"]["copies"], r["plan"]["bytes"],
+          % (r["scenario"], r["method"], r["plan"]["copies"], r["plan"]["bytes"],
              r["requests"], r["concurrent_streams"], r["clients"],
              r["streams_per_client"]), file=out)
     print("  throughput   %.1f requests/s over %.2f s"
@@ -396,6 +410,9 @@ def main(argv=None):
     parser.add_argument("--daemon-flag", action="append", default=[],
                         help="extra flag for the started daemon (repeat)")
     parser.add_argument("--scenario", default="S1-8")
+    parser.add_argument("--method", default="PlanLoad", choices=sorted(METHODS),
+                        help="the RPC under load: the scenario's reader "
+                             "PlanLoad or its writer's PlanStore")
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=4)

@@ -2,7 +2,7 @@
 """Writes the ghz request data (and configurations) for the SPEC §6 scenarios.
 
 For every scenario variant (S1-8, then S1..S5) and step (publish, register,
-planload) it writes into --out:
+planload, planstore) it writes into --out:
 
   {variant}.{step}.json   the request in protobuf's JSON mapping (ghz "data-file")
   {variant}.{step}.bin    the same request serialized (ghz "binary-file",
@@ -71,7 +71,7 @@ def ghz_config(variant, step, method, host, data_dir_rel):
         "insecure": True,
         "timeout": "20s",
     }
-    if step == "planload":
+    if step in ("planload", "planstore"):
         config.update({
             "binary-file": "%s/%s.%s.bin" % (data_dir_rel, variant, step),
             "total": LOAD_TOTALS.get(variant, DEFAULT_LOAD_TOTAL),

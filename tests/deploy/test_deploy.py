@@ -538,7 +538,8 @@ class GhzDataTests(unittest.TestCase):
         self.assertEqual(variants, {"S1-8", "S1", "S2", "S3", "S4", "S5"})
         for v in variants:
             steps = [x["step"] for x in self.index if x["variant"] == v]
-            self.assertEqual(steps, ["publish", "register", "planload"])
+            self.assertEqual(steps, ["publish", "register", "planload",
+                                     "planstore"])
 
     def test_committed_configs_are_generated(self):
         generated = sorted(os.listdir(self.configs))
@@ -639,6 +640,9 @@ class GhzDataTests(unittest.TestCase):
                                                          set())
                             self.assertEqual(resp.added, len(keys - seen))
                             seen |= keys
+                        elif x["step"] == "planstore":
+                            self.assertEqual(len(resp.part_indexes), 1)
+                            self.assertGreater(resp.stats.operations, 0)
                         else:
                             self.assertEqual(resp.hit_pages, x["pages"])
                             self.assertGreater(resp.stats.operations, 0)

@@ -3,7 +3,7 @@
 The same rows as bench/scenario.c (real model shapes, a paged reader
 memory), built as the messages a client sends: the writer's
 PublishManifest, the RegisterPages of the scenario's page keys and the
-reader's PlanLoad. Used by deploy/ghz/generate.py (ghz request data),
+reader's PlanLoad, and a writer's PlanStore. Used by deploy/ghz/generate.py (ghz request data),
 scripts/load.py (h2load) and scripts/scenario.py (a readable plan), so all
 three send the same bytes.
 
@@ -118,12 +118,27 @@ class Requests:
             model_domain=self.model_domain, page_keys=self.page_keys,
             placement=self.reader, binding=self.binding.message,
             operation_id="%s-load" % self.name)
+        # The store side (SPEC §2.5): the first writer that writes a Part,
+        # its memory in the reader's shape (blocks, axis order).
+        self.store_participant = next(
+            p for p in sorted(self.writer.parts,
+                              key=lambda p: p.participant_id)
+            if p.replica_ordinal == 0 and p.layer_ids)
+        self.store_binding = e.make_binding(
+            self.descriptor, self.store_participant, pages, mode="paged",
+            block=spec.block, order=spec.order, seed=seed,
+            endpoint="%s-writer-memory" % spec.name)
+        self.plan_store = pb.PlanStoreRequest(
+            manifest_key=self.manifest_key, placement=self.writer,
+            binding=self.store_binding.message, page_count=pages,
+            operation_id="%s-store" % self.name)
 
     def steps(self):
         """[(step, method, request)] in the order a client sends them."""
         return [("publish", "PublishManifest", self.publish),
                 ("register", "RegisterPages", self.register),
-                ("planload", "PlanLoad", self.plan_load)]
+                ("planload", "PlanLoad", self.plan_load),
+                ("planstore", "PlanStore", self.plan_store)]
 
 
 def build(name, pages=None, participant_index=0, seed=1):
