@@ -1,6 +1,6 @@
 /* Tests daemon/wire.c: round trips between protobuf-c messages and the
  * library's types, field paths in errors, and the packed-column plan
- * response. */
+ * responses of PlanLoad and PlanStore. */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -377,6 +377,67 @@ Test(wire, plan_response_columns) {
   cr_assert_eq(r->stats->operations, 3);
   cr_assert_eq(r->stats->bytes, 56);
   cr_assert_eq(r->stats->copies_before_coalescing, 9);
+}
+
+Test(wire, store_plan_response_columns) {
+  reshard_copy copies[3] = {
+      {0, 2, 100, 1, 1000, 16},
+      {0, 2, 116, 0, 64, 16},
+      {1, 2, 100, 1, 3000, 8},
+  };
+  reshard_batch batches[2] = {{0, 2, 32}, {2, 1, 8}};
+  uint64_t parts[1] = {2};
+  reshard_store_plan plan = {
+      .part_indexes = parts,
+      .part_count = 1,
+      .copies = copies,
+      .copy_count = 3,
+      .batches = batches,
+      .batch_count = 2,
+      .operations = 3,
+      .bytes = 40,
+      .copies_before_coalescing = 5,
+  };
+  reshard_region regions[2] = {{"w0", 4096, 8192}, {"w1", 65536, 8192}};
+  reshard_binding binding = {.regions = regions, .region_count = 2};
+  Reshard__V1__PlanStoreResponse *pb =
+      reshard_wire_store_plan_to_pb(&plan, &binding, "sha256:ll", &arena);
+  cr_assert_not_null(pb);
+  size_t length;
+  Reshard__V1__PlanStoreResponse *r =
+      (Reshard__V1__PlanStoreResponse *)reencode(&pb->base, &length);
+  cr_assert_str_eq(r->layout_id, "sha256:ll");
+  cr_assert_eq(r->n_part_indexes, 1);
+  cr_assert_eq(r->part_indexes[0], 2);
+  cr_assert_eq(r->n_region_ids, 2);
+  cr_assert_str_eq(r->region_ids[0], "w0");
+  cr_assert_eq(r->n_batches, 2);
+  const Reshard__V1__RangeBatch *b0 = r->batches[0];
+  cr_assert_eq(b0->n_nbytes, 2);
+  cr_assert_eq(b0->part_offset[1], 116);
+  cr_assert_eq(b0->region_index[0], 1);
+  cr_assert_eq(b0->region_offset[1], 64);
+  cr_assert_eq(b0->bytes, 32);
+  cr_assert_eq(r->batches[1]->page_index[0], 1);
+  cr_assert_eq(r->batches[1]->region_offset[0], 3000);
+  cr_assert_eq(r->stats->operations, 3);
+  cr_assert_eq(r->stats->bytes, 40);
+  cr_assert_eq(r->stats->copies_before_coalescing, 5);
+}
+
+Test(wire, empty_store_plan_response) {
+  reshard_store_plan plan = {0};
+  reshard_binding binding = {0};
+  Reshard__V1__PlanStoreResponse *pb =
+      reshard_wire_store_plan_to_pb(&plan, &binding, "sha256:ll", &arena);
+  cr_assert_not_null(pb);
+  size_t length;
+  Reshard__V1__PlanStoreResponse *r =
+      (Reshard__V1__PlanStoreResponse *)reencode(&pb->base, &length);
+  cr_assert_eq(r->n_part_indexes, 0);
+  cr_assert_eq(r->n_batches, 0);
+  cr_assert_not_null(r->stats);
+  cr_assert_eq(r->stats->operations, 0);
 }
 
 Test(wire, empty_plan_response) {
