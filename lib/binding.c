@@ -330,17 +330,16 @@ static int compare_head_start(const void *a, const void *b) {
  * where some range ends, so only token 0 and the range ends are looked
  * at; the ranges open there are disjoint on that token, at most head_count
  * of them, which keeps the walk within the sweep's work bound. */
-static void first_unbound(validation *v, const reshard_bound_range *ranges,
-                          size_t count, uint64_t token_span, uint64_t *token,
-                          uint64_t *head) {
+static reshard_status first_unbound(validation *v,
+                                    const reshard_bound_range *ranges,
+                                    size_t count, uint64_t token_span,
+                                    uint64_t *token, uint64_t *head) {
   const reshard_placement_part *part = v->part;
   uint64_t *stops = RESHARD_ARENA_ARRAY(v->arena, uint64_t, count + 1);
   reshard_bound_range *open =
       RESHARD_ARENA_ARRAY(v->arena, reshard_bound_range, count + 1);
-  *token = 0;
-  *head = part->head_start;
   if (stops == NULL || open == NULL) {
-    return; /* the message still counts the cells */
+    return out_of_memory(v);
   }
   size_t stop_count = 0;
   stops[stop_count++] = 0;
@@ -379,9 +378,13 @@ static void first_unbound(validation *v, const reshard_bound_range *ranges,
       }
       *token = t;
       *head = h;
-      return;
+      return RESHARD_OK;
     }
   }
+  /* Unreachable for disjoint ranges that miss a cell. */
+  *token = 0;
+  *head = part->head_start;
+  return RESHARD_OK;
 }
 
 /* Proves that the ranges of one (layer, component) tile the rectangle
@@ -427,8 +430,12 @@ check_group_tiling(validation *v, const reshard_bound_range *ranges,
   }
   uint64_t expected = token_span * part->head_count;
   if (cells != expected) {
-    uint64_t token, head;
-    first_unbound(v, ranges, count, token_span, &token, &head);
+    uint64_t token = 0, head = 0;
+    reshard_status status =
+        first_unbound(v, ranges, count, token_span, &token, &head);
+    if (status) {
+      return status;
+    }
     return reshard_error_set(
         v->err, RESHARD_INVALID_ARGUMENT,
         "binding: layer %llu component %s: token %llu head %llu is not bound; "

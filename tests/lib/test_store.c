@@ -139,7 +139,7 @@ typedef struct matrix_param {
 
 #define MATRIX_SIZE (3 * ORACLE_MEM_STYLE_COUNT)
 
-ParameterizedTestParameters(store, format_x_memory) {
+static matrix_param *matrix(void) {
   static matrix_param params[MATRIX_SIZE];
   size_t k = 0;
   for (int f = RESHARD_FORMAT_PLHD; f <= RESHARD_FORMAT_HPLD; f++) {
@@ -147,7 +147,11 @@ ParameterizedTestParameters(store, format_x_memory) {
       params[k++] = (matrix_param){(reshard_format)f, (oracle_memory_style)s};
     }
   }
-  return cr_make_param_array(matrix_param, params, MATRIX_SIZE);
+  return params;
+}
+
+ParameterizedTestParameters(store, format_x_memory) {
+  return cr_make_param_array(matrix_param, matrix(), MATRIX_SIZE);
 }
 
 ParameterizedTest(matrix_param *param, store, format_x_memory) {
@@ -182,14 +186,7 @@ static const topology_param topologies[] = {
 #define TOPOLOGY_COUNT (sizeof topologies / sizeof topologies[0])
 
 ParameterizedTestParameters(store, write_then_read) {
-  static matrix_param params[MATRIX_SIZE];
-  size_t k = 0;
-  for (int f = RESHARD_FORMAT_PLHD; f <= RESHARD_FORMAT_HPLD; f++) {
-    for (int s = 0; s < ORACLE_MEM_STYLE_COUNT; s++) {
-      params[k++] = (matrix_param){(reshard_format)f, (oracle_memory_style)s};
-    }
-  }
-  return cr_make_param_array(matrix_param, params, MATRIX_SIZE);
+  return cr_make_param_array(matrix_param, matrix(), MATRIX_SIZE);
 }
 
 /* Writers store with reshard_plan_store, then every reader participant of
