@@ -27,6 +27,7 @@ typedef struct writer_case {
   reshard_upload_plan upload;
   uint64_t dp_rank;
   uint64_t pages;
+  reshard_limits limits; /* sometimes small batches, so copies split */
   char description[512];
 } writer_case;
 
@@ -53,14 +54,21 @@ static void writer_case_build(writer_case *w, uint64_t seed,
                                    &limits, &w->arena, &w->upload, &err),
                RESHARD_OK, "%s", err.message);
   w->pages = oracle_rng_between(&w->rng, 1, 3);
+  w->limits = reshard_limits_default();
+  if (oracle_rng_chance(&w->rng, 30)) {
+    w->limits.max_batch_operations = oracle_rng_between(&w->rng, 1, 64);
+    w->limits.max_batch_bytes = oracle_rng_between(&w->rng, 1, 4096);
+  }
   snprintf(w->description, sizeof w->description,
            "seed 0x%016" PRIx64 " %s dp %" PRIu64 " pp %" PRIu64 " tp %" PRIu64
            " groups %" PRIu64 " writing dp %" PRIu64 ", %zu layers %" PRIu64
-           " heads page %" PRIu64 ", %" PRIu64 " pages",
+           " heads page %" PRIu64 ", %" PRIu64 " pages, batches of %" PRIu64
+           " copies / %" PRIu64 " bytes",
            seed, reshard_format_name(format), w->topology.dp, w->topology.pp,
            w->topology.tp, w->topology.head_groups, w->dp_rank,
            w->descriptor.layer_count, w->descriptor.total_kv_heads,
-           w->descriptor.page_size, w->pages);
+           w->descriptor.page_size, w->pages, w->limits.max_batch_operations,
+           w->limits.max_batch_bytes);
 }
 
 static reshard_store_request store_request(const writer_case *w,
@@ -73,7 +81,7 @@ static reshard_store_request store_request(const writer_case *w,
       .page_count = w->pages,
       .layout = &w->upload.layout,
       .layout_id = w->upload.layout_id,
-      .limits = reshard_limits_default(),
+      .limits = w->limits,
   };
 }
 
@@ -297,6 +305,7 @@ Test(store, coalescing_is_minimal) {
       oracle_build_binding(&w.rng, &w.arena, &w.descriptor, part, w.pages,
                            &opts, &binding);
       reshard_store_request request = store_request(&w, &binding);
+      request.limits = reshard_limits_default(); /* nothing split */
       reshard_store_plan plan;
       reshard_error err;
       cr_assert_eq(reshard_plan_store(&request, &w.arena, &plan, &err),

@@ -177,7 +177,10 @@ static size_t slot_of(const oracle_store *store, uint64_t page, uint64_t part) {
   return (size_t)(page * store->layout->shard_count + part);
 }
 
-static bool check_batches(const reshard_store_plan *plan, char *msg,
+/* SPEC §2.2 step 5: batches tile the copies in order, within both limits,
+ * and every batch but the last is full in copies or in bytes. */
+static bool check_batches(const reshard_store_plan *plan,
+                          const reshard_limits *limits, char *msg,
                           size_t msg_size) {
   size_t next = 0;
   uint64_t total = 0;
@@ -195,6 +198,18 @@ static bool check_batches(const reshard_store_plan *plan, char *msg,
       return failf(msg, msg_size,
                    "batch %zu: says %" PRIu64 " bytes, copies sum %" PRIu64, b,
                    batch->bytes, bytes);
+    }
+    bool last = b + 1 == plan->batch_count;
+    bool full = batch->count == limits->max_batch_operations ||
+                bytes == limits->max_batch_bytes;
+    if (batch->count > limits->max_batch_operations ||
+        bytes > limits->max_batch_bytes || (!last && !full)) {
+      return failf(msg, msg_size,
+                   "batch %zu: %zu copies, %" PRIu64
+                   " bytes against limits %" PRIu64 " / %" PRIu64
+                   " (every batch but the last is full)",
+                   b, batch->count, bytes, limits->max_batch_operations,
+                   limits->max_batch_bytes);
     }
     total += bytes;
     next += batch->count;
@@ -236,7 +251,7 @@ bool oracle_store_execute(const reshard_store_request *request,
                  plan->part_count ? plan->part_indexes[0] : UINT64_MAX,
                  expected_count, expected_count ? expected[0] : UINT64_MAX);
   }
-  if (!check_batches(plan, msg, msg_size)) {
+  if (!check_batches(plan, &request->limits, msg, msg_size)) {
     return false;
   }
   for (size_t i = 0; i < plan->copy_count; i++) {

@@ -70,9 +70,10 @@ void oracle_store_init(oracle_store *store, const reshard_layout *layout,
 void oracle_store_free(oracle_store *store);
 
 /* Executes `plan` batch by batch from `memory` into `store`, checking the
- * batch structure and totals, that part_indexes are the expected Parts,
- * that each copy stays inside its region and a Part the participant
- * writes, and that no Part byte is written twice. */
+ * batch structure (SPEC §2.2 step 5 under request->limits) and totals,
+ * that part_indexes are the expected Parts, that each copy stays inside
+ * its region and a Part the participant writes, and that no Part byte is
+ * written twice. */
 bool oracle_store_execute(const reshard_store_request *request,
                           const reshard_store_plan *plan,
                           const oracle_memory *memory, oracle_store *store,
