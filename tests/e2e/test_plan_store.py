@@ -73,6 +73,7 @@ def execute_store(resp, memory, written, part_sizes):
 
 
 class PlanStoreTests(DaemonTestCase):
+    daemon_flags = ("--log-level", "debug")  # the "store plan" lines
 
     def write_all(self, desc, writer, fmt, keys, mode="paged", order="NHD"):
         """Every writer of the lowest DP rank stores its Parts; returns the
@@ -160,6 +161,15 @@ class PlanStoreTests(DaemonTestCase):
         for _ in range(2):
             by_id = self.planner.PlanStore(req)
             self.assertEqual(by_id, inline)
+        # Inline and by id share the placement_id, so the join built by the
+        # first call serves the other two.
+        lines = [l for l in self.daemon.log_lines()
+                 if "store plan" in l and "store-id-w" in l]
+        self.assertEqual(len(lines), 3, lines)
+        self.assertIn("join_hits=0", lines[0])
+        self.assertIn("join_hits=1", lines[1])
+        self.assertIn("join_hits=1", lines[2])
+        self.assertIn("code=OK", lines[2])
 
     def test_rejections(self):
         desc = e.make_descriptor(2, 2, 4, 4, 4)
@@ -253,6 +263,32 @@ class PlanStoreTests(DaemonTestCase):
         self.assertEqual(got, [list(b.nbytes) for b in want.batches])
         got = [[int(v) for v in b["part_offset"]] for b in doc["batches"]]
         self.assertEqual(got, [list(b.part_offset) for b in want.batches])
+
+
+class PlanStoreCatalogTests(unittest.TestCase):
+    """A manifest the daemon has not cached comes from the catalog: publish
+    on one daemon, PlanStore on the next one over the same LMDB file."""
+
+    def test_manifest_from_the_catalog(self):
+        desc = e.make_descriptor(2, 2, 4, 4, 4)
+        writer = e.make_placement(desc, 1, 1, 2, "store-cat-w")
+        binding = e.make_binding(desc, writer.parts[0], 2)
+        with tempfile.TemporaryDirectory(prefix="reshard-store-") as tmp:
+            catalog = "lmdb:" + os.path.join(tmp, "catalog")
+            with e.Daemon(catalog=catalog) as daemon:
+                channel = daemon.channel()
+                pub, _ = e.Fleet(e.Planner(channel)).publish_writer(
+                    writer, pb.HPLD)
+                first = e.Planner(channel).PlanStore(
+                    store_request(pub.manifest_key, writer, binding, 2))
+                channel.close()
+            with e.Daemon(catalog=catalog) as daemon:
+                channel = daemon.channel()
+                again = e.Planner(channel).PlanStore(
+                    store_request(pub.manifest_key, writer, binding, 2))
+                channel.close()
+        self.assertEqual(again, first)
+        self.assertEqual(list(again.part_indexes), [0])
 
 
 if __name__ == "__main__":
