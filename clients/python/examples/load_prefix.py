@@ -54,7 +54,7 @@ def main():
                     help="the reader's block size (the store page is 16)")
     ap.add_argument("--participant", default="reader-dp0-pp1-tp1")
     ap.add_argument("--runs", action="store_true",
-                    help="ask for strided runs")
+                    help="ask for the reader's plan in strided runs")
     args = ap.parse_args()
 
     desc = reshard.descriptor(8, dtype="bf16", itemsize=2, page_size=16,
@@ -96,7 +96,7 @@ def main():
             try:
                 splan = client.plan_store(
                     manifest_key=pub.manifest_key, binding=b.build(),
-                    page_count=args.pages, placement=writer, runs=args.runs)
+                    page_count=args.pages, placement=writer)
                 reshard.execute(splan, parts, b.build())
             except reshard.ReshardError as err:
                 if err.code_name != "UNIMPLEMENTED":
@@ -146,8 +146,9 @@ def main():
     h0, hn = part.head_start, part.head_count
     for layer, (pool, table) in pools.items():
         for c in comps:
-            held = as_bits(pool[c - reshard.KEY])[table[tok // args.block_size],
-                                                  tok % args.block_size]
+            pool_c = as_bits(pool[c - reshard.KEY])
+            held = pool_c[table[tok // args.block_size],
+                          tok % args.block_size]
             want = values[(layer, c)][:, h0:h0 + hn]
             bad += int((held != want).sum())
     if bad:

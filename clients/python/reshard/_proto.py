@@ -6,7 +6,7 @@ from types import ModuleType
 from typing import Optional
 
 try:
-    from .v1 import planner_pb2 as pb
+    from .v1 import planner_pb2 as pb  # noqa: F401  (re-exported)
 except ImportError as exc:  # pragma: no cover - an uninstalled checkout
     raise ImportError(
         "reshard.v1.planner_pb2 is generated when the package is built: "

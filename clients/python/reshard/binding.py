@@ -73,10 +73,6 @@ class Binding:
                 for r in self.message.regions}
 
 
-def _axes_name(axes: str) -> str:
-    return "axes %r" % axes
-
-
 class BindingBuilder:
     """Collects tensors of one participant and builds its binding.
 
@@ -133,11 +129,11 @@ class BindingBuilder:
         if (len(set(axes)) != len(axes) or any(a not in _LETTERS
                                                for a in axes)
                 or "T" not in axes or "D" not in axes):
-            raise fail("%s must use each of K, B, T, H, D at most once and "
-                       "include T and D" % _axes_name(axes))
+            raise fail("axes %r must use each of K, B, T, H, D at most once "
+                       "and include T and D" % axes)
         if len(axes) != len(mem.shape):
-            raise fail("%s for a tensor of shape %s"
-                       % (_axes_name(axes), list(mem.shape)))
+            raise fail("axes %r for a tensor of shape %s"
+                       % (axes, list(mem.shape)))
         shape = dict(zip(axes, mem.shape))
         stride = dict(zip(axes, mem.strides))
         if mem.itemsize != desc.itemsize:
