@@ -312,38 +312,55 @@ class BindingBuilder:
         return Binding(message, tensors, names, self.num_tokens)
 
     def _check_coverage(self) -> None:
+        # Per (layer, component) and head, the token intervals of the
+        # ranges holding that head must tile [0, num_tokens): sorted, each
+        # starts where the previous ended. Memory and time follow the
+        # number of ranges, never tokens × heads.
         part, desc = self.part, self.descriptor
         comps = [KEY] + ([VALUE] if desc.value_head_dim > 0 else [])
-        h0 = part.head_start
-        cover: Dict[Tuple[int, int], np.ndarray] = {
-            (layer, c): np.zeros((self.num_tokens, part.head_count),
-                                 dtype=np.int32)
-            for layer in part.layer_ids for c in comps}
-        owner: Dict[Tuple[int, int], List[int]] = {}
+        by_key: Dict[Tuple[int, int], List[_Range]] = {
+            (layer, c): [] for layer in sorted(part.layer_ids)
+            for c in comps}
         for r in self._ranges:
-            grid = cover[(r.layer, r.comp)]
-            cells = grid[r.token_start:r.token_start + r.token_count,
-                         r.head_start - h0:r.head_start - h0 + r.head_count]
-            if (cells > 0).any():
-                prev = owner[(r.layer, r.comp)]
-                raise BindingError(
-                    "%s: layer %d %s tokens [%d, %d) heads [%d, %d) are "
-                    "already bound by %s" % (
-                        self._names[r.tensor], r.layer, _NAMES[r.comp],
-                        r.token_start, r.token_start + r.token_count,
-                        r.head_start, r.head_start + r.head_count,
-                        ", ".join(sorted({self._names[i] for i in prev}))))
-            cells += 1
-            owner.setdefault((r.layer, r.comp), []).append(r.tensor)
-        for (layer, c), grid in sorted(cover.items()):
-            if not grid.all():
-                t, h = np.argwhere(grid == 0)[0]
-                raise BindingError(
-                    "participant %s: layer %d %s token %d head %d is bound "
-                    "by no tensor (the binding must cover tokens [0, %d) "
-                    "and heads [%d, %d))" % (
-                        part.participant_id, layer, _NAMES[c], t, h0 + h,
-                        self.num_tokens, h0, h0 + part.head_count))
+            by_key[(r.layer, r.comp)].append(r)
+        h0 = part.head_start
+        for (layer, c), ranges in by_key.items():
+            t0 = np.array([r.token_start for r in ranges], dtype=np.int64)
+            t1 = t0 + np.array([r.token_count for r in ranges],
+                               dtype=np.int64)
+            a0 = np.array([r.head_start for r in ranges], dtype=np.int64)
+            a1 = a0 + np.array([r.head_count for r in ranges],
+                               dtype=np.int64)
+            for head in range(h0, h0 + part.head_count):
+                idx = np.flatnonzero((a0 <= head) & (head < a1))
+                idx = idx[np.argsort(t0[idx], kind="stable")]
+                starts, ends = t0[idx], t1[idx]
+                expect = np.concatenate([[0], ends[:-1]])
+                bad = np.flatnonzero(starts != expect)
+                if bad.size:
+                    i = int(bad[0])
+                    if starts[i] < expect[i]:
+                        prev = ranges[int(idx[i - 1])]
+                        raise BindingError(
+                            "%s: layer %d %s token %d head %d is already "
+                            "bound by %s" % (
+                                self._names[ranges[int(idx[i])].tensor],
+                                layer, _NAMES[c], starts[i], head,
+                                self._names[prev.tensor]))
+                    self._uncovered(layer, c, int(expect[i]), head)
+                if not idx.size or ends[-1] < self.num_tokens:
+                    self._uncovered(layer, c,
+                                    int(ends[-1]) if idx.size else 0, head)
+
+    def _uncovered(self, layer: int, comp: int, token: int,
+                   head: int) -> None:
+        part = self.part
+        raise BindingError(
+            "participant %s: layer %d %s token %d head %d is bound by no "
+            "tensor (the binding must cover tokens [0, %d) and heads "
+            "[%d, %d))" % (part.participant_id, layer, _NAMES[comp], token,
+                           head, self.num_tokens, part.head_start,
+                           part.head_start + part.head_count))
 
 
 def _order_axes(order: str, tensor: Any, prefix: str, name: str) -> str:

@@ -178,8 +178,19 @@ def test_coverage_is_checked_at_build():
     b.add_contiguous(torch.zeros((32, 1, 8), dtype=torch.bfloat16), layer=2,
                      component="V", head_start=3, name="again")
     with pytest.raises(reshard.BindingError,
-                       match=r"again: layer 2 V tokens \[0, 32\) heads "
-                             r"\[3, 4\) are already bound by layer2.KV"):
+                       match="again: layer 2 V token 0 head 3 is already "
+                             "bound by layer2.KV"):
+        b.build()
+    # A hole in the middle of the span.
+    b = full_paged(builder(), skip=2)
+    for c in ("K", "V"):
+        b.add_contiguous(torch.zeros((16, 2, 8), dtype=torch.bfloat16),
+                         layer=2, component=c, name="first" + c)
+        b.add_contiguous(torch.zeros((16, 2, 8), dtype=torch.bfloat16),
+                         layer=2, component=c, token_start=20,
+                         name="second" + c)
+    with pytest.raises(reshard.BindingError,
+                       match="layer 2 K token 16 head 2 is bound by no"):
         b.build()
     # Heads split over two tensors tile the interval.
     b = full_paged(builder(), skip=2)
