@@ -76,6 +76,11 @@ class GenerateProto(Command):
 
 class BuildPy(build_py):
     def run(self):
+        # pip builds in the source tree and setuptools reuses build/lib:
+        # start from an empty package so a module removed from the source
+        # cannot linger in the wheel.
+        shutil.rmtree(os.path.join(self.build_lib, "reshard"),
+                      ignore_errors=True)
         super().run()
         generate(self.build_lib)
 

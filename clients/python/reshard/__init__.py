@@ -19,7 +19,7 @@ from ._proto import pb as planner_pb2
 from .binding import Binding, BindingBuilder
 from .client import Client
 from .errors import BindingError, ReshardError
-from .execute import execute
+from .executor import execute
 from .layout import element_dtype, new_parts, part_sizes, part_views, shards
 from .messages import (KEY, VALUE, component, descriptor, find_part,
                        head_share, limits, manifest, participant_id,

@@ -147,3 +147,33 @@ def test_part_views_follow_the_formats():
     views[(5, reshard.VALUE)][0, 0, 1] = 0x1234
     k_block = 2 * 4 * 2 * hb
     assert part[k_block + 2:k_block + 4].tolist() == [0x34, 0x12]
+
+
+@pytest.mark.parametrize("unit", [1, 2, 8])
+def test_execute_matches_a_copy_loop(monkeypatch, unit):
+    """Random copies (short and long, several gathers) against memcpy in a
+    Python loop."""
+    import reshard.executor as ex
+    monkeypatch.setattr(ex, "_CHUNK", 64)
+    monkeypatch.setattr(ex, "_LARGE", 40)
+    rng = np.random.default_rng(unit)
+    n = 300
+    nbytes = rng.integers(1, 60, n) * unit
+    nbytes[::37] = 50 * unit + unit  # long copies
+    dst_off = np.cumsum(nbytes) - nbytes  # disjoint destinations
+    src_off = rng.integers(0, 400, n) * unit
+    rb = pb.RangeBatch(page_index=[0] * n, part_index=[0] * n,
+                       part_offset=src_off.tolist(), region_index=[0] * n,
+                       region_offset=dst_off.tolist(),
+                       nbytes=nbytes.tolist(), bytes=int(nbytes.sum()))
+    resp = pb.PlanLoadResponse(hit_pages=1, region_ids=["r"],
+                               batches=[rb])
+    resp.pages.add(page_key="p")
+    src = rng.integers(1, 256, 400 * unit + 60 * unit, dtype=np.uint8)
+    got = np.zeros(int(nbytes.sum()) + 5, np.uint8)
+    want = got.copy()
+    for so, do, nb in zip(src_off, dst_off, nbytes):
+        want[do:do + nb] = src[so:so + nb]
+    moved = reshard.execute(reshard.LoadPlan(resp), [[src]], {"r": got})
+    assert moved == int(nbytes.sum())
+    assert np.array_equal(got, want)

@@ -32,6 +32,15 @@ def _part_buffer(parts: Any, plan: Any, page: int, part: int) -> Any:
     return per_page[part]
 
 
+# Copies of at least this many elements run one numpy slice assignment
+# each (the per-copy Python cost is small next to their size); shorter ones
+# are gathered together, at most _CHUNK elements per gather so the index
+# arrays stay bounded whatever the plan's size.
+_LARGE = 1 << 12
+_CHUNK = 1 << 22
+_WORDS = ((8, np.uint64), (4, np.uint32), (2, np.uint16), (1, np.uint8))
+
+
 def _copy_group(dst: np.ndarray, dst_off: np.ndarray, src: np.ndarray,
                 src_off: np.ndarray, nbytes: np.ndarray, what: str) -> None:
     if int((src_off + nbytes).max()) > src.shape[0]:
@@ -40,16 +49,31 @@ def _copy_group(dst: np.ndarray, dst_off: np.ndarray, src: np.ndarray,
     if int((dst_off + nbytes).max()) > dst.shape[0]:
         raise ValueError("%s: a copy writes past the end of its destination "
                          "(%d bytes)" % (what, dst.shape[0]))
-    n = nbytes.astype(np.int64)
-    if (n == n[0]).all():  # the usual case: one width, a 2-D gather
-        cols = np.arange(int(n[0]), dtype=np.int64)
-        dst[dst_off.astype(np.int64)[:, None] + cols] = \
-            src[src_off.astype(np.int64)[:, None] + cols]
+    # Move whole words when every offset and size allows it.
+    g = int(np.gcd.reduce(np.concatenate([dst_off, src_off, nbytes])))
+    unit, word = next((u, w) for u, w in _WORDS if g % u == 0)
+    dst = dst[:dst.shape[0] - dst.shape[0] % unit].view(word)
+    src = src[:src.shape[0] - src.shape[0] % unit].view(word)
+    d = (dst_off // unit).astype(np.int64)
+    s = (src_off // unit).astype(np.int64)
+    n = (nbytes // unit).astype(np.int64)
+    large = n >= _LARGE
+    for i in np.flatnonzero(large).tolist():
+        dst[d[i]:d[i] + n[i]] = src[s[i]:s[i] + n[i]]
+    d, s, n = d[~large], s[~large], n[~large]
+    if n.shape[0] == 0:
         return
-    within = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(
-        np.cumsum(n) - n, n)
-    dst[np.repeat(dst_off.astype(np.int64), n) + within] = \
-        src[np.repeat(src_off.astype(np.int64), n) + within]
+    ends = np.cumsum(n)
+    cuts = np.searchsorted(ends, np.arange(_CHUNK, int(ends[-1]), _CHUNK),
+                           side="right")
+    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), n.shape[0]]):
+        if lo == hi:
+            continue
+        cn = n[lo:hi]
+        within = np.arange(int(cn.sum()), dtype=np.int64) - np.repeat(
+            np.cumsum(cn) - cn, cn)
+        dst[np.repeat(d[lo:hi], cn) + within] = \
+            src[np.repeat(s[lo:hi], cn) + within]
 
 
 def execute(plan: Union[LoadPlan, StorePlan], parts: Any,
@@ -63,8 +87,10 @@ def execute(plan: Union[LoadPlan, StorePlan], parts: Any,
     for (its tensors' memory is used: CPU tensors only) or a mapping from
     region id to a buffer. A LoadPlan copies Part → region, a StorePlan
     region → Part (into writable Part buffers). Copies are grouped by
-    (page, part, region) and each group runs as one numpy gather; a copy
-    outside its buffer raises ValueError before that group is written.
+    (page, part, region); each group moves whole words when offsets and
+    sizes allow, short copies through bounded numpy gathers, long ones as
+    slice assignments. A copy outside its buffer raises ValueError before
+    its group is written.
     """
     if isinstance(regions, Binding):
         region_bytes: Dict[str, np.ndarray] = regions.host_regions()
