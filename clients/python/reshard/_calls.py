@@ -4,6 +4,8 @@ asyncio client: each public method builds a ``_Call``, the client runs it
 the method's result."""
 
 import random
+import time
+from types import ModuleType
 from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence, \
     Union
 
@@ -77,6 +79,54 @@ def error(method: str, err: grpc.RpcError) -> ReshardError:
         else None
     return ReshardError(code or grpc.StatusCode.UNKNOWN, details or str(err),
                         method.rsplit("/", 1)[-1])
+
+
+class ClientBase:
+    """What both clients share: the channel (grpc's or grpc.aio's, named
+    by the subclass's ``_grpc``), the deadline and the retry policy. The
+    arguments are documented on :class:`reshard.Client`."""
+
+    _grpc: ModuleType = grpc
+
+    def __init__(self, target: str = DEFAULT_TARGET, *,
+                 timeout: float = 10.0, retries: int = 3,
+                 root_certificates: Optional[bytes] = None,
+                 private_key: Optional[bytes] = None,
+                 certificate_chain: Optional[bytes] = None,
+                 secure: Optional[bool] = None,
+                 options: Iterable[Any] = ()) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.retries = retries
+        creds = credentials(root_certificates, private_key,
+                            certificate_chain, secure)
+        opts = channel_options(options)
+        self.channel = (
+            self._grpc.secure_channel(target, creds, options=opts)
+            if creds is not None else
+            self._grpc.insecure_channel(target, options=opts))
+
+    def _stub(self, call: _Call) -> Any:
+        return self.channel.unary_unary(
+            path(call.method),
+            request_serializer=call.request.SerializeToString,
+            response_deserializer=call.response_type.FromString)
+
+    def _deadline(self, timeout: Optional[float]) -> float:
+        return time.monotonic() + (self.timeout if timeout is None
+                                   else timeout)
+
+    def _retry_pause(self, call: _Call, err: grpc.RpcError, attempt: int,
+                     deadline: float) -> float:
+        """Seconds to wait before retrying after failed attempt number
+        ``attempt``; raises the call's ReshardError when it is not
+        retried."""
+        pause = backoff(attempt)
+        if (call.idempotent and attempt <= self.retries
+                and err.code() == grpc.StatusCode.UNAVAILABLE
+                and time.monotonic() + pause < deadline):
+            return pause
+        raise error(path(call.method), err) from None
 
 
 def _binding_message(binding: BindingLike, page_count: int,

@@ -3,10 +3,9 @@ same methods as :class:`reshard.Client`, each a coroutine."""
 
 import asyncio
 import time
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import grpc
-
 import grpc.aio
 
 from . import _calls
@@ -16,45 +15,14 @@ from .messages import FormatLike
 from .plan import LoadPlan, StorePlan
 
 
-class Client:
+class Client(_calls.ClientBase):
     """An asyncio connection to one reshardd; the arguments and the
     behaviour are those of :class:`reshard.Client`. Create it inside the
     event loop that uses it and ``await client.close()`` when done (or
     ``async with``).
-
-    ``target`` is ``host:port`` (or ``unix:PATH``). ``timeout`` is the
-    default deadline of a call in seconds, retries included; every method
-    takes its own ``timeout`` too. Idempotent calls (all but
-    ``register_pages`` and ``forget_pages``, whose counts a replay would
-    change) are retried up to ``retries`` times on UNAVAILABLE, with
-    jittered exponential backoff, within the deadline; a retry waits for
-    the connection to come back (gRPC's wait-for-ready) rather than
-    failing while the channel is still backing off from a refused
-    connect. TLS is used when
-    ``secure`` is true or any of ``root_certificates``, ``private_key``,
-    ``certificate_chain`` (PEM bytes) is given; a client certificate
-    (mutual TLS) needs both of the last two. ``options`` are extra gRPC
-    channel options. Failed calls raise :class:`reshard.ReshardError`.
-    Use one client from any number of threads; close it (or use it as a
-    context manager) when done.
     """
 
-    def __init__(self, target: str = _calls.DEFAULT_TARGET, *,
-                 timeout: float = 10.0, retries: int = 3,
-                 root_certificates: Optional[bytes] = None,
-                 private_key: Optional[bytes] = None,
-                 certificate_chain: Optional[bytes] = None,
-                 secure: Optional[bool] = None,
-                 options: Iterable[Any] = ()) -> None:
-        self.target = target
-        self.timeout = timeout
-        self.retries = retries
-        creds = _calls.credentials(root_certificates, private_key,
-                                   certificate_chain, secure)
-        opts = _calls.channel_options(options)
-        self.channel = (grpc.aio.secure_channel(target, creds, options=opts)
-                        if creds is not None else
-                        grpc.aio.insecure_channel(target, options=opts))
+    _grpc = grpc.aio
 
     async def close(self) -> None:
         await self.channel.close()
@@ -66,12 +34,8 @@ class Client:
         await self.close()
 
     async def _run(self, call: _Call, timeout: Optional[float]) -> Any:
-        path = _calls.path(call.method)
-        stub = self.channel.unary_unary(
-            path, request_serializer=call.request.SerializeToString,
-            response_deserializer=call.response_type.FromString)
-        deadline = time.monotonic() + (self.timeout if timeout is None
-                                       else timeout)
+        stub = self._stub(call)
+        deadline = self._deadline(timeout)
         attempt = 0
         while True:
             remaining = max(deadline - time.monotonic(), 0.0)
@@ -81,13 +45,8 @@ class Client:
                     wait_for_ready=attempt > 0 or None))
             except grpc.RpcError as err:
                 attempt += 1
-                pause = _calls.backoff(attempt)
-                if (call.idempotent and attempt <= self.retries
-                        and err.code() == grpc.StatusCode.UNAVAILABLE
-                        and time.monotonic() + pause < deadline):
-                    await asyncio.sleep(pause)
-                    continue
-                raise _calls.error(path, err) from None
+                pause = self._retry_pause(call, err, attempt, deadline)
+            await asyncio.sleep(pause)
 
     # -- the RPCs --
     async def publish_manifest(self,

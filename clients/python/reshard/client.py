@@ -1,7 +1,7 @@
 """The synchronous client (``reshard.Client``)."""
 
 import time
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import grpc
 
@@ -12,7 +12,7 @@ from .messages import FormatLike
 from .plan import LoadPlan, StorePlan
 
 
-class Client:
+class Client(_calls.ClientBase):
     """A connection to one reshardd.
 
     ``target`` is ``host:port`` (or ``unix:PATH``). ``timeout`` is the
@@ -23,31 +23,14 @@ class Client:
     jittered exponential backoff, within the deadline; a retry waits for
     the connection to come back (gRPC's wait-for-ready) rather than
     failing while the channel is still backing off from a refused
-    connect. TLS is used when
-    ``secure`` is true or any of ``root_certificates``, ``private_key``,
-    ``certificate_chain`` (PEM bytes) is given; a client certificate
-    (mutual TLS) needs both of the last two. ``options`` are extra gRPC
+    connect. TLS is used when ``secure`` is true or any of
+    ``root_certificates``, ``private_key``, ``certificate_chain`` (PEM
+    bytes) is given; a client certificate (mutual TLS) needs both of the
+    last two. ``options`` are extra gRPC
     channel options. Failed calls raise :class:`reshard.ReshardError`.
     Use one client from any number of threads; close it (or use it as a
     context manager) when done.
     """
-
-    def __init__(self, target: str = _calls.DEFAULT_TARGET, *,
-                 timeout: float = 10.0, retries: int = 3,
-                 root_certificates: Optional[bytes] = None,
-                 private_key: Optional[bytes] = None,
-                 certificate_chain: Optional[bytes] = None,
-                 secure: Optional[bool] = None,
-                 options: Iterable[Any] = ()) -> None:
-        self.target = target
-        self.timeout = timeout
-        self.retries = retries
-        creds = _calls.credentials(root_certificates, private_key,
-                                   certificate_chain, secure)
-        opts = _calls.channel_options(options)
-        self.channel = (grpc.secure_channel(target, creds, options=opts)
-                        if creds is not None else
-                        grpc.insecure_channel(target, options=opts))
 
     def close(self) -> None:
         self.channel.close()
@@ -59,12 +42,8 @@ class Client:
         self.close()
 
     def _run(self, call: _Call, timeout: Optional[float]) -> Any:
-        path = _calls.path(call.method)
-        stub = self.channel.unary_unary(
-            path, request_serializer=call.request.SerializeToString,
-            response_deserializer=call.response_type.FromString)
-        deadline = time.monotonic() + (self.timeout if timeout is None
-                                       else timeout)
+        stub = self._stub(call)
+        deadline = self._deadline(timeout)
         attempt = 0
         while True:
             remaining = max(deadline - time.monotonic(), 0.0)
@@ -74,13 +53,8 @@ class Client:
                     wait_for_ready=attempt > 0 or None))
             except grpc.RpcError as err:
                 attempt += 1
-                pause = _calls.backoff(attempt)
-                if (call.idempotent and attempt <= self.retries
-                        and err.code() == grpc.StatusCode.UNAVAILABLE
-                        and time.monotonic() + pause < deadline):
-                    time.sleep(pause)
-                    continue
-                raise _calls.error(path, err) from None
+                pause = self._retry_pause(call, err, attempt, deadline)
+            time.sleep(pause)
 
     # -- the RPCs --
     def publish_manifest(self, manifest: Optional["pb.StoreManifest"] = None,

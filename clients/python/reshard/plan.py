@@ -7,7 +7,8 @@ daemon sent them and expanded on request, with array arithmetic rather than
 a Python loop over copies.
 """
 
-from typing import Any, List, NamedTuple, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence
 
 import grpc
 import numpy as np
@@ -30,7 +31,8 @@ def _invalid(method: str, what: str) -> ReshardError:
                         method)
 
 
-class Copies(NamedTuple):
+@dataclass(frozen=True)
+class Copies:
     """Entries of one or more batches as equal-length ``uint64`` columns.
 
     Entry ``i`` moves ``nbytes[i]`` bytes between Part ``part_index[i]``
@@ -53,7 +55,7 @@ class Copies(NamedTuple):
     part_stride: Optional[np.ndarray] = None
     region_stride: Optional[np.ndarray] = None
 
-    def __len__(self) -> int:  # type: ignore[override]
+    def __len__(self) -> int:
         return int(self.nbytes.shape[0])
 
     @property
@@ -108,19 +110,22 @@ def _batch_copies(index: int, rb: Any, method: str) -> Copies:
     return copies
 
 
+_BASE = ("batch",) + _COLUMNS
+
+
 def _concat(batches: Sequence[Copies]) -> Copies:
     if not batches:
         empty = np.zeros(0, dtype=_U64)
-        return Copies(*([empty] * 7))
-    base = [np.concatenate([b[i] for b in batches]) for i in range(7)]
+        return Copies(*([empty] * len(_BASE)))
+    base = [np.concatenate([getattr(b, f) for b in batches]) for f in _BASE]
     if all(b.run_count is None for b in batches):
         return Copies(*base)
     # Batches without runs among batches with runs: runs of 1, strides 0.
     runs = []
-    for i, fill in ((7, 1), (8, 0), (9, 0)):
+    for name, fill in zip(_RUN_COLUMNS, (1, 0, 0)):
         runs.append(np.concatenate([
-            b[i] if b[i] is not None else np.full(len(b), fill, dtype=_U64)
-            for b in batches]))
+            getattr(b, name) if b.run_count is not None
+            else np.full(len(b), fill, dtype=_U64) for b in batches]))
     return Copies(*base, *runs)
 
 
