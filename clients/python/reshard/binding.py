@@ -139,6 +139,9 @@ class BindingBuilder:
         if mem.itemsize != desc.itemsize:
             raise fail("element size %d, the descriptor's itemsize is %d"
                        % (mem.itemsize, desc.itemsize))
+        if mem.address % mem.itemsize:
+            raise fail("address %#x is not a multiple of the element size %d"
+                       % (mem.address, mem.itemsize))
         for a in axes:
             if stride[a] < 0 or (stride[a] == 0 and shape[a] > 1):
                 raise fail("axis %s has stride %d bytes: values would share "

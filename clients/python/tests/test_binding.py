@@ -160,6 +160,10 @@ def test_mla_latent():
     (lambda b: b.add(torch.zeros((16, 2, 8), dtype=torch.bfloat16).expand(
         2, 16, 2, 8), layer=2, axes="KTHD", name="bcast"),
      "bcast: axis K has stride 0 bytes"),
+    (lambda b: b.add_contiguous(np.zeros(32 * 2 * 8 + 1, np.float16).view(
+        np.uint8)[1:-1].view(np.float16).reshape(32, 2, 8), layer=2,
+        component="K", name="odd"),
+     "odd: address 0x[0-9a-f]+ is not a multiple of the element size 2"),
     (lambda b: b.add(np.zeros((16, 2, 8), np.float16), layer=2, axes="TXD"),
      "must use each of K, B, T, H, D"),
 ])
