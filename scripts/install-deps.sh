@@ -29,6 +29,9 @@ if [ "$mode" = runtime ]; then
 fi
 # Metrics: libmicrohttpd-dev. Deploy and load tests: nghttp2-client (h2load),
 # prometheus (scraped for real in CI), python3-yaml (manifest checks).
+# The Python package (clients/python): python3-numpy, python3-torch (its
+# tests' tensors), python3-pytest, python3-pip and python3-venv (installed
+# into a virtualenv by its ctest), openssl (test certificates).
 # shellcheck disable=SC2086
 $SUDO apt-get install -y --no-install-recommends \
   libmicrohttpd-dev nghttp2-client prometheus python3-yaml \
@@ -36,4 +39,5 @@ $SUDO apt-get install -y --no-install-recommends \
   build-essential cmake pkg-config clang-format \
   libssl-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libprotobuf-dev \
   libuv1-dev libcriterion-dev liblmdb-dev libhiredis-dev libjansson-dev grpc-proto \
-  python3 python3-grpcio python3-protobuf redis-server
+  python3 python3-grpcio python3-protobuf redis-server \
+  python3-numpy python3-torch python3-pytest python3-pip python3-venv openssl

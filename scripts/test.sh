@@ -11,12 +11,14 @@ jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DRESHARD_WERROR=ON
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure
+echo "python/pytest (build):"; cat build/clients/python/pytest-summary.txt
 
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DRESHARD_SANITIZE=ON -DRESHARD_WERROR=ON
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure
+echo "python/pytest (build-asan):"; cat build-asan/clients/python/pytest-summary.txt
 
 git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
 

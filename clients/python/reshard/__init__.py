@@ -1,0 +1,57 @@
+"""reshard: the Python client of reshardd (SPEC §4).
+
+* :class:`Client` (and :class:`reshard.aio.Client`): every Planner RPC as a
+  method with keyword arguments, deadlines, retries of idempotent calls,
+  errors raised as :class:`ReshardError`.
+* :class:`BindingBuilder`: a runtime binding from tensors (numpy, torch,
+  anything with ``__cuda_array_interface__``) in NHD, HND, paged and MLA
+  shapes, checked before it is sent.
+* :class:`LoadPlan` / :class:`StorePlan`: plans as ``uint64`` numpy
+  columns, strided runs kept or expanded.
+* :func:`execute`: the reference executor between numpy buffers;
+  :func:`part_views`: numpy views of the values in a Part.
+
+The protobuf messages are re-exported (``reshard.Descriptor`` ...) and the
+generated module is ``reshard.v1.planner_pb2``. See docs/python.md.
+"""
+
+from ._proto import pb as planner_pb2
+from .binding import Binding, BindingBuilder
+from .client import Client
+from .errors import BindingError, ReshardError
+from .executor import execute
+from .layout import element_dtype, new_parts, part_sizes, part_views, shards
+from .messages import (KEY, VALUE, component, descriptor, find_part,
+                       head_share, limits, manifest, participant_id,
+                       pipeline_stages, placement, store_format)
+from .plan import Copies, LoadPlan, StorePlan
+from .tensor import TensorMemory, tensor_memory
+
+Descriptor = planner_pb2.Descriptor
+Rank = planner_pb2.Rank
+PlacementPart = planner_pb2.PlacementPart
+Placement = planner_pb2.Placement
+StoreShard = planner_pb2.StoreShard
+StoreLayout = planner_pb2.StoreLayout
+StoreManifest = planner_pb2.StoreManifest
+Region = planner_pb2.Region
+BindingRange = planner_pb2.BindingRange
+RuntimeBinding = planner_pb2.RuntimeBinding
+Limits = planner_pb2.Limits
+PLHD: int = planner_pb2.PLHD
+LPHD: int = planner_pb2.LPHD
+HPLD: int = planner_pb2.HPLD
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Binding", "BindingBuilder", "BindingError", "BindingRange", "Client",
+    "Copies", "Descriptor", "HPLD", "KEY", "LPHD", "Limits", "LoadPlan",
+    "PLHD", "Placement", "PlacementPart", "Rank", "Region", "ReshardError",
+    "RuntimeBinding", "StoreLayout", "StoreManifest", "StorePlan",
+    "StoreShard", "TensorMemory", "VALUE", "component", "descriptor",
+    "element_dtype", "execute", "find_part", "head_share", "limits",
+    "manifest", "new_parts", "part_sizes", "part_views", "participant_id",
+    "pipeline_stages", "placement", "planner_pb2", "shards", "store_format",
+    "tensor_memory",
+]

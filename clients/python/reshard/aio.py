@@ -1,0 +1,146 @@
+"""The asyncio client (``reshard.aio.Client``), on grpc.aio: the
+same methods as :class:`reshard.Client`, each a coroutine."""
+
+import asyncio
+import time
+from typing import Any, Optional, Sequence
+
+import grpc
+import grpc.aio
+
+from . import _calls
+from ._calls import BindingLike, _Call
+from ._proto import pb
+from .messages import FormatLike
+from .plan import LoadPlan, StorePlan
+
+
+class Client(_calls.ClientBase):
+    """An asyncio connection to one reshardd; the arguments and the
+    behaviour are those of :class:`reshard.Client`. Create it inside the
+    event loop that uses it and ``await client.close()`` when done (or
+    ``async with``).
+    """
+
+    _grpc = grpc.aio
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def _run(self, call: _Call, timeout: Optional[float]) -> Any:
+        stub = self._stub(call)
+        deadline = self._deadline(timeout)
+        attempt = 0
+        while True:
+            remaining = max(deadline - time.monotonic(), 0.0)
+            try:
+                return call.finish(await stub(
+                    call.request, timeout=remaining,
+                    wait_for_ready=attempt > 0 or None))
+            except grpc.RpcError as err:
+                attempt += 1
+                pause = self._retry_pause(call, err, attempt, deadline)
+            await asyncio.sleep(pause)
+
+    # -- the RPCs --
+    async def publish_manifest(self,
+                               manifest: Optional["pb.StoreManifest"] = None,
+                               *, layout: Optional["pb.StoreLayout"] = None,
+                               namespace: Optional[str] = None,
+                               model_id: Optional[str] = None,
+                               model_revision: Optional[str] = None,
+                               semantic_fingerprint: Optional[str] = None,
+                               timeout: Optional[float] = None
+                               ) -> "pb.PublishManifestResponse":
+        """Publishes a manifest (given whole, or as ``layout`` plus the
+        four naming fields). Publishing the same content again succeeds
+        with ``created=False``."""
+        m = _calls.manifest_of(manifest, layout, dict(
+            namespace=namespace, model_id=model_id,
+            model_revision=model_revision,
+            semantic_fingerprint=semantic_fingerprint))
+        return await self._run(_calls.publish_manifest(m), timeout)
+
+    async def get_manifest(self, manifest_key: str, *,
+                           timeout: Optional[float] = None
+                           ) -> "pb.GetManifestResponse":
+        """The published manifest; NOT_FOUND when unknown."""
+        return await self._run(_calls.get_manifest(manifest_key), timeout)
+
+    async def register_pages(self, manifest_key: str,
+                             page_keys: Sequence[str], *,
+                             timeout: Optional[float] = None) -> int:
+        """Binds page keys to a published manifest; returns how many
+        bindings are new."""
+        return await self._run(_calls.register_pages(manifest_key, page_keys),
+                               timeout)
+
+    async def forget_pages(self, model_domain: str,
+                           page_keys: Sequence[str], *,
+                           manifest_key: str = "",
+                           timeout: Optional[float] = None) -> int:
+        """Forgets page bindings (of one manifest, or all when
+        ``manifest_key`` is empty); returns how many were removed."""
+        return await self._run(_calls.forget_pages(model_domain, page_keys,
+                                                   manifest_key), timeout)
+
+    async def register_placement(self, placement: "pb.Placement", *,
+                                 timeout: Optional[float] = None) -> str:
+        """Validates and caches a placement; returns its placement id."""
+        return await self._run(_calls.register_placement(placement), timeout)
+
+    async def plan_upload(self, placement: "pb.Placement", *,
+                          format: FormatLike = "PLHD",
+                          dp_rank: Optional[int] = None,
+                          timeout: Optional[float] = None
+                          ) -> "pb.PlanUploadResponse":
+        """The layout a writer placement stores (SPEC §2.1) and which
+        participant writes each Part."""
+        return await self._run(_calls.plan_upload(placement, format, dp_rank),
+                               timeout)
+
+    async def plan_load(self, *, model_domain: str, page_keys: Sequence[str],
+                        binding: BindingLike,
+                        placement: Optional["pb.Placement"] = None,
+                        placement_id: Optional[str] = None,
+                        target_dp_rank: Optional[int] = None,
+                        limits: Optional["pb.Limits"] = None,
+                        preferred_layout_ids: Sequence[str] = (),
+                        operation_id: str = "", runs: bool = False,
+                        timeout: Optional[float] = None) -> LoadPlan:
+        """Plans the reader's copies for the hit prefix of ``page_keys``
+        (SPEC §2.2) into ``binding`` (a :class:`reshard.Binding` or a
+        ``RuntimeBinding``). The target is ``placement`` or a registered
+        ``placement_id``; ``runs`` asks for strided runs."""
+        return await self._run(_calls.plan_load(
+            model_domain, page_keys, binding, placement, placement_id,
+            target_dp_rank, limits, preferred_layout_ids, operation_id,
+            runs), timeout)
+
+    async def plan_store(self, *, manifest_key: str, binding: BindingLike,
+                         page_count: int,
+                         placement: Optional["pb.Placement"] = None,
+                         placement_id: Optional[str] = None,
+                         dp_rank: Optional[int] = None,
+                         limits: Optional["pb.Limits"] = None,
+                         runs: bool = False,
+                         operation_id: str = "",
+                         timeout: Optional[float] = None) -> StorePlan:
+        """Plans a writer's copies from its memory into the Parts it
+        writes for pages ``0 .. page_count-1`` (SPEC §2.5)."""
+        return await self._run(_calls.plan_store(
+            manifest_key, binding, page_count, placement, placement_id,
+            dp_rank, limits, runs, operation_id), timeout)
+
+    async def health(self, service: str = "", *,
+                     timeout: Optional[float] = None) -> str:
+        """``grpc.health.v1`` status name of ``service`` (``""``: the
+        daemon, ``"reshard.v1.Planner"``): ``"SERVING"``,
+        ``"NOT_SERVING"`` ..."""
+        return await self._run(_calls.health(service), timeout)
