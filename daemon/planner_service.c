@@ -689,15 +689,8 @@ static void log_plan(const load_ctx *ctx) {
 /* Worker thread: plan, then build and pack the response. Touches only the
  * context, the call's arena and response, and immutable shared objects. */
 
-/* A plan and its names, for the response encoder. */
-typedef struct plan_encoding {
-  const reshard_load_plan *plan;
-  const reshard_wire_plan_names *names;
-} plan_encoding;
-
 static size_t write_plan_response(void *context, uint8_t *out) {
-  const plan_encoding *encoding = context;
-  return reshard_plan_response_write(encoding->plan, encoding->names, out);
+  return reshard_plan_response_write(context, out);
 }
 
 static void load_work(uv_work_t *work) {
@@ -735,10 +728,12 @@ static void load_work(uv_work_t *work) {
       .binding = &ctx->binding,
       .placement_id = ctx->placement_id,
   };
-  plan_encoding encoding = {&ctx->plan, &names};
-  if (reshard_call_pack_encoded(call,
-                                reshard_plan_response_size(&ctx->plan, &names),
-                                write_plan_response, &encoding) != RESHARD_OK) {
+  reshard_plan_response response;
+  if (reshard_plan_response_measure(&ctx->plan, &names,
+                                    reshard_call_arena(call),
+                                    &response) != RESHARD_OK ||
+      reshard_call_pack_encoded(call, response.size, write_plan_response,
+                                &response) != RESHARD_OK) {
     ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
                                     "out of memory building the response");
   }
@@ -880,6 +875,7 @@ static void load_plan(load_ctx *ctx) {
           (const char *const *)ctx->request->preferred_layout_ids,
       .preferred_count = ctx->request->n_preferred_layout_ids,
       .limits = ctx->limits,
+      .runs = ctx->request->runs,
   };
   if (reshard_call_expired(ctx->call)) {
     load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,

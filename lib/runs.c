@@ -7,18 +7,22 @@
 
 #include "plan_internal.h"
 
-/* A class's current run and where its last copy lies, so the progression
- * test is a subtraction (no multiplication that could wrap). */
+/* A class, its current run and where the run's last copy lies, so the
+ * progression test is a subtraction (no multiplication that could wrap).
+ * One cache line; the key is kept here so a probe reads nothing else. */
 typedef struct fold_slot {
   uint64_t stamp; /* the batch this slot belongs to; stale otherwise */
+  uint64_t page_index, part_index, region_index, nbytes; /* the class */
   size_t run;
   uint64_t last_part;
   uint64_t last_region;
 } fold_slot;
 
-static bool same_class(const reshard_copy *a, const reshard_copy *b) {
-  return a->page_index == b->page_index && a->part_index == b->part_index &&
-         a->region_index == b->region_index && a->nbytes == b->nbytes;
+static bool in_class(const fold_slot *slot, const reshard_copy *copy) {
+  return slot->page_index == copy->page_index &&
+         slot->part_index == copy->part_index &&
+         slot->region_index == copy->region_index &&
+         slot->nbytes == copy->nbytes;
 }
 
 static size_t class_hash(const reshard_copy *copy) {
@@ -69,11 +73,11 @@ reshard_status reshard__run_folder_batch(reshard__run_folder *folder,
   for (size_t i = 0; i < count; i++) {
     const reshard_copy *copy = &copies[i];
     fold_slot *slot = recent;
-    if (slot == NULL || !same_class(&runs[slot->run].first, copy)) {
+    if (slot == NULL || !in_class(slot, copy)) {
       size_t at = class_hash(copy) & folder->mask;
       for (;;) {
         slot = &slots[at];
-        if (slot->stamp != stamp || same_class(&runs[slot->run].first, copy)) {
+        if (slot->stamp != stamp || in_class(slot, copy)) {
           break;
         }
         at = (at + 1) & folder->mask;
@@ -105,7 +109,10 @@ reshard_status reshard__run_folder_batch(reshard__run_folder *folder,
         runs[written++] = (reshard_run){*copy, 1, 0, 0};
       }
     } else {
-      *slot = (fold_slot){stamp, written, 0, 0};
+      *slot = (fold_slot){stamp,         copy->page_index,
+                          copy->part_index, copy->region_index,
+                          copy->nbytes,      written,
+                          0,                 0};
       runs[written++] = (reshard_run){*copy, 1, 0, 0};
     }
     slot->last_part = copy->part_offset;

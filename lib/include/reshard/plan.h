@@ -66,7 +66,8 @@ typedef struct reshard_load_plan {
   uint64_t copies_after_coalescing; /* before batch splitting */
   reshard_join **built_joins;       /* per source; non-NULL where built here */
   /* With request.runs: the batches folded into runs (runs.batch_count ==
-   * batch_count); all zero otherwise. */
+   * batch_count, runs.batch_first non-NULL even for an empty plan); all
+   * zero otherwise. */
   reshard_runs runs;
   const reshard_placement_part *participant;
 } reshard_load_plan;
