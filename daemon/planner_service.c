@@ -630,7 +630,8 @@ typedef struct load_ctx {
   reshard_status status;
   reshard_error err;
   uint64_t plan_us;
-  bool plan_ran; /* reshard_plan_load was called */
+  uint64_t response_bytes; /* the encoded response, once built */
+  bool plan_ran;           /* reshard_plan_load was called */
 
   /* The catalog was unreachable and the bindings came from the cache:
    * manifests must come from it too, or the call fails with `outage`. */
@@ -677,6 +678,10 @@ static void log_plan(const load_ctx *ctx) {
     reshard_log_u64(&line, "hit_pages", ctx->plan.hit_pages);
     reshard_log_u64(&line, "operations", ctx->plan.operations);
     reshard_log_u64(&line, "bytes", ctx->plan.bytes);
+    if (ctx->load.runs) {
+      reshard_log_u64(&line, "runs", ctx->plan.runs.run_count);
+    }
+    reshard_log_u64(&line, "response_bytes", ctx->response_bytes);
   }
   reshard_log_u64(&line, "manifest_hits", ctx->manifest_hits);
   reshard_log_u64(&line, "manifest_misses", ctx->manifest_misses);
@@ -736,7 +741,9 @@ static void load_work(uv_work_t *work) {
                                 &response) != RESHARD_OK) {
     ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
                                     "out of memory building the response");
+    return;
   }
+  ctx->response_bytes = response.size;
 }
 
 /* Loop: keep the join templates the planner built, then answer. */
@@ -780,6 +787,9 @@ static void load_after_work(uv_work_t *work, int status) {
             .copies_before_coalescing =
                 ctx->planned ? ctx->plan.copies_before_coalescing : 0,
             .bytes = ctx->planned ? ctx->plan.bytes : 0,
+            .runs_requested = ctx->planned && ctx->load.runs,
+            .runs = ctx->planned ? ctx->plan.runs.run_count : 0,
+            .response_bytes = ctx->response_bytes,
         });
   }
   load_release(ctx);
