@@ -23,7 +23,8 @@ Usage:
   scripts/load.py --daemon build/daemon/reshardd           # start one, test, stop it
   scripts/load.py --target 127.0.0.1:50051 --metrics 127.0.0.1:9464
 Options: --scenario S1-8 (default; any of S1..S5 or S1-N), --requests 5000,
---warmup 1000, --clients 4 --streams 16 (64 concurrent streams).
+--warmup 1000, --clients 4 --streams 16 (64 concurrent streams), --runs
+(ask for strided runs, SPEC §2.2 step 7).
 Exit status: 0 when every call succeeded and memory stayed flat, 1 otherwise,
 2 on bad usage.
 """
@@ -272,8 +273,10 @@ def run(args):
 
     name, pages = scenarios.parse_variant(args.scenario)
     requests = scenarios.build(name, pages)
+    requests.plan_load.runs = args.runs
     target = Target(args)
-    result = {"scenario": requests.name, "requests": args.requests,
+    result = {"scenario": requests.name, "runs": args.runs,
+              "requests": args.requests,
               "warmup": args.warmup, "clients": args.clients,
               "streams_per_client": args.streams,
               "concurrent_streams": args.clients * args.streams}
@@ -281,7 +284,8 @@ def run(args):
         stats = set_up(target.grpc, requests)
         result["plan"] = {"copies": stats.operations, "bytes": stats.bytes,
                           "copies_before_coalescing":
-                              stats.copies_before_coalescing}
+                              stats.copies_before_coalescing,
+                          "runs": stats.runs}
         with tempfile.TemporaryDirectory(prefix="reshard-load-") as tmp:
             data_file = os.path.join(tmp, "planload.grpc")
             with open(data_file, "wb") as f:
@@ -355,9 +359,11 @@ def run(args):
 def report(r, out=sys.stdout):
     mib = 1024.0 * 1024.0
     lat = r["latency_ms"]
-    print("reshardd load test: %s PlanLoad (%d copies, %d bytes per plan), "
+    print("reshardd load test: %s PlanLoad%s (%d copies, %d bytes per plan), "
           "h2load %d requests at %d concurrent streams (%d connections x %d)"
-          % (r["scenario"], r["plan"]["copies"], r["plan"]["bytes"],
+          % (r["scenario"],
+             " with runs (%d runs)" % r["plan"]["runs"] if r["runs"] else "",
+             r["plan"]["copies"], r["plan"]["bytes"],
              r["requests"], r["concurrent_streams"], r["clients"],
              r["streams_per_client"]), file=out)
     print("  throughput   %.1f requests/s over %.2f s"
@@ -396,6 +402,8 @@ def main(argv=None):
     parser.add_argument("--daemon-flag", action="append", default=[],
                         help="extra flag for the started daemon (repeat)")
     parser.add_argument("--scenario", default="S1-8")
+    parser.add_argument("--runs", action="store_true",
+                        help="PlanLoad with runs set (strided runs)")
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=4)

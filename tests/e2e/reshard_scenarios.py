@@ -118,12 +118,19 @@ class Requests:
             model_domain=self.model_domain, page_keys=self.page_keys,
             placement=self.reader, binding=self.binding.message,
             operation_id="%s-load" % self.name)
+        # The same plan as strided runs (SPEC §2.2 step 7).
+        self.plan_load_runs = pb.PlanLoadRequest()
+        self.plan_load_runs.CopyFrom(self.plan_load)
+        self.plan_load_runs.runs = True
+        self.plan_load_runs.operation_id = "%s-load-runs" % self.name
 
     def steps(self):
-        """[(step, method, request)] in the order a client sends them."""
+        """[(step, method, request)] in the order a client sends them; the
+        two PlanLoads plan the same copies, explicit and as runs."""
         return [("publish", "PublishManifest", self.publish),
                 ("register", "RegisterPages", self.register),
-                ("planload", "PlanLoad", self.plan_load)]
+                ("planload", "PlanLoad", self.plan_load),
+                ("planload-runs", "PlanLoad", self.plan_load_runs)]
 
 
 def build(name, pages=None, participant_index=0, seed=1):
