@@ -270,11 +270,10 @@ int main(int argc, char **argv) {
       reshard_join *template_join = NULL;
       if (scenario_build(spec, 0, 0, 42 + i, &arena, &s, &err) ||
           (split && scenario_region_per_layer(&s, &arena, &err)) ||
-          (template_join = reshard_join_build(&s.upload.layout,
-                                              &s.reader.parts[0], &err)) ==
-              NULL ||
-          encoding_row(spec->name, split ? "layer" : "pool", &s,
-                       template_join, runs) != 0) {
+          (template_join = reshard_join_build(
+               &s.upload.layout, &s.reader.parts[0], &err)) == NULL ||
+          encoding_row(spec->name, split ? "layer" : "pool", &s, template_join,
+                       runs) != 0) {
         fprintf(stderr, "%s: encoding failed\n", spec->name);
         failures++;
       }

@@ -238,9 +238,9 @@ reshard_status scenario_region_per_layer(scenario *s, reshard_arena *arena,
   for (size_t g = 0; g < s->groups; g++) {
     char id[32];
     snprintf(id, sizeof id, "layer-slot-%zu", g);
-    regions[g] = (reshard_region){reshard_arena_strdup(arena, id),
-                                  pool->address + g * s->group_bytes,
-                                  s->group_bytes};
+    regions[g] =
+        (reshard_region){reshard_arena_strdup(arena, id),
+                         pool->address + g * s->group_bytes, s->group_bytes};
     if (regions[g].region_id == NULL) {
       return out_of_memory(err);
     }

@@ -9,8 +9,8 @@ static bool columns_agree(const Reshard__V1__RangeBatch *b) {
   if (b->n_page_index != n || b->n_part_index != n || b->n_part_offset != n ||
       b->n_region_index != n || b->n_region_offset != n)
     return false;
-  bool runs = b->n_run_count > 0 || b->n_part_stride > 0 ||
-              b->n_region_stride > 0;
+  bool runs =
+      b->n_run_count > 0 || b->n_part_stride > 0 || b->n_region_stride > 0;
   return !runs || (b->n_run_count == n && b->n_part_stride == n &&
                    b->n_region_stride == n);
 }

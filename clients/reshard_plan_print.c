@@ -44,8 +44,7 @@ int reshard_plan_check(const Reshard__V1__PlanLoadResponse *plan, char *err,
     size_t want_runs = runs ? n : 0;
     if (rb->n_run_count != want_runs || rb->n_part_stride != want_runs ||
         rb->n_region_stride != want_runs)
-      return check_fail(err, errcap,
-                        "batches[%zu]: run columns must be %s", b,
+      return check_fail(err, errcap, "batches[%zu]: run columns must be %s", b,
                         runs ? "as long as the others in every batch"
                              : "empty");
     entries += n;
@@ -54,8 +53,8 @@ int reshard_plan_check(const Reshard__V1__PlanLoadResponse *plan, char *err,
       uint64_t count = runs ? rb->run_count[i] : 1, moved;
       if (count == 0)
         return check_fail(err, errcap,
-                          "batches[%zu].run_count[%zu]: must be at least 1",
-                          b, i);
+                          "batches[%zu].run_count[%zu]: must be at least 1", b,
+                          i);
       if (__builtin_mul_overflow(count, rb->nbytes[i], &moved) ||
           __builtin_add_overflow(sum, moved, &sum))
         return check_fail(err, errcap, "batches[%zu]: bytes overflow", b);
@@ -226,7 +225,7 @@ static void row_cells(const Reshard__V1__PlanLoadResponse *plan, size_t b,
   if (!runs) {
     snprintf(cells[5], sizeof cells[5], "%" PRIu64, rb->region_offset[i]);
     snprintf(cells[6], sizeof cells[6], "%" PRIu64, rb->nbytes[i]);
-    const char *row[COLS] = {cells[0], page_key,  cells[2], cells[3],
+    const char *row[COLS] = {cells[0],  page_key, cells[2], cells[3],
                              region_id, cells[5], cells[6]};
     memcpy(text, row, sizeof row);
     return;

@@ -106,8 +106,6 @@ _Static_assert(sizeof(reshard_run) == 9 * sizeof(uint64_t) &&
 
 enum { COPY_WIDTH = 6, RUN_WIDTH = 9 };
 
-
-
 static unsigned column_field(unsigned c) {
   return c < 6 ? c + 1 : c + 2;
 }
@@ -129,8 +127,7 @@ static const uint64_t *batch_rows(const reshard_range_batches *batches,
 /* Inlined with a constant width, so the column loop unrolls. Also ORs
  * each column's values: the OR has the longest value's bit length. */
 static inline void measure_rows(const uint64_t *rows, size_t count,
-                                unsigned width, size_t *sizes,
-                                uint64_t *any) {
+                                unsigned width, size_t *sizes, uint64_t *any) {
   for (size_t i = 0; i < count; i++, rows += width) {
     for (unsigned c = 0; c < width; c++) {
       sizes[c] += varint_size(rows[c]);
@@ -144,7 +141,8 @@ static inline void measure_rows(const uint64_t *rows, size_t count,
  * stores, free of the per-value branches that offsets of mixed lengths
  * would mispredict. */
 static inline uint8_t *put_fixed(uint8_t *out, const uint64_t *rows,
-                                 size_t count, unsigned width, unsigned length) {
+                                 size_t count, unsigned width,
+                                 unsigned length) {
   for (size_t i = 0; i < count; i++, rows += width) {
     uint64_t value = *rows;
     for (unsigned k = 0; k + 1 < length; k++) {
@@ -184,8 +182,7 @@ static size_t batch_body(const reshard_range_batches *batches, size_t b) {
   unsigned width;
   batch_rows(batches, b, &count, &width);
   size_t body = scalar_size(batches->batches[b].bytes);
-  const size_t *sizes =
-      batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
+  const size_t *sizes = batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
   for (unsigned c = 0; count > 0 && c < width; c++) {
     body += nested_size(sizes[c]);
   }
@@ -203,12 +200,10 @@ reshard_status reshard_range_batches_measure(const reshard_copy *copies,
       .batches = batches,
       .batch_count = batch_count,
       .runs = runs,
-      .column_bytes = RESHARD_ARENA_NEW(arena, size_t,
-                                        (batch_count + 1) *
-                                            RESHARD_RANGE_BATCH_COLUMNS),
-      .column_length = RESHARD_ARENA_NEW(arena, uint8_t,
-                                         (batch_count + 1) *
-                                             RESHARD_RANGE_BATCH_COLUMNS),
+      .column_bytes = RESHARD_ARENA_NEW(
+          arena, size_t, (batch_count + 1) * RESHARD_RANGE_BATCH_COLUMNS),
+      .column_length = RESHARD_ARENA_NEW(
+          arena, uint8_t, (batch_count + 1) * RESHARD_RANGE_BATCH_COLUMNS),
   };
   if (out->column_bytes == NULL || out->column_length == NULL) {
     return RESHARD_RESOURCE_EXHAUSTED;
@@ -284,8 +279,8 @@ uint8_t *reshard_plan_stats_write(uint8_t *out, unsigned field,
                                   uint64_t copies_before_coalescing,
                                   uint64_t runs) {
   out = put_tag(out, field, WIRE_LENGTH);
-  out = put_varint(out, reshard_plan_stats_size(operations, bytes,
-                                                copies_before_coalescing, runs));
+  out = put_varint(out, reshard_plan_stats_size(
+                            operations, bytes, copies_before_coalescing, runs));
   out = put_scalar(out, 1, operations);
   out = put_scalar(out, 2, bytes);
   out = put_scalar(out, 3, copies_before_coalescing);
@@ -312,10 +307,9 @@ reshard_status reshard_plan_response_measure(
     reshard_arena *arena, reshard_plan_response *out) {
   *out = (reshard_plan_response){.plan = plan, .names = names};
   const reshard_runs *runs = plan->runs.batch_first ? &plan->runs : NULL;
-  reshard_status status =
-      reshard_range_batches_measure(plan->copies, plan->batches,
-                                    plan->batch_count, runs, arena,
-                                    &out->batches);
+  reshard_status status = reshard_range_batches_measure(
+      plan->copies, plan->batches, plan->batch_count, runs, arena,
+      &out->batches);
   if (status) {
     return status;
   }

@@ -33,10 +33,10 @@ typedef struct reshard_range_batches {
   const reshard_batch *batches;
   size_t batch_count;
   const reshard_runs *runs;
-  size_t *column_bytes; /* per batch, RESHARD_RANGE_BATCH_COLUMNS payloads */
+  size_t *column_bytes;   /* per batch, RESHARD_RANGE_BATCH_COLUMNS payloads */
   uint8_t *column_length; /* per batch and column: the varint length every
                              value shares, 0 when lengths differ */
-  size_t size;          /* every batch with its tag and length */
+  size_t size;            /* every batch with its tag and length */
 } reshard_range_batches;
 
 /* Measures the batches of a plan (`runs` may be NULL). Returns
@@ -74,9 +74,10 @@ typedef struct reshard_plan_response {
 
 /* Measures the response for `plan` and `names`; both must outlive `out`.
  * RESHARD_RESOURCE_EXHAUSTED when the arena cannot grow. */
-reshard_status reshard_plan_response_measure(
-    const reshard_load_plan *plan, const reshard_wire_plan_names *names,
-    reshard_arena *arena, reshard_plan_response *out);
+reshard_status
+reshard_plan_response_measure(const reshard_load_plan *plan,
+                              const reshard_wire_plan_names *names,
+                              reshard_arena *arena, reshard_plan_response *out);
 
 /* Writes the response into `out`, which has room for response->size
  * bytes; returns the bytes written (response->size). */

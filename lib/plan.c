@@ -371,8 +371,9 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
                                    coalesced);
     reshard__batcher_push(&batcher, coalesced, count);
     /* Fold the batches this page closed while their copies are in cache. */
-    reshard_status status =
-        request->runs ? fold_closed(plan, &folder, &batcher, &folded) : 0;
+    reshard_status status = request->runs
+                                ? fold_closed(plan, &folder, &batcher, &folded)
+                                : RESHARD_OK;
     if (status) {
       return status;
     }

@@ -35,12 +35,10 @@ static size_t class_hash(const reshard_copy *copy) {
   return (size_t)(h ^ (h >> 32));
 }
 
-reshard_status reshard__run_folder_init(reshard__run_folder *folder,
-                                        size_t max_copies,
-                                        size_t max_batch_copies,
-                                        size_t max_batches,
-                                        reshard_arena *arena,
-                                        reshard_error *err) {
+reshard_status
+reshard__run_folder_init(reshard__run_folder *folder, size_t max_copies,
+                         size_t max_batch_copies, size_t max_batches,
+                         reshard_arena *arena, reshard_error *err) {
   memset(folder, 0, sizeof *folder);
   size_t slots = 16;
   while (slots < 2 * max_batch_copies) {
@@ -90,8 +88,7 @@ reshard_status reshard__run_folder_batch(reshard__run_folder *folder,
             err, RESHARD_INVALID_ARGUMENT,
             "runs: copy %zu of batch %zu: part_offset %llu does not follow "
             "%llu of its class; copies must be in increasing part offset",
-            i, folder->batch_count - 1,
-            (unsigned long long)copy->part_offset,
+            i, folder->batch_count - 1, (unsigned long long)copy->part_offset,
             (unsigned long long)slot->last_part);
       }
       uint64_t part_step = copy->part_offset - slot->last_part;
@@ -109,10 +106,14 @@ reshard_status reshard__run_folder_batch(reshard__run_folder *folder,
         runs[written++] = (reshard_run){*copy, 1, 0, 0};
       }
     } else {
-      *slot = (fold_slot){stamp,         copy->page_index,
-                          copy->part_index, copy->region_index,
-                          copy->nbytes,      written,
-                          0,                 0};
+      *slot = (fold_slot){stamp,
+                          copy->page_index,
+                          copy->part_index,
+                          copy->region_index,
+                          copy->nbytes,
+                          written,
+                          0,
+                          0};
       runs[written++] = (reshard_run){*copy, 1, 0, 0};
     }
     slot->last_part = copy->part_offset;
@@ -147,8 +148,8 @@ reshard_status reshard_runs_fold(const reshard_copy *copies,
     }
   }
   reshard__run_folder folder;
-  reshard_status status = reshard__run_folder_init(
-      &folder, total, largest, batch_count, arena, err);
+  reshard_status status = reshard__run_folder_init(&folder, total, largest,
+                                                   batch_count, arena, err);
   for (size_t b = 0; status == RESHARD_OK && b < batch_count; b++) {
     status = reshard__run_folder_batch(&folder, copies + batches[b].first,
                                        batches[b].count, err);

@@ -110,8 +110,7 @@ static size_t reference_fold(const reshard_copy *copies, size_t count,
 /* ---- checks ---- */
 
 static void check_batch(const reshard_copy *copies, const reshard_batch *batch,
-                        const reshard_run *runs, size_t run_count,
-                        size_t b) {
+                        const reshard_run *runs, size_t run_count, size_t b) {
   /* Expanding and sorting gives back exactly the explicit batch. */
   size_t expanded = 0;
   uint64_t bytes = 0;
@@ -124,8 +123,8 @@ static void check_batch(const reshard_copy *copies, const reshard_batch *batch,
     expanded += runs[r].count;
     bytes += runs[r].count * runs[r].first.nbytes;
   }
-  cr_assert_eq(expanded, batch->count, "batch %zu: %zu copies in runs, %zu",
-               b, expanded, batch->count);
+  cr_assert_eq(expanded, batch->count, "batch %zu: %zu copies in runs, %zu", b,
+               expanded, batch->count);
   cr_assert_eq(bytes, batch->bytes, "batch %zu: bytes differ", b);
   reshard_copy *got = malloc((expanded + 1) * sizeof *got);
   reshard_copy *want = malloc((expanded + 1) * sizeof *want);
@@ -168,8 +167,8 @@ static void check_batch(const reshard_copy *copies, const reshard_batch *batch,
       } else {
         cr_assert(!(next->part_offset ==
                         a->first.part_offset + a->count * a->part_stride &&
-                    next->region_offset == a->first.region_offset +
-                                               a->count * a->region_stride),
+                    next->region_offset ==
+                        a->first.region_offset + a->count * a->region_stride),
                   "batch %zu: run %zu could have taken run %zu", b, r, s);
       }
       break;
@@ -209,8 +208,8 @@ static size_t check_plan_runs(const reshard_load_plan *plan) {
   reshard_arena_init(&arena, 0);
   reshard_runs again;
   reshard_error err;
-  cr_assert_eq(reshard_runs_fold(plan->copies, plan->batches,
-                                 plan->batch_count, &arena, &again, &err),
+  cr_assert_eq(reshard_runs_fold(plan->copies, plan->batches, plan->batch_count,
+                                 &arena, &again, &err),
                RESHARD_OK, "%s", err.message);
   cr_assert_eq(again.run_count, runs->run_count);
   cr_assert(again.run_count == 0 ||
@@ -353,8 +352,8 @@ ParameterizedTest(matrix_param *param, runs, format_x_memory) {
   opts.style = param->style;
   opts.max_sources = 3;
   opts.selection_twists = true;
-  assert_planned(run_seeded(100 + (uint64_t)param->format * 10 + param->style,
-                            20, &opts));
+  assert_planned(
+      run_seeded(100 + (uint64_t)param->format * 10 + param->style, 20, &opts));
 }
 
 ParameterizedTestParameters(runs, single_tensor) {
@@ -370,8 +369,8 @@ ParameterizedTest(matrix_param *param, runs, single_tensor) {
   opts.style = param->style;
   opts.max_sources = 2;
   opts.single_tensor = true;
-  assert_planned(run_seeded(200 + (uint64_t)param->format * 10 + param->style,
-                            6, &opts));
+  assert_planned(
+      run_seeded(200 + (uint64_t)param->format * 10 + param->style, 6, &opts));
 }
 
 static const oracle_topology topology_pairs[][2] = {
@@ -427,9 +426,9 @@ static runs_totals run_scenario(int scenario, uint64_t pages,
                                 size_t participant, bool split) {
   oracle_case c;
   char msg[ORACLE_MSG_SIZE];
-  cr_assert(oracle_scenario_build(&c, scenario, pages, participant, msg,
-                                  sizeof msg),
-            "S%d: %s", scenario, msg);
+  cr_assert(
+      oracle_scenario_build(&c, scenario, pages, participant, msg, sizeof msg),
+      "S%d: %s", scenario, msg);
   if (split) {
     region_per_group(&c);
   }
@@ -500,7 +499,9 @@ Test(runs, fold_by_hand) {
   cr_assert_eq(reshard_runs_fold(copies, batches, 2, &arena, &runs, &err),
                RESHARD_OK, "%s", err.message);
   const reshard_run want[] = {
-      {copies[0], 3, 100, 64}, {copies[1], 2, 100, 8}, {copies[5], 1, 0, 0},
+      {copies[0], 3, 100, 64},
+      {copies[1], 2, 100, 8},
+      {copies[5], 1, 0, 0},
       {copies[6], 2, 100, 64}, /* the batch boundary cut the class */
   };
   cr_assert_eq(runs.run_count, 4);

@@ -10,8 +10,8 @@
 #include <stdint.h>
 
 #include "reshard/arena.h"
-#include "reshard/error.h"
 #include "reshard/copy.h"
+#include "reshard/error.h"
 
 /* `count` copies: copy k (0 <= k < count) moves first.nbytes bytes from
  * Part offset first.part_offset + k * part_stride to region offset
