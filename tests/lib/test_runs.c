@@ -60,6 +60,13 @@ static bool same_class(const reshard_copy *a, const reshard_copy *b) {
          a->region_index == b->region_index && a->nbytes == b->nbytes;
 }
 
+/* Pointers to runs: class, then first part offset. */
+static int run_class_order(const void *pa, const void *pb) {
+  positioned a = {(*(const reshard_run *const *)pa)->first, 0};
+  positioned b = {(*(const reshard_run *const *)pb)->first, 0};
+  return class_order(&a, &b);
+}
+
 typedef struct ref_run {
   reshard_run run;
   size_t position; /* of its first copy */
@@ -153,27 +160,32 @@ static void check_batch(const reshard_copy *copies, const reshard_batch *batch,
   }
 
   /* Greedy: within a class, no run could have taken the next one's first
-   * copy. */
+   * copy. Runs sorted by class then part offset put each run next to the
+   * one after it in its class. */
+  const reshard_run **by_class = malloc((run_count + 1) * sizeof *by_class);
+  cr_assert_not_null(by_class);
   for (size_t r = 0; r < run_count; r++) {
-    const reshard_run *a = &runs[r];
-    for (size_t s = r + 1; s < run_count; s++) {
-      const reshard_copy *next = &runs[s].first;
-      if (!same_class(&a->first, next)) {
-        continue;
-      }
-      if (a->count == 1) {
-        cr_assert_lt(next->region_offset, a->first.region_offset,
-                     "batch %zu: run %zu could have taken run %zu", b, r, s);
-      } else {
-        cr_assert(!(next->part_offset ==
-                        a->first.part_offset + a->count * a->part_stride &&
-                    next->region_offset ==
-                        a->first.region_offset + a->count * a->region_stride),
-                  "batch %zu: run %zu could have taken run %zu", b, r, s);
-      }
-      break;
+    by_class[r] = &runs[r];
+  }
+  qsort(by_class, run_count, sizeof *by_class, run_class_order);
+  for (size_t r = 0; r + 1 < run_count; r++) {
+    const reshard_run *a = by_class[r];
+    const reshard_copy *next = &by_class[r + 1]->first;
+    if (!same_class(&a->first, next)) {
+      continue;
+    }
+    if (a->count == 1) {
+      cr_assert_lt(next->region_offset, a->first.region_offset,
+                   "batch %zu: a run could have taken the next one", b);
+    } else {
+      cr_assert(!(next->part_offset ==
+                      a->first.part_offset + a->count * a->part_stride &&
+                  next->region_offset ==
+                      a->first.region_offset + a->count * a->region_stride),
+                "batch %zu: a run could have taken the next one", b);
     }
   }
+  free(by_class);
 
   /* The same runs as the reference fold. */
   ref_run *ref = malloc((batch->count + 1) * sizeof *ref);
@@ -259,8 +271,8 @@ typedef struct runs_totals {
   uint64_t runs;
 } runs_totals;
 
-/* Plans `c` with and without runs; the explicit plan must be the same
- * either way and pass the oracle, and the runs every check above. */
+/* Plans `c` with and without runs; the explicit plan must pass the oracle
+ * and be the same either way, and the runs pass every check above. */
 static void run_case(oracle_case *c, const char *what, runs_totals *totals) {
   char msg[ORACLE_MSG_SIZE];
   reshard_arena explicit_arena, runs_arena;
@@ -271,9 +283,13 @@ static void run_case(oracle_case *c, const char *what, runs_totals *totals) {
                             sizeof msg);
   cr_assert(ok, "%s: %s", what, msg);
   cr_assert_eq(explicit_plan.runs.runs, NULL);
+  /* The oracle executed the explicit plan; the runs plan must carry the
+   * very same copies. */
   c->request.runs = true;
-  ok = oracle_case_run(c, &runs_arena, &runs_plan, &stats, msg, sizeof msg);
-  cr_assert(ok, "%s: %s", what, msg);
+  reshard_arena_init(&runs_arena, 0);
+  reshard_error err;
+  cr_assert_eq(reshard_plan_load(&c->request, &runs_arena, &runs_plan, &err),
+               RESHARD_OK, "%s: %s", what, err.message);
   cr_assert_eq(runs_plan.copy_count, explicit_plan.copy_count);
   cr_assert_eq(runs_plan.batch_count, explicit_plan.batch_count);
   cr_assert(explicit_plan.copy_count == 0 ||
@@ -286,10 +302,12 @@ static void run_case(oracle_case *c, const char *what, runs_totals *totals) {
   oracle_plan_release(c, &explicit_arena, &explicit_plan);
 }
 
-static runs_totals run_seeded(uint64_t stream, unsigned count,
+/* Cases first .. first + count - 1 of the oracle suite's stream `stream`
+ * (tests/lib/test_oracle.c builds the same cases from the same seeds). */
+static runs_totals run_seeded(uint64_t stream, unsigned first, unsigned count,
                               const oracle_case_opts *opts) {
   runs_totals totals = {0, 0};
-  for (unsigned i = 0; i < count; i++) {
+  for (unsigned i = first; i < first + count; i++) {
     uint64_t seed = oracle_case_seed(oracle_base_seed(), stream, i);
     for (int split = 0; split < 2; split++) {
       oracle_case c;
@@ -352,8 +370,8 @@ ParameterizedTest(matrix_param *param, runs, format_x_memory) {
   opts.style = param->style;
   opts.max_sources = 3;
   opts.selection_twists = true;
-  assert_planned(
-      run_seeded(100 + (uint64_t)param->format * 10 + param->style, 20, &opts));
+  assert_planned(run_seeded(100 + (uint64_t)param->format * 10 + param->style,
+                            0, 60, &opts));
 }
 
 ParameterizedTestParameters(runs, single_tensor) {
@@ -369,8 +387,8 @@ ParameterizedTest(matrix_param *param, runs, single_tensor) {
   opts.style = param->style;
   opts.max_sources = 2;
   opts.single_tensor = true;
-  assert_planned(
-      run_seeded(200 + (uint64_t)param->format * 10 + param->style, 6, &opts));
+  assert_planned(run_seeded(200 + (uint64_t)param->format * 10 + param->style,
+                            0, 6, &opts));
 }
 
 static const oracle_topology topology_pairs[][2] = {
@@ -392,18 +410,19 @@ Test(runs, topology_changes) {
       opts.max_sources = 2;
       opts.writer = &topology_pairs[i][0];
       opts.reader = &topology_pairs[i][1];
-      assert_planned(run_seeded(300 + i * 3 + (uint64_t)(f - 1), 3, &opts));
+      assert_planned(run_seeded(300 + i * 3 + (uint64_t)(f - 1), 0, 8, &opts));
     }
   }
 }
 
-/* Tiny batches split classes and copies at every turn: no run may cross
- * a batch. */
+/* The oracle's selection_and_small_batches cases: up to four candidate
+ * layouts, misses, and tiny batches that split classes and copies at
+ * every turn, so no run may cross a batch. */
 Test(runs, small_batches) {
   oracle_rng rng;
   oracle_rng_seed(&rng, oracle_case_seed(oracle_base_seed(), 400, 0));
   runs_totals all = {0, 0};
-  for (unsigned i = 0; i < 40; i++) {
+  for (unsigned i = 0; i < 120; i++) {
     oracle_case_opts opts;
     memset(&opts, 0, sizeof opts);
     opts.random_style = true;
@@ -413,7 +432,7 @@ Test(runs, small_batches) {
                                                      RESHARD_FORMAT_HPLD);
     opts.max_batch_operations = oracle_rng_between(&rng, 1, 6);
     opts.max_batch_bytes = oracle_rng_between(&rng, 1, 400);
-    runs_totals t = run_seeded(401 + i, 1, &opts);
+    runs_totals t = run_seeded(401, i, 1, &opts);
     all.copies += t.copies;
     all.runs += t.runs;
   }
