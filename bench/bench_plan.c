@@ -1,6 +1,9 @@
 /* Plans the SPEC §6 scenarios and prints, per scenario, copies before and
  * after coalescing, bytes, median and p99 plan time with and without a
- * cached join template, and peak memory. Figures only; nothing asserts. */
+ * cached join template, and peak memory. A second table puts planning and
+ * response encoding side by side, with and without runs (SPEC §2.2 step
+ * 7), for the pool the scenarios register and for one region per (layer,
+ * component). Figures only; nothing asserts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +12,10 @@
 
 #include "reshard/join.h"
 #include "scenario.h"
+
+#ifdef RESHARD_BENCH_ENCODE
+#include "plan_response.h"
+#endif
 
 static double now_ns(void) {
   struct timespec ts;
@@ -75,6 +82,121 @@ static int time_plans(scenario *s, const reshard_join *template_join, int runs,
   return 0;
 }
 
+#ifdef RESHARD_BENCH_ENCODE
+/* Names as long as real ones: 64-hex page keys, a manifest key and layout
+ * id of the daemon's shapes. */
+static reshard_wire_plan_names bench_names(const scenario *s,
+                                           reshard_arena *arena) {
+  uint64_t pages = s->request.page_count;
+  char **keys = RESHARD_ARENA_NEW(arena, char *, pages + 1);
+  for (uint64_t p = 0; keys && p < pages; p++) {
+    char key[80];
+    snprintf(key, sizeof key, "%016llx%048llx", (unsigned long long)p,
+             (unsigned long long)(p * 0x9e3779b97f4a7c15ull));
+    keys[p] = reshard_arena_strdup(arena, key);
+  }
+  static const char *const manifest_keys[] = {
+      "kv/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef/"
+      "manifests/0123456789abcdef0123456789abcdef0123456789abcdef01234567"};
+  return (reshard_wire_plan_names){
+      .page_keys = (const char *const *)keys,
+      .manifest_keys = manifest_keys,
+      .sources = &s->source,
+      .binding = &s->binding,
+      .placement_id = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef"
+                      "0123456789abcdef",
+  };
+}
+
+typedef struct encoding {
+  double plan_ns;   /* median, warm template */
+  double encode_ns; /* median, measure + write */
+  size_t bytes;     /* encoded response */
+  size_t entries;   /* copies, or runs */
+  size_t copies;
+} encoding;
+
+/* Plans once per run and encodes the plan as the daemon does, timing the
+ * two apart. */
+static int time_encoding(scenario *s, const reshard_join *template_join,
+                         bool runs, int count, encoding *out) {
+  double *plan_ns = malloc(sizeof(double) * (size_t)count);
+  double *encode_ns = malloc(sizeof(double) * (size_t)count);
+  int failed = plan_ns == NULL || encode_ns == NULL;
+  s->source.join = template_join;
+  s->request.runs = runs;
+  for (int r = 0; !failed && r < count; r++) {
+    reshard_arena arena;
+    reshard_arena_init(&arena, 0);
+    reshard_error err;
+    reshard_load_plan plan;
+    double start = now_ns();
+    if (reshard_plan_load(&s->request, &arena, &plan, &err)) {
+      fprintf(stderr, "plan failed: %s\n", err.message);
+      failed = 1;
+    } else {
+      double planned = now_ns();
+      reshard_wire_plan_names names = bench_names(s, &arena);
+      reshard_plan_response response;
+      uint8_t *buffer = NULL;
+      if (names.page_keys == NULL ||
+          reshard_plan_response_measure(&plan, &names, &arena, &response) ||
+          (buffer = malloc(response.size + 1)) == NULL) {
+        failed = 1;
+      } else {
+        out->bytes = reshard_plan_response_write(&response, buffer);
+        encode_ns[r] = now_ns() - planned;
+        plan_ns[r] = planned - start;
+      }
+      free(buffer);
+      out->copies = plan.copy_count;
+      out->entries = runs ? plan.runs.run_count : plan.copy_count;
+      reshard_load_plan_free_joins(&plan, 1);
+    }
+    reshard_arena_destroy(&arena);
+  }
+  if (!failed) {
+    qsort(plan_ns, (size_t)count, sizeof *plan_ns, compare_double);
+    qsort(encode_ns, (size_t)count, sizeof *encode_ns, compare_double);
+    out->plan_ns = plan_ns[count / 2];
+    out->encode_ns = encode_ns[count / 2];
+  }
+  s->request.runs = false;
+  free(plan_ns);
+  free(encode_ns);
+  return failed ? -1 : 0;
+}
+
+static void print_encoding_header(void) {
+  printf("\nplanning and response encoding (warm template, medians): "
+         "explicit | with runs\n");
+  printf("%-16s %-6s | %9s %9s %6s %10s %5s | %9s %9s %7s %5s %9s %9s "
+         "%6s\n",
+         "scenario", "memory", "plan", "encode", "enc/pl", "bytes", "B/cp",
+         "plan", "encode", "runs", "cp/r", "bytes", "B/run", "fewer");
+}
+
+/* One row: the scenario's reader memory as `memory`. */
+static int encoding_row(const char *name, const char *memory, scenario *s,
+                        const reshard_join *template_join, int count) {
+  encoding plain, runs;
+  if (time_encoding(s, template_join, false, count, &plain) ||
+      time_encoding(s, template_join, true, count, &runs)) {
+    return -1;
+  }
+  printf("%-16s %-6s | %7.1fus %7.1fus %6.2f %10zu %5.1f | %7.1fus %7.1fus "
+         "%7zu %5.1f %9zu %9.1f %5.1fx\n",
+         name, memory, plain.plan_ns / 1e3, plain.encode_ns / 1e3,
+         plain.encode_ns / plain.plan_ns, plain.bytes,
+         (double)plain.bytes / (double)plain.copies, runs.plan_ns / 1e3,
+         runs.encode_ns / 1e3, runs.entries,
+         (double)runs.copies / (double)runs.entries, runs.bytes,
+         (double)runs.bytes / (double)runs.entries,
+         (double)plain.bytes / (double)runs.bytes);
+  return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
   /* reshard-bench [RUNS [SCENARIO]]: SCENARIO picks rows by name prefix,
    * e.g. "S5". */
@@ -132,6 +254,34 @@ int main(int argc, char **argv) {
     reshard_join_free(template_join);
     reshard_arena_destroy(&arena);
   }
+#ifdef RESHARD_BENCH_ENCODE
+  print_encoding_header();
+  for (size_t i = 0; i < sizeof scenario_specs / sizeof scenario_specs[0];
+       i++) {
+    const scenario_spec *spec = &scenario_specs[i];
+    if (only != NULL && strncmp(spec->name, only, strlen(only)) != 0) {
+      continue;
+    }
+    for (int split = 0; split < 2; split++) {
+      reshard_arena arena;
+      reshard_arena_init(&arena, 0);
+      reshard_error err;
+      scenario s;
+      reshard_join *template_join = NULL;
+      if (scenario_build(spec, 0, 0, 42 + i, &arena, &s, &err) ||
+          (split && scenario_region_per_layer(&s, &arena, &err)) ||
+          (template_join = reshard_join_build(
+               &s.upload.layout, &s.reader.parts[0], &err)) == NULL ||
+          encoding_row(spec->name, split ? "layer" : "pool", &s, template_join,
+                       runs) != 0) {
+        fprintf(stderr, "%s: encoding failed\n", spec->name);
+        failures++;
+      }
+      reshard_join_free(template_join);
+      reshard_arena_destroy(&arena);
+    }
+  }
+#endif
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   printf("process peak RSS: %.1f MiB\n", (double)usage.ru_maxrss / 1024.0);

@@ -97,7 +97,8 @@ static reshard_status build_placement(const scenario_spec *spec, uint64_t tp,
 static reshard_status build_binding(const scenario_spec *spec, uint64_t pages,
                                     const reshard_placement_part *part,
                                     uint64_t seed, reshard_arena *arena,
-                                    reshard_binding *out, reshard_error *err) {
+                                    scenario *built, reshard_error *err) {
+  reshard_binding *out = &built->binding;
   unsigned components = spec->value_dim == 0 ? 1 : 2;
   uint64_t tokens = pages * spec->page_size;
   uint64_t blocks = (tokens + spec->block_tokens - 1) / spec->block_tokens;
@@ -164,6 +165,8 @@ static reshard_status build_binding(const scenario_spec *spec, uint64_t pages,
     }
   }
   *region = (reshard_region){"pool", 1ull << 20, groups * slots * block_bytes};
+  built->groups = (size_t)groups;
+  built->group_bytes = slots * block_bytes;
   *out = (reshard_binding){
       .participant_id = part->participant_id,
       .endpoint = "bench",
@@ -199,7 +202,7 @@ reshard_status scenario_build(const scenario_spec *spec, uint64_t pages,
                              reader_index);
   }
   if ((status = build_binding(spec, pages, &out->reader.parts[reader_index],
-                              seed, arena, &out->binding, err))) {
+                              seed, arena, out, err))) {
     return status;
   }
   out->source =
@@ -244,10 +247,13 @@ reshard_status scenario_build_store(const scenario_spec *spec, uint64_t pages,
       out->writer_part = part;
     }
   }
+  /* The writer's memory is built like a reader's; only its binding is kept. */
+  scenario memory = {0};
   if ((status = build_binding(spec, pages, out->writer_part, seed, arena,
-                              &out->binding, err))) {
+                              &memory, err))) {
     return status;
   }
+  out->binding = memory.binding;
   out->request = (reshard_store_request){
       .placement = writer,
       .binding = &out->binding,
@@ -256,5 +262,33 @@ reshard_status scenario_build_store(const scenario_spec *spec, uint64_t pages,
       .layout_id = out->load.upload.layout_id,
       .limits = reshard_limits_default(),
   };
+  return RESHARD_OK;
+}
+
+reshard_status scenario_region_per_layer(scenario *s, reshard_arena *arena,
+                                         reshard_error *err) {
+  const reshard_region *pool = &s->binding.regions[0];
+  reshard_region *regions = RESHARD_ARENA_NEW(arena, reshard_region, s->groups);
+  if (regions == NULL) {
+    return out_of_memory(err);
+  }
+  for (size_t g = 0; g < s->groups; g++) {
+    char id[32];
+    snprintf(id, sizeof id, "layer-slot-%zu", g);
+    regions[g] =
+        (reshard_region){reshard_arena_strdup(arena, id),
+                         pool->address + g * s->group_bytes, s->group_bytes};
+    if (regions[g].region_id == NULL) {
+      return out_of_memory(err);
+    }
+  }
+  for (size_t i = 0; i < s->binding.range_count; i++) {
+    reshard_binding_range *range = &s->binding.ranges[i];
+    size_t g = (size_t)(range->offset_bytes / s->group_bytes);
+    range->region_id = regions[g].region_id;
+    range->offset_bytes -= g * s->group_bytes;
+  }
+  s->binding.regions = regions;
+  s->binding.region_count = s->groups;
   return RESHARD_OK;
 }

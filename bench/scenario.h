@@ -43,6 +43,9 @@ typedef struct scenario {
   size_t *page_source_start;
   size_t *page_sources;
   reshard_load_request request;
+  /* The pool holds one equal slice per (layer, component), in order. */
+  size_t groups;
+  uint64_t group_bytes;
 } scenario;
 
 /* Builds `spec` with `pages` pages (0: the spec's count) for reader
@@ -67,5 +70,10 @@ typedef struct store_scenario {
 reshard_status scenario_build_store(const scenario_spec *spec, uint64_t pages,
                                     uint64_t seed, reshard_arena *arena,
                                     store_scenario *out, reshard_error *err);
+/* Splits the pool into one region per (layer, component), each at the
+ * address its slice had, offsets rebased: the same bytes, registered as
+ * vLLM allocates them (one tensor per layer and component). */
+reshard_status scenario_region_per_layer(scenario *s, reshard_arena *arena,
+                                         reshard_error *err);
 
 #endif

@@ -18,12 +18,21 @@ static int check_fail(char *err, size_t errcap, const char *fmt, ...) {
   return -1;
 }
 
+bool reshard_plan_has_runs(const Reshard__V1__PlanLoadResponse *plan) {
+  for (size_t b = 0; b < plan->n_batches; b++)
+    if (plan->batches[b]->n_run_count > 0)
+      return true;
+  return false;
+}
+
 int reshard_plan_check(const Reshard__V1__PlanLoadResponse *plan, char *err,
                        size_t errcap) {
   if (plan->hit_pages != plan->n_pages)
     return check_fail(err, errcap,
                       "hit_pages %" PRIu32 " differs from %zu pages",
                       plan->hit_pages, plan->n_pages);
+  bool runs = reshard_plan_has_runs(plan);
+  uint64_t entries = 0;
   for (size_t b = 0; b < plan->n_batches; b++) {
     const Reshard__V1__RangeBatch *rb = plan->batches[b];
     size_t n = rb->n_page_index;
@@ -32,8 +41,23 @@ int reshard_plan_check(const Reshard__V1__PlanLoadResponse *plan, char *err,
         rb->n_nbytes != n)
       return check_fail(err, errcap,
                         "batches[%zu]: columns have different lengths", b);
+    size_t want_runs = runs ? n : 0;
+    if (rb->n_run_count != want_runs || rb->n_part_stride != want_runs ||
+        rb->n_region_stride != want_runs)
+      return check_fail(err, errcap, "batches[%zu]: run columns must be %s", b,
+                        runs ? "as long as the others in every batch"
+                             : "empty");
+    entries += n;
     uint64_t sum = 0;
     for (size_t i = 0; i < n; i++) {
+      uint64_t count = runs ? rb->run_count[i] : 1, moved;
+      if (count == 0)
+        return check_fail(err, errcap,
+                          "batches[%zu].run_count[%zu]: must be at least 1", b,
+                          i);
+      if (__builtin_mul_overflow(count, rb->nbytes[i], &moved) ||
+          __builtin_add_overflow(sum, moved, &sum))
+        return check_fail(err, errcap, "batches[%zu]: bytes overflow", b);
       if (rb->page_index[i] >= plan->n_pages)
         return check_fail(err, errcap,
                           "batches[%zu].page_index[%zu]: %" PRIu64
@@ -44,7 +68,6 @@ int reshard_plan_check(const Reshard__V1__PlanLoadResponse *plan, char *err,
                           "batches[%zu].region_index[%zu]: %" PRIu64
                           " is not below %zu region ids",
                           b, i, rb->region_index[i], plan->n_region_ids);
-      sum += rb->nbytes[i];
     }
     if (sum != rb->bytes)
       return check_fail(err, errcap,
@@ -52,6 +75,12 @@ int reshard_plan_check(const Reshard__V1__PlanLoadResponse *plan, char *err,
                         " differs from the sum of nbytes %" PRIu64,
                         b, rb->bytes, sum);
   }
+  uint64_t stated = plan->stats ? plan->stats->runs : 0;
+  if (stated != (runs ? entries : 0))
+    return check_fail(err, errcap,
+                      "stats.runs %" PRIu64 " differs from %" PRIu64
+                      " run entries",
+                      stated, runs ? entries : 0);
   return 0;
 }
 
@@ -81,31 +110,37 @@ static int put_key_u64(FILE *out, const char *key, uint64_t v, bool comma) {
 
 /* The document's keys are written in sorted order by construction:
  * top level: batches, hit_pages, pages, placement_id, region_ids, stats;
- * batch: bytes, copies; copy: nbytes, page_index, page_key, part,
- * part_offset, region_id, region_index, region_offset; page: layout_id,
- * manifest_key, page_key; stats: bytes, copies_before_coalescing,
- * operations. */
+ * batch: bytes, copies (or runs); copy: nbytes, page_index, page_key, part,
+ * part_offset, region_id, region_index, region_offset; a run adds count,
+ * part_stride and region_stride; page: layout_id, manifest_key, page_key;
+ * stats: bytes, copies_before_coalescing, operations (and runs). */
 int reshard_plan_print_json(FILE *out,
                             const Reshard__V1__PlanLoadResponse *plan) {
+  bool runs = reshard_plan_has_runs(plan);
   if (fputs("{\"batches\":[", out) < 0)
     return -1;
   for (size_t b = 0; b < plan->n_batches; b++) {
     const Reshard__V1__RangeBatch *rb = plan->batches[b];
-    if (fprintf(out, "%s{\"bytes\":%" PRIu64 ",\"copies\":[", b ? "," : "",
-                rb->bytes) < 0)
+    if (fprintf(out, "%s{\"bytes\":%" PRIu64 ",\"%s\":[", b ? "," : "",
+                rb->bytes, runs ? "runs" : "copies") < 0)
       return -1;
     for (size_t i = 0; i < rb->n_nbytes; i++) {
       const Reshard__V1__PageSource *page = plan->pages[rb->page_index[i]];
       if (fputs(i ? ",{" : "{", out) < 0 ||
-          put_key_u64(out, "nbytes", rb->nbytes[i], false) < 0 ||
+          (runs && put_key_u64(out, "count", rb->run_count[i], false) < 0) ||
+          put_key_u64(out, "nbytes", rb->nbytes[i], runs) < 0 ||
           put_key_u64(out, "page_index", rb->page_index[i], true) < 0 ||
           put_key_string(out, "page_key", page->page_key, true) < 0 ||
           put_key_u64(out, "part", rb->part_index[i], true) < 0 ||
           put_key_u64(out, "part_offset", rb->part_offset[i], true) < 0 ||
+          (runs &&
+           put_key_u64(out, "part_stride", rb->part_stride[i], true) < 0) ||
           put_key_string(out, "region_id",
                          plan->region_ids[rb->region_index[i]], true) < 0 ||
           put_key_u64(out, "region_index", rb->region_index[i], true) < 0 ||
           put_key_u64(out, "region_offset", rb->region_offset[i], true) < 0 ||
+          (runs &&
+           put_key_u64(out, "region_stride", rb->region_stride[i], true) < 0) ||
           fputc('}', out) == EOF)
         return -1;
     }
@@ -138,6 +173,7 @@ int reshard_plan_print_json(FILE *out,
       put_key_u64(out, "copies_before_coalescing",
                   st ? st->copies_before_coalescing : 0, true) < 0 ||
       put_key_u64(out, "operations", st ? st->operations : 0, true) < 0 ||
+      (runs && put_key_u64(out, "runs", st ? st->runs : 0, true) < 0) ||
       fputs("}}\n", out) < 0)
     return -1;
   return 0;
@@ -145,22 +181,20 @@ int reshard_plan_print_json(FILE *out,
 
 /* ---- table ---- */
 
-enum { COLS = 7 };
+/* Columns of the explicit table, then the runs table's: the same with
+ * PART_STRIDE, REGION_STRIDE and COUNT. */
+enum { COLS = 7, RUN_COLS = 10 };
 static const char *const headers[COLS] = {
     "BATCH",     "PAGE_KEY",      "PART",  "PART_OFFSET",
     "REGION_ID", "REGION_OFFSET", "NBYTES"};
+static const char *const run_headers[RUN_COLS] = {
+    "BATCH",     "PAGE_KEY",      "PART",          "PART_OFFSET", "PART_STRIDE",
+    "REGION_ID", "REGION_OFFSET", "REGION_STRIDE", "NBYTES",      "COUNT"};
 /* String columns are left-aligned, numeric ones right-aligned. */
 static const bool left_aligned[COLS] = {false, true,  false, false,
                                         true,  false, false};
-
-static size_t u64_width(uint64_t v) {
-  size_t w = 1;
-  while (v >= 10) {
-    v /= 10;
-    w++;
-  }
-  return w;
-}
+static const bool run_left_aligned[RUN_COLS] = {
+    false, true, false, false, false, true, false, false, false, false};
 
 static int put_cell(FILE *out, const char *text, size_t width, bool left,
                     bool first) {
@@ -177,29 +211,53 @@ static int put_cell(FILE *out, const char *text, size_t width, bool left,
   return 0;
 }
 
+/* The cells of entry i of batch b: numbers formatted into `cells`, strings
+ * pointed to. */
+static void row_cells(const Reshard__V1__PlanLoadResponse *plan, size_t b,
+                      size_t i, bool runs, char cells[RUN_COLS][24],
+                      const char *text[RUN_COLS]) {
+  const Reshard__V1__RangeBatch *rb = plan->batches[b];
+  const char *page_key = plan->pages[rb->page_index[i]]->page_key;
+  const char *region_id = plan->region_ids[rb->region_index[i]];
+  snprintf(cells[0], sizeof cells[0], "%zu", b);
+  snprintf(cells[2], sizeof cells[2], "%" PRIu64, rb->part_index[i]);
+  snprintf(cells[3], sizeof cells[3], "%" PRIu64, rb->part_offset[i]);
+  if (!runs) {
+    snprintf(cells[5], sizeof cells[5], "%" PRIu64, rb->region_offset[i]);
+    snprintf(cells[6], sizeof cells[6], "%" PRIu64, rb->nbytes[i]);
+    const char *row[COLS] = {cells[0],  page_key, cells[2], cells[3],
+                             region_id, cells[5], cells[6]};
+    memcpy(text, row, sizeof row);
+    return;
+  }
+  snprintf(cells[4], sizeof cells[4], "%" PRIu64, rb->part_stride[i]);
+  snprintf(cells[6], sizeof cells[6], "%" PRIu64, rb->region_offset[i]);
+  snprintf(cells[7], sizeof cells[7], "%" PRIu64, rb->region_stride[i]);
+  snprintf(cells[8], sizeof cells[8], "%" PRIu64, rb->nbytes[i]);
+  snprintf(cells[9], sizeof cells[9], "%" PRIu64, rb->run_count[i]);
+  const char *row[RUN_COLS] = {cells[0], page_key,  cells[2], cells[3],
+                               cells[4], region_id, cells[6], cells[7],
+                               cells[8], cells[9]};
+  memcpy(text, row, sizeof row);
+}
+
 int reshard_plan_print_table(FILE *out,
                              const Reshard__V1__PlanLoadResponse *plan) {
-  size_t width[COLS];
-  for (int c = 0; c < COLS; c++)
-    width[c] = strlen(headers[c]);
+  bool runs = reshard_plan_has_runs(plan);
+  int cols = runs ? RUN_COLS : COLS;
+  const char *const *head = runs ? run_headers : headers;
+  const bool *left = runs ? run_left_aligned : left_aligned;
+  size_t width[RUN_COLS];
+  char cells[RUN_COLS][24];
+  const char *text[RUN_COLS];
+  for (int c = 0; c < cols; c++)
+    width[c] = strlen(head[c]);
   for (size_t b = 0; b < plan->n_batches; b++) {
-    const Reshard__V1__RangeBatch *rb = plan->batches[b];
-    for (size_t i = 0; i < rb->n_nbytes; i++) {
-      uint64_t nums[COLS] = {b,
-                             0,
-                             rb->part_index[i],
-                             rb->part_offset[i],
-                             0,
-                             rb->region_offset[i],
-                             rb->nbytes[i]};
-      size_t w[COLS];
-      for (int c = 0; c < COLS; c++)
-        w[c] = u64_width(nums[c]);
-      w[1] = strlen(plan->pages[rb->page_index[i]]->page_key);
-      w[4] = strlen(plan->region_ids[rb->region_index[i]]);
-      for (int c = 0; c < COLS; c++)
-        if (w[c] > width[c])
-          width[c] = w[c];
+    for (size_t i = 0; i < plan->batches[b]->n_nbytes; i++) {
+      row_cells(plan, b, i, runs, cells, text);
+      for (int c = 0; c < cols; c++)
+        if (strlen(text[c]) > width[c])
+          width[c] = strlen(text[c]);
     }
   }
 
@@ -213,26 +271,16 @@ int reshard_plan_print_table(FILE *out,
       return -1;
   }
   /* The last column is right-aligned, so no line has trailing blanks. */
-  for (int c = 0; c < COLS; c++)
-    if (put_cell(out, headers[c], width[c], left_aligned[c], c == 0) < 0)
+  for (int c = 0; c < cols; c++)
+    if (put_cell(out, head[c], width[c], left[c], c == 0) < 0)
       return -1;
   if (fputc('\n', out) == EOF)
     return -1;
   for (size_t b = 0; b < plan->n_batches; b++) {
-    const Reshard__V1__RangeBatch *rb = plan->batches[b];
-    for (size_t i = 0; i < rb->n_nbytes; i++) {
-      char cells[COLS][24];
-      snprintf(cells[0], sizeof cells[0], "%zu", b);
-      snprintf(cells[2], sizeof cells[2], "%" PRIu64, rb->part_index[i]);
-      snprintf(cells[3], sizeof cells[3], "%" PRIu64, rb->part_offset[i]);
-      snprintf(cells[5], sizeof cells[5], "%" PRIu64, rb->region_offset[i]);
-      snprintf(cells[6], sizeof cells[6], "%" PRIu64, rb->nbytes[i]);
-      const char *text[COLS] = {
-          cells[0], plan->pages[rb->page_index[i]]->page_key, cells[2],
-          cells[3], plan->region_ids[rb->region_index[i]],    cells[5],
-          cells[6]};
-      for (int c = 0; c < COLS; c++)
-        if (put_cell(out, text[c], width[c], left_aligned[c], c == 0) < 0)
+    for (size_t i = 0; i < plan->batches[b]->n_nbytes; i++) {
+      row_cells(plan, b, i, runs, cells, text);
+      for (int c = 0; c < cols; c++)
+        if (put_cell(out, text[c], width[c], left[c], c == 0) < 0)
           return -1;
       if (fputc('\n', out) == EOF)
         return -1;
@@ -241,9 +289,11 @@ int reshard_plan_print_table(FILE *out,
   const Reshard__V1__PlanStats *st = plan->stats;
   if (fprintf(out,
               "# batches=%zu operations=%" PRIu64 " bytes=%" PRIu64
-              " copies_before_coalescing=%" PRIu64 "\n",
+              " copies_before_coalescing=%" PRIu64,
               plan->n_batches, st ? st->operations : 0, st ? st->bytes : 0,
-              st ? st->copies_before_coalescing : 0) < 0)
+              st ? st->copies_before_coalescing : 0) < 0 ||
+      (runs && fprintf(out, " runs=%" PRIu64, st ? st->runs : 0) < 0) ||
+      fputc('\n', out) == EOF)
     return -1;
   return 0;
 }

@@ -6,15 +6,21 @@
 #ifndef RESHARD_PLAN_PRINT_H
 #define RESHARD_PLAN_PRINT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
 #include "reshard/v1/planner.pb-c.h"
 
+/* True when the response carries strided runs (SPEC §2.2 step 7): some
+ * batch has run columns. Both printed forms then list runs, not copies. */
+bool reshard_plan_has_runs(const Reshard__V1__PlanLoadResponse *plan);
+
 /* Checks that a response is self-consistent: every batch's columns have the
- * same length, every page_index and region_index is in range, a batch's
- * bytes equal the sum of its nbytes. Returns 0, or -1 with a message in
- * `err` (capacity `errcap`). */
+ * same length, run columns in every batch or in none, every run_count at
+ * least 1, every page_index and region_index in range, a batch's bytes the
+ * sum of its nbytes (times run_count), stats.runs the number of run
+ * entries. Returns 0, or -1 with a message in `err` (capacity `errcap`). */
 int reshard_plan_check(const Reshard__V1__PlanLoadResponse *plan, char *err,
                        size_t errcap);
 

@@ -39,9 +39,10 @@ static const char usage_text[] =
     "                                     remove page bindings\n"
     "  register-placement FILE.json       register a Placement\n"
     "  plan-upload FILE.json              run a PlanUploadRequest\n"
-    "  plan FILE.json [--format table|json]\n"
+    "  plan FILE.json [--format table|json] [--runs]\n"
     "                                     run a PlanLoadRequest, print the "
     "plan\n"
+    "                                     (--runs: as strided runs)\n"
     "  plan-store FILE.json               run a PlanStoreRequest, print the "
     "plan as JSON\n"
     "  health [SERVICE]                   grpc.health.v1 Check\n"
@@ -294,8 +295,11 @@ static int cmd_plan_store(reshard_client *c, int argc, char **argv) {
 static int cmd_plan(reshard_client *c, int argc, char **argv) {
   const char *file = NULL;
   const char *format = "table";
+  bool runs = false;
   for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--format") == 0) {
+    if (strcmp(argv[i], "--runs") == 0) {
+      runs = true;
+    } else if (strcmp(argv[i], "--format") == 0) {
       if (i + 1 >= argc)
         return usage_error("--format needs table or json");
       format = argv[++i];
@@ -316,6 +320,10 @@ static int cmd_plan(reshard_client *c, int argc, char **argv) {
       load_message(file, &reshard__v1__plan_load_request__descriptor);
   if (m == NULL)
     return EXIT_USAGE;
+  /* --runs asks for them whatever the file says; without it the file's
+   * own `runs` field stands. */
+  if (runs)
+    ((Reshard__V1__PlanLoadRequest *)m)->runs = true;
   Reshard__V1__PlanLoadResponse *resp = NULL;
   reshard_client_status st;
   int code = reshard_client_plan_load(c, (Reshard__V1__PlanLoadRequest *)m, 0,

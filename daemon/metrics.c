@@ -35,6 +35,7 @@ struct reshard_metrics {
   counter plans_ok, plans_failed;
   counter plan_pages, plan_hit_pages;
   counter plan_copies, plan_copies_before, plan_bytes;
+  counter plan_runs_requested, plan_runs, plan_response_bytes;
 
   histogram catalog_duration[RESHARD_METRICS_CATALOG_OPS];
   counter catalog_errors[RESHARD_METRICS_CATALOG_OPS];
@@ -210,6 +211,9 @@ void reshard_metrics_record_plan(reshard_metrics *metrics,
   add(&metrics->plan_copies, plan->copies);
   add(&metrics->plan_copies_before, plan->copies_before_coalescing);
   add(&metrics->plan_bytes, plan->bytes);
+  add(&metrics->plan_runs_requested, plan->runs_requested ? 1 : 0);
+  add(&metrics->plan_runs, plan->runs);
+  add(&metrics->plan_response_bytes, plan->response_bytes);
 }
 
 void reshard_metrics_catalog_done(reshard_metrics *metrics,
@@ -453,6 +457,15 @@ static void format_plans(const reshard_metrics *m, reshard_metrics_text *out) {
        offsetof(reshard_metrics, plan_copies_before)},
       {"reshard_plan_bytes_total", "KV bytes the planned copies move.",
        offsetof(reshard_metrics, plan_bytes)},
+      {"reshard_plan_runs_requested_total",
+       "Successful plans that asked for strided runs.",
+       offsetof(reshard_metrics, plan_runs_requested)},
+      {"reshard_plan_runs_total",
+       "Strided runs returned (entries of plans that asked for runs).",
+       offsetof(reshard_metrics, plan_runs)},
+      {"reshard_plan_response_bytes_total",
+       "Encoded bytes of the plan responses sent.",
+       offsetof(reshard_metrics, plan_response_bytes)},
   };
   for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
     header(out, plain[i].name, "counter", plain[i].help);

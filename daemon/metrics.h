@@ -99,6 +99,9 @@ typedef struct reshard_metrics_plan {
   uint64_t copies;    /* after coalescing */
   uint64_t copies_before_coalescing;
   uint64_t bytes;
+  bool runs_requested;     /* the request set `runs` */
+  uint64_t runs;           /* entries returned when runs were requested */
+  uint64_t response_bytes; /* the encoded response */
 } reshard_metrics_plan;
 void reshard_metrics_record_plan(reshard_metrics *metrics,
                                  const reshard_metrics_plan *plan);

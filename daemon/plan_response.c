@@ -1,5 +1,6 @@
 #include "plan_response.h"
 
+#include <assert.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -7,22 +8,37 @@
 enum { WIRE_VARINT = 0, WIRE_LENGTH = 2 };
 
 static size_t varint_size(uint64_t value) {
-  /* 7 bits a byte; 0 still takes one byte. */
+  /* 7 bits a byte, 0 still one byte: ceil(bits / 7) as (bits * 9 + 64) / 64,
+   * exact for 1..64 bits and free of a division. */
   unsigned bits = 64 - (unsigned)__builtin_clzll(value | 1);
-  return (bits + 6) / 7;
+  return (bits * 9 + 64) >> 6;
 }
 
-static uint8_t *put_varint(uint8_t *out, uint64_t value) {
-  while (value >= 0x80) {
+static inline uint8_t *put_varint(uint8_t *out, uint64_t value) {
+  /* Most values of a column have one length; the first two tests catch
+   * indexes and small sizes without entering the loop. */
+  if (value < 0x80) {
+    *out = (uint8_t)value;
+    return out + 1;
+  }
+  if (value < 0x4000) {
+    out[0] = (uint8_t)(value | 0x80);
+    out[1] = (uint8_t)(value >> 7);
+    return out + 2;
+  }
+  do {
     *out++ = (uint8_t)(value | 0x80);
     value >>= 7;
-  }
+  } while (value >= 0x80);
   *out++ = (uint8_t)value;
   return out;
 }
 
+/* Field numbers here are below 16, so a tag is one byte. */
 static uint8_t *put_tag(uint8_t *out, unsigned field, unsigned wire_type) {
-  return put_varint(out, ((uint64_t)field << 3) | wire_type);
+  assert(field >= 1 && field < 16);
+  *out = (uint8_t)((field << 3) | wire_type);
+  return out + 1;
 }
 
 static const char *text(const char *value) {
@@ -68,15 +84,11 @@ static uint32_t clamp_u32(uint64_t value) {
   return value > UINT32_MAX ? UINT32_MAX : (uint32_t)value;
 }
 
-static size_t page_body(const reshard_wire_plan_names *names, size_t source,
-                        size_t page) {
-  return string_size(names->page_keys[page], 0) +
-         string_size(names->manifest_keys[source], 0) +
-         string_size(names->sources[source].layout_id, 0);
-}
+/* ---- RangeBatch ---- */
 
-/* RangeBatch fields 1..6 are the six uint64 fields of reshard_copy in
- * declaration order, so column c of a copy is its c-th field. */
+/* A copy is RangeBatch fields 1..6 in declaration order, a run fields
+ * 1..6 then 8..10, so a batch's entries are rows of 6 or 9 uint64 whose
+ * c-th word is column c. */
 _Static_assert(sizeof(reshard_copy) == 6 * sizeof(uint64_t) &&
                    offsetof(reshard_copy, page_index) == 0 &&
                    offsetof(reshard_copy, part_index) == 8 &&
@@ -85,39 +97,222 @@ _Static_assert(sizeof(reshard_copy) == 6 * sizeof(uint64_t) &&
                    offsetof(reshard_copy, region_offset) == 32 &&
                    offsetof(reshard_copy, nbytes) == 40,
                "reshard_copy must mirror RangeBatch fields 1..6");
+_Static_assert(sizeof(reshard_run) == 9 * sizeof(uint64_t) &&
+                   offsetof(reshard_run, first) == 0 &&
+                   offsetof(reshard_run, count) == 48 &&
+                   offsetof(reshard_run, part_stride) == 56 &&
+                   offsetof(reshard_run, region_stride) == 64,
+               "reshard_run must mirror RangeBatch fields 1..6, 8..10");
 
-static uint64_t column(const reshard_copy *copy, unsigned c) {
-  return ((const uint64_t *)copy)[c];
+enum { COPY_WIDTH = 6, RUN_WIDTH = 9 };
+
+static unsigned column_field(unsigned c) {
+  return c < 6 ? c + 1 : c + 2;
 }
 
-/* Payload bytes of each packed column of a batch. */
-static void column_sizes(const reshard_copy *copies, size_t count,
-                         size_t sizes[6]) {
-  memset(sizes, 0, 6 * sizeof sizes[0]);
-  for (size_t i = 0; i < count; i++) {
-    for (unsigned c = 0; c < 6; c++) {
-      sizes[c] += varint_size(column(&copies[i], c));
+/* The rows of batch b: where they start, how many, how wide. */
+static const uint64_t *batch_rows(const reshard_range_batches *batches,
+                                  size_t b, size_t *count, unsigned *width) {
+  if (batches->runs != NULL) {
+    size_t first = batches->runs->batch_first[b];
+    *count = batches->runs->batch_first[b + 1] - first;
+    *width = RUN_WIDTH;
+    return (const uint64_t *)(batches->runs->runs + first);
+  }
+  *count = batches->batches[b].count;
+  *width = COPY_WIDTH;
+  return (const uint64_t *)(batches->copies + batches->batches[b].first);
+}
+
+/* Inlined with a constant width, so the column loop unrolls. Also ORs
+ * each column's values: the OR has the longest value's bit length. */
+static inline void measure_rows(const uint64_t *rows, size_t count,
+                                unsigned width, size_t *sizes, uint64_t *any) {
+  for (size_t i = 0; i < count; i++, rows += width) {
+    for (unsigned c = 0; c < width; c++) {
+      sizes[c] += varint_size(rows[c]);
+      any[c] |= rows[c];
     }
   }
 }
 
-static size_t batch_body(const reshard_batch *batch, const size_t sizes[6]) {
-  size_t body = scalar_size(batch->bytes);
-  if (batch->count > 0) {
-    for (unsigned c = 0; c < 6; c++) {
-      body += nested_size(sizes[c]);
+/* Writes one column of `count` rows whose varints all have `length`
+ * bytes: with the length fixed per loop, each value is a few shifts and
+ * stores, free of the per-value branches that offsets of mixed lengths
+ * would mispredict. */
+static inline uint8_t *put_fixed(uint8_t *out, const uint64_t *rows,
+                                 size_t count, unsigned width,
+                                 unsigned length) {
+  for (size_t i = 0; i < count; i++, rows += width) {
+    uint64_t value = *rows;
+    for (unsigned k = 0; k + 1 < length; k++) {
+      out[k] = (uint8_t)((value >> (7 * k)) | 0x80);
     }
+    out[length - 1] = (uint8_t)(value >> (7 * (length - 1)));
+    out += length;
+  }
+  return out;
+}
+
+/* Column `rows[0], rows[width], ...`: `length` is its common varint
+ * length, or 0 when lengths differ. */
+static uint8_t *write_column(uint8_t *out, const uint64_t *rows, size_t count,
+                             unsigned width, unsigned length) {
+  switch (length) {
+  case 1:
+    return put_fixed(out, rows, count, width, 1);
+  case 2:
+    return put_fixed(out, rows, count, width, 2);
+  case 3:
+    return put_fixed(out, rows, count, width, 3);
+  case 4:
+    return put_fixed(out, rows, count, width, 4);
+  case 5:
+    return put_fixed(out, rows, count, width, 5);
+  default:
+    for (size_t i = 0; i < count; i++, rows += width) {
+      out = put_varint(out, *rows);
+    }
+    return out;
+  }
+}
+
+static size_t batch_body(const reshard_range_batches *batches, size_t b) {
+  size_t count;
+  unsigned width;
+  batch_rows(batches, b, &count, &width);
+  size_t body = scalar_size(batches->batches[b].bytes);
+  const size_t *sizes = batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
+  for (unsigned c = 0; count > 0 && c < width; c++) {
+    body += nested_size(sizes[c]);
   }
   return body;
 }
 
-static size_t stats_body(const reshard_load_plan *plan) {
-  return scalar_size(plan->operations) + scalar_size(plan->bytes) +
-         scalar_size(plan->copies_before_coalescing);
+reshard_status reshard_range_batches_measure(const reshard_copy *copies,
+                                             const reshard_batch *batches,
+                                             size_t batch_count,
+                                             const reshard_runs *runs,
+                                             reshard_arena *arena,
+                                             reshard_range_batches *out) {
+  *out = (reshard_range_batches){
+      .copies = copies,
+      .batches = batches,
+      .batch_count = batch_count,
+      .runs = runs,
+      .column_bytes = RESHARD_ARENA_NEW(
+          arena, size_t, (batch_count + 1) * RESHARD_RANGE_BATCH_COLUMNS),
+      .column_length = RESHARD_ARENA_NEW(
+          arena, uint8_t, (batch_count + 1) * RESHARD_RANGE_BATCH_COLUMNS),
+  };
+  if (out->column_bytes == NULL || out->column_length == NULL) {
+    return RESHARD_RESOURCE_EXHAUSTED;
+  }
+  for (size_t b = 0; b < batch_count; b++) {
+    size_t count;
+    unsigned width;
+    const uint64_t *rows = batch_rows(out, b, &count, &width);
+    size_t *sizes = out->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
+    uint64_t any[RESHARD_RANGE_BATCH_COLUMNS] = {0};
+    if (width == RUN_WIDTH) {
+      measure_rows(rows, count, RUN_WIDTH, sizes, any);
+    } else {
+      measure_rows(rows, count, COPY_WIDTH, sizes, any);
+    }
+    /* Every value is as long as the longest exactly when the column's
+     * size is count times that length. */
+    uint8_t *lengths = out->column_length + b * RESHARD_RANGE_BATCH_COLUMNS;
+    for (unsigned c = 0; c < width; c++) {
+      size_t longest = varint_size(any[c]);
+      lengths[c] = sizes[c] == count * longest ? (uint8_t)longest : 0;
+    }
+    out->size += nested_size(batch_body(out, b));
+  }
+  return RESHARD_OK;
 }
 
-size_t reshard_plan_response_size(const reshard_load_plan *plan,
-                                  const reshard_wire_plan_names *names) {
+uint8_t *reshard_range_batches_write(const reshard_range_batches *batches,
+                                     unsigned field, uint8_t *out) {
+  for (size_t b = 0; b < batches->batch_count; b++) {
+    size_t count;
+    unsigned width;
+    const uint64_t *rows = batch_rows(batches, b, &count, &width);
+    const size_t *sizes =
+        batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
+    uint64_t bytes = batches->batches[b].bytes;
+    out = put_tag(out, field, WIRE_LENGTH);
+    out = put_varint(out, batch_body(batches, b));
+    if (count == 0) {
+      out = put_scalar(out, 7, bytes);
+      continue;
+    }
+    /* Column by column, `bytes` (field 7) between the copy and the run
+     * columns; a batch's rows stay in cache across its columns. */
+    const uint8_t *lengths =
+        batches->column_length + b * RESHARD_RANGE_BATCH_COLUMNS;
+    for (unsigned c = 0; c < width; c++) {
+      if (c == COPY_WIDTH) {
+        out = put_scalar(out, 7, bytes);
+      }
+      out = put_tag(out, column_field(c), WIRE_LENGTH);
+      out = put_varint(out, sizes[c]);
+      out = write_column(out, rows + c, count, width, lengths[c]);
+    }
+    if (width == COPY_WIDTH) {
+      out = put_scalar(out, 7, bytes);
+    }
+  }
+  return out;
+}
+
+/* ---- PlanStats ---- */
+
+size_t reshard_plan_stats_size(uint64_t operations, uint64_t bytes,
+                               uint64_t copies_before_coalescing,
+                               uint64_t runs) {
+  return scalar_size(operations) + scalar_size(bytes) +
+         scalar_size(copies_before_coalescing) + scalar_size(runs);
+}
+
+uint8_t *reshard_plan_stats_write(uint8_t *out, unsigned field,
+                                  uint64_t operations, uint64_t bytes,
+                                  uint64_t copies_before_coalescing,
+                                  uint64_t runs) {
+  out = put_tag(out, field, WIRE_LENGTH);
+  out = put_varint(out, reshard_plan_stats_size(
+                            operations, bytes, copies_before_coalescing, runs));
+  out = put_scalar(out, 1, operations);
+  out = put_scalar(out, 2, bytes);
+  out = put_scalar(out, 3, copies_before_coalescing);
+  return put_scalar(out, 4, runs);
+}
+
+/* ---- PlanLoadResponse ---- */
+
+static size_t page_body(const reshard_wire_plan_names *names, size_t source,
+                        size_t page) {
+  return string_size(names->page_keys[page], 0) +
+         string_size(names->manifest_keys[source], 0) +
+         string_size(names->sources[source].layout_id, 0);
+}
+
+static size_t stats_body(const reshard_load_plan *plan) {
+  return reshard_plan_stats_size(plan->operations, plan->bytes,
+                                 plan->copies_before_coalescing,
+                                 plan->runs.run_count);
+}
+
+reshard_status reshard_plan_response_measure(
+    const reshard_load_plan *plan, const reshard_wire_plan_names *names,
+    reshard_arena *arena, reshard_plan_response *out) {
+  *out = (reshard_plan_response){.plan = plan, .names = names};
+  const reshard_runs *runs = plan->runs.batch_first ? &plan->runs : NULL;
+  reshard_status status = reshard_range_batches_measure(
+      plan->copies, plan->batches, plan->batch_count, runs, arena,
+      &out->batches);
+  if (status) {
+    return status;
+  }
   size_t size = scalar_size(clamp_u32(plan->hit_pages));
   for (size_t p = 0; p < plan->hit_pages; p++) {
     size += nested_size(page_body(names, plan->page_source[p], p));
@@ -125,20 +320,17 @@ size_t reshard_plan_response_size(const reshard_load_plan *plan,
   for (size_t r = 0; r < names->binding->region_count; r++) {
     size += string_size(names->binding->regions[r].region_id, 1);
   }
-  for (size_t b = 0; b < plan->batch_count; b++) {
-    const reshard_batch *batch = &plan->batches[b];
-    size_t sizes[6];
-    column_sizes(plan->copies + batch->first, batch->count, sizes);
-    size += nested_size(batch_body(batch, sizes));
-  }
+  size += out->batches.size;
   size += nested_size(stats_body(plan));
   size += string_size(names->placement_id, 0);
-  return size;
+  out->size = size;
+  return RESHARD_OK;
 }
 
-size_t reshard_plan_response_write(const reshard_load_plan *plan,
-                                   const reshard_wire_plan_names *names,
+size_t reshard_plan_response_write(const reshard_plan_response *response,
                                    uint8_t *out) {
+  const reshard_load_plan *plan = response->plan;
+  const reshard_wire_plan_names *names = response->names;
   uint8_t *start = out;
   out = put_scalar(out, 1, clamp_u32(plan->hit_pages));
   for (size_t p = 0; p < plan->hit_pages; p++) {
@@ -152,29 +344,10 @@ size_t reshard_plan_response_write(const reshard_load_plan *plan,
   for (size_t r = 0; r < names->binding->region_count; r++) {
     out = put_string(out, 3, names->binding->regions[r].region_id, 1);
   }
-  for (size_t b = 0; b < plan->batch_count; b++) {
-    const reshard_batch *batch = &plan->batches[b];
-    const reshard_copy *copies = plan->copies + batch->first;
-    size_t sizes[6];
-    column_sizes(copies, batch->count, sizes);
-    out = put_tag(out, 4, WIRE_LENGTH);
-    out = put_varint(out, batch_body(batch, sizes));
-    if (batch->count > 0) {
-      for (unsigned c = 0; c < 6; c++) {
-        out = put_tag(out, c + 1, WIRE_LENGTH);
-        out = put_varint(out, sizes[c]);
-        for (size_t i = 0; i < batch->count; i++) {
-          out = put_varint(out, column(&copies[i], c));
-        }
-      }
-    }
-    out = put_scalar(out, 7, batch->bytes);
-  }
-  out = put_tag(out, 5, WIRE_LENGTH);
-  out = put_varint(out, stats_body(plan));
-  out = put_scalar(out, 1, plan->operations);
-  out = put_scalar(out, 2, plan->bytes);
-  out = put_scalar(out, 3, plan->copies_before_coalescing);
+  out = reshard_range_batches_write(&response->batches, 4, out);
+  out = reshard_plan_stats_write(out, 5, plan->operations, plan->bytes,
+                                 plan->copies_before_coalescing,
+                                 plan->runs.run_count);
   out = put_string(out, 6, names->placement_id, 0);
   return (size_t)(out - start);
 }

@@ -1,26 +1,87 @@
-/* Encodes a PlanLoadResponse straight from a plan into wire bytes. The
- * copies go out as packed varint columns without building the protobuf-c
- * message first: for a large plan that message is six uint64 arrays per
- * batch which protobuf-c would then walk twice (size, then pack). The bytes
- * are exactly what protobuf-c packs for reshard_wire_plan_to_pb's message
- * (tests/daemon/test_plan_response.c proves it). */
+/* Encodes plan responses straight from a plan into wire bytes, without
+ * building the protobuf-c message first: for a large plan that message is
+ * six (nine with runs) uint64 arrays per batch which protobuf-c would then
+ * walk twice (size, then pack). The bytes are exactly what protobuf-c packs
+ * for reshard_wire_plan_to_pb's message (tests/daemon/test_plan_response.c
+ * proves it on every SPEC §6 scenario, with and without runs).
+ *
+ * Encoding is measure, then write. Measuring reads every copy (or run)
+ * once, row by row, and keeps each batch's column sizes and whether all
+ * of a column's values share one varint length; writing then fills a
+ * batch column by column (its rows stay in cache), with a branch-free
+ * loop for the columns of one length. */
 #ifndef RESHARD_PLAN_RESPONSE_H
 #define RESHARD_PLAN_RESPONSE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "reshard/arena.h"
+#include "reshard/copy.h"
 #include "reshard/plan.h"
+#include "reshard/runs.h"
 #include "wire.h"
 
-/* The encoded size of the response for `plan` and `names`. */
-size_t reshard_plan_response_size(const reshard_load_plan *plan,
-                                  const reshard_wire_plan_names *names);
+/* RangeBatch columns: fields 1..6 (copies) and 8..10 (runs). */
+#define RESHARD_RANGE_BATCH_COLUMNS 9
 
-/* Writes the response into `out`, which has room for
- * reshard_plan_response_size bytes; returns the bytes written. */
-size_t reshard_plan_response_write(const reshard_load_plan *plan,
-                                   const reshard_wire_plan_names *names,
+/* The repeated RangeBatch field of a response, measured. `runs` NULL
+ * encodes one entry per copy (run columns empty); otherwise one entry per
+ * run of runs->runs. Everything points into the caller's plan and arena. */
+typedef struct reshard_range_batches {
+  const reshard_copy *copies;
+  const reshard_batch *batches;
+  size_t batch_count;
+  const reshard_runs *runs;
+  size_t *column_bytes;   /* per batch, RESHARD_RANGE_BATCH_COLUMNS payloads */
+  uint8_t *column_length; /* per batch and column: the varint length every
+                             value shares, 0 when lengths differ */
+  size_t size;            /* every batch with its tag and length */
+} reshard_range_batches;
+
+/* Measures the batches of a plan (`runs` may be NULL). Returns
+ * RESHARD_RESOURCE_EXHAUSTED when the arena cannot grow. */
+reshard_status reshard_range_batches_measure(const reshard_copy *copies,
+                                             const reshard_batch *batches,
+                                             size_t batch_count,
+                                             const reshard_runs *runs,
+                                             reshard_arena *arena,
+                                             reshard_range_batches *out);
+
+/* Writes every batch as field `field` (1..15) of the enclosing message
+ * into `out`, which has room for batches->size bytes; returns the end. */
+uint8_t *reshard_range_batches_write(const reshard_range_batches *batches,
+                                     unsigned field, uint8_t *out);
+
+/* The PlanStats message body: `runs` is left out when 0, as proto3 does. */
+size_t reshard_plan_stats_size(uint64_t operations, uint64_t bytes,
+                               uint64_t copies_before_coalescing,
+                               uint64_t runs);
+/* Writes PlanStats as field `field` (1..15), tag and length included. */
+uint8_t *reshard_plan_stats_write(uint8_t *out, unsigned field,
+                                  uint64_t operations, uint64_t bytes,
+                                  uint64_t copies_before_coalescing,
+                                  uint64_t runs);
+
+/* A PlanLoadResponse, measured and ready to write. With runs requested
+ * (plan->runs.batch_first non-NULL) the batches carry runs. */
+typedef struct reshard_plan_response {
+  const reshard_load_plan *plan;
+  const reshard_wire_plan_names *names;
+  reshard_range_batches batches;
+  size_t size; /* the whole encoded response */
+} reshard_plan_response;
+
+/* Measures the response for `plan` and `names`; both must outlive `out`.
+ * RESHARD_RESOURCE_EXHAUSTED when the arena cannot grow. */
+reshard_status
+reshard_plan_response_measure(const reshard_load_plan *plan,
+                              const reshard_wire_plan_names *names,
+                              reshard_arena *arena, reshard_plan_response *out);
+
+/* Writes the response into `out`, which has room for response->size
+ * bytes; returns the bytes written (response->size). */
+size_t reshard_plan_response_write(const reshard_plan_response *response,
                                    uint8_t *out);
 
 #endif

@@ -62,18 +62,6 @@ static void store_fail_code(store_ctx *ctx, reshard_status code,
   store_fail(ctx, &err);
 }
 
-/* The one place strided runs (SPEC §2.2 step 7) join the store direction:
- * until the fold is wired here, a request for runs is refused rather than
- * answered with explicit copies it did not ask for. */
-static reshard_status store_runs(const store_ctx *ctx, reshard_error *err) {
-  if (ctx->request->runs) {
-    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "runs: not supported by PlanStore yet; ask for "
-                             "explicit copies");
-  }
-  return RESHARD_OK;
-}
-
 static void log_store(const store_ctx *ctx) {
   reshard_log_line line;
   if (!reshard_log_begin(&line, RESHARD_LOG_DEBUG, "store plan")) {
@@ -89,6 +77,9 @@ static void log_store(const store_ctx *ctx) {
     reshard_log_u64(&line, "parts", ctx->plan.part_count);
     reshard_log_u64(&line, "operations", ctx->plan.operations);
     reshard_log_u64(&line, "bytes", ctx->plan.bytes);
+    if (ctx->request->runs) {
+      reshard_log_u64(&line, "runs", ctx->plan.runs.run_count);
+    }
   }
   reshard_log_u64(&line, "manifest_hits", ctx->manifest_hit);
   reshard_log_u64(&line, "join_hits", ctx->join_hit);
@@ -197,6 +188,7 @@ static void store_plan(store_ctx *ctx) {
       .layout_id = manifest->layout_id,
       .join = ctx->join ? ctx->join->join : NULL,
       .limits = reshard_limits_clamp(ctx->env.caps, &requested),
+      .runs = ctx->request->runs,
   };
   ctx->work.data = ctx;
   if (ctx->binding_values <= ctx->env.inline_max_values) {
@@ -289,8 +281,7 @@ void reshard__handle_plan_store(reshard_call *call, void *data) {
   ctx->request = request;
   reshard_error err;
   char domain[RESHARD_DIGEST_HEX_LEN + 1];
-  if (store_runs(ctx, &err) != RESHARD_OK ||
-      reshard__planner_parse_manifest_key(request->manifest_key, "manifest_key",
+  if (reshard__planner_parse_manifest_key(request->manifest_key, "manifest_key",
                                           domain, &err) != RESHARD_OK ||
       reshard_wire_binding_from_pb(request->binding, "binding", arena,
                                    &ctx->binding, &err) != RESHARD_OK ||

@@ -631,7 +631,8 @@ typedef struct load_ctx {
   reshard_status status;
   reshard_error err;
   uint64_t plan_us;
-  bool plan_ran; /* reshard_plan_load was called */
+  uint64_t response_bytes; /* the encoded response, once built */
+  bool plan_ran;           /* reshard_plan_load was called */
 
   /* The catalog was unreachable and the bindings came from the cache:
    * manifests must come from it too, or the call fails with `outage`. */
@@ -678,6 +679,10 @@ static void log_plan(const load_ctx *ctx) {
     reshard_log_u64(&line, "hit_pages", ctx->plan.hit_pages);
     reshard_log_u64(&line, "operations", ctx->plan.operations);
     reshard_log_u64(&line, "bytes", ctx->plan.bytes);
+    if (ctx->load.runs) {
+      reshard_log_u64(&line, "runs", ctx->plan.runs.run_count);
+    }
+    reshard_log_u64(&line, "response_bytes", ctx->response_bytes);
   }
   reshard_log_u64(&line, "manifest_hits", ctx->manifest_hits);
   reshard_log_u64(&line, "manifest_misses", ctx->manifest_misses);
@@ -690,15 +695,8 @@ static void log_plan(const load_ctx *ctx) {
 /* Worker thread: plan, then build and pack the response. Touches only the
  * context, the call's arena and response, and immutable shared objects. */
 
-/* A plan and its names, for the response encoder. */
-typedef struct plan_encoding {
-  const reshard_load_plan *plan;
-  const reshard_wire_plan_names *names;
-} plan_encoding;
-
 static size_t write_plan_response(void *context, uint8_t *out) {
-  const plan_encoding *encoding = context;
-  return reshard_plan_response_write(encoding->plan, encoding->names, out);
+  return reshard_plan_response_write(context, out);
 }
 
 static void load_work(uv_work_t *work) {
@@ -736,13 +734,17 @@ static void load_work(uv_work_t *work) {
       .binding = &ctx->binding,
       .placement_id = ctx->placement_id,
   };
-  plan_encoding encoding = {&ctx->plan, &names};
-  if (reshard_call_pack_encoded(call,
-                                reshard_plan_response_size(&ctx->plan, &names),
-                                write_plan_response, &encoding) != RESHARD_OK) {
+  reshard_plan_response response;
+  if (reshard_plan_response_measure(&ctx->plan, &names,
+                                    reshard_call_arena(call),
+                                    &response) != RESHARD_OK ||
+      reshard_call_pack_encoded(call, response.size, write_plan_response,
+                                &response) != RESHARD_OK) {
     ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
                                     "out of memory building the response");
+    return;
   }
+  ctx->response_bytes = response.size;
 }
 
 /* Loop: keep the join templates the planner built, then answer. */
@@ -786,6 +788,9 @@ static void load_after_work(uv_work_t *work, int status) {
             .copies_before_coalescing =
                 ctx->planned ? ctx->plan.copies_before_coalescing : 0,
             .bytes = ctx->planned ? ctx->plan.bytes : 0,
+            .runs_requested = ctx->planned && ctx->load.runs,
+            .runs = ctx->planned ? ctx->plan.runs.run_count : 0,
+            .response_bytes = ctx->response_bytes,
         });
   }
   load_release(ctx);
@@ -881,6 +886,7 @@ static void load_plan(load_ctx *ctx) {
           (const char *const *)ctx->request->preferred_layout_ids,
       .preferred_count = ctx->request->n_preferred_layout_ids,
       .limits = ctx->limits,
+      .runs = ctx->request->runs,
   };
   if (reshard_call_expired(ctx->call)) {
     load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,

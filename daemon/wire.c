@@ -527,9 +527,12 @@ reshard_wire_plan_to_pb(const reshard_load_plan *plan,
       RESHARD_ARENA_NEW(arena, Reshard__V1__RangeBatch *, plan->batch_count);
   Reshard__V1__RangeBatch *batches =
       RESHARD_ARENA_NEW(arena, Reshard__V1__RangeBatch, plan->batch_count);
-  /* Six columns for every copy, in one block. */
+  /* With runs, one entry per run and nine columns; else one per copy. */
+  const reshard_runs *runs = plan->runs.batch_first ? &plan->runs : NULL;
+  size_t entries = runs ? runs->run_count : plan->copy_count;
+  size_t width = runs ? 9 : 6;
   uint64_t *columns =
-      reshard_arena_alloc(arena, plan->copy_count * 6 * sizeof(uint64_t), 8);
+      reshard_arena_alloc(arena, entries * width * sizeof(uint64_t), 8);
   if (pb->batches == NULL || batches == NULL || columns == NULL) {
     return NULL;
   }
@@ -538,8 +541,9 @@ reshard_wire_plan_to_pb(const reshard_load_plan *plan,
     const reshard_batch *batch = &plan->batches[b];
     Reshard__V1__RangeBatch *to = &batches[b];
     reshard__v1__range_batch__init(to);
-    size_t n = batch->count;
-    uint64_t *base = columns + batch->first * 6;
+    size_t first = runs ? runs->batch_first[b] : batch->first;
+    size_t n = runs ? runs->batch_first[b + 1] - first : batch->count;
+    uint64_t *base = columns + first * width;
     to->page_index = base;
     to->part_index = base + n;
     to->part_offset = base + 2 * n;
@@ -548,14 +552,26 @@ reshard_wire_plan_to_pb(const reshard_load_plan *plan,
     to->nbytes = base + 5 * n;
     to->n_page_index = to->n_part_index = to->n_part_offset = n;
     to->n_region_index = to->n_region_offset = to->n_nbytes = n;
-    const reshard_copy *copy = plan->copies + batch->first;
+    if (runs) {
+      to->run_count = base + 6 * n;
+      to->part_stride = base + 7 * n;
+      to->region_stride = base + 8 * n;
+      to->n_run_count = to->n_part_stride = to->n_region_stride = n;
+    }
     for (size_t i = 0; i < n; i++) {
-      to->page_index[i] = copy[i].page_index;
-      to->part_index[i] = copy[i].part_index;
-      to->part_offset[i] = copy[i].part_offset;
-      to->region_index[i] = copy[i].region_index;
-      to->region_offset[i] = copy[i].region_offset;
-      to->nbytes[i] = copy[i].nbytes;
+      const reshard_copy *copy =
+          runs ? &runs->runs[first + i].first : &plan->copies[first + i];
+      to->page_index[i] = copy->page_index;
+      to->part_index[i] = copy->part_index;
+      to->part_offset[i] = copy->part_offset;
+      to->region_index[i] = copy->region_index;
+      to->region_offset[i] = copy->region_offset;
+      to->nbytes[i] = copy->nbytes;
+      if (runs) {
+        to->run_count[i] = runs->runs[first + i].count;
+        to->part_stride[i] = runs->runs[first + i].part_stride;
+        to->region_stride[i] = runs->runs[first + i].region_stride;
+      }
     }
     to->bytes = batch->bytes;
     pb->batches[b] = to;
@@ -564,6 +580,7 @@ reshard_wire_plan_to_pb(const reshard_load_plan *plan,
   stats->operations = plan->operations;
   stats->bytes = plan->bytes;
   stats->copies_before_coalescing = plan->copies_before_coalescing;
+  stats->runs = plan->runs.run_count;
   pb->stats = stats;
   return pb;
 }
@@ -582,6 +599,7 @@ reshard_wire_store_plan_to_pb(const reshard_store_plan *plan,
       .operations = plan->operations,
       .bytes = plan->bytes,
       .copies_before_coalescing = plan->copies_before_coalescing,
+      .runs = plan->runs,
   };
   reshard_wire_plan_names names = {.binding = binding, .placement_id = ""};
   Reshard__V1__PlanLoadResponse *load =

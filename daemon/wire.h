@@ -96,7 +96,8 @@ typedef struct reshard_wire_plan_names {
 
 /* Builds the PlanLoad response: one PageSource per hit page, the binding's
  * region ids, one RangeBatch per plan batch as packed columns (one entry
- * per copy) and the stats. The daemon sends the same bytes without this
+ * per copy, or per run when the plan carries runs: plan->runs.batch_first
+ * non-NULL) and the stats. The daemon sends the same bytes without this
  * message (plan_response.c encodes them straight from the plan); this is
  * the readable definition that encoder is tested against. */
 Reshard__V1__PlanLoadResponse *

@@ -297,6 +297,21 @@ static reshard_status select_and_count(planner *plan, reshard_load_plan *out,
   return RESHARD_OK;
 }
 
+/* Folds the batches closed since `*folded` into runs. */
+static reshard_status fold_closed(planner *plan, reshard__run_folder *folder,
+                                  const reshard__batcher *batcher,
+                                  size_t *folded) {
+  for (; *folded < batcher->batch_count; (*folded)++) {
+    const reshard_batch *batch = &batcher->batches[*folded];
+    reshard_status status = reshard__run_folder_batch(
+        folder, batcher->out + batch->first, batch->count, plan->err);
+    if (status) {
+      return status;
+    }
+  }
+  return RESHARD_OK;
+}
+
 /* Pass 2: lower, coalesce and batch each hit page in turn; only one page's
  * copies exist before batching. */
 static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
@@ -330,6 +345,18 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   }
   reshard__batcher batcher;
   reshard__batcher_init(&batcher, &batching, out->copies, out->batches);
+  reshard__run_folder folder = {0};
+  size_t folded = 0; /* batches folded so far */
+  if (request->runs) {
+    size_t batch_room = batching.max_operations < max_copies
+                            ? (size_t)batching.max_operations
+                            : max_copies;
+    reshard_status status = reshard__run_folder_init(
+        &folder, max_copies, batch_room, max_batches, plan->arena, plan->err);
+    if (status) {
+      return status;
+    }
+  }
   reshard__cursor_reset(&plan->cursor);
   for (uint64_t page = 0; page < out->hit_pages; page++) {
     if (stop_requested(request)) {
@@ -343,8 +370,22 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
     count = reshard__coalesce_page(lowered, count, join->part_base, keys, spare,
                                    coalesced);
     reshard__batcher_push(&batcher, coalesced, count);
+    /* Fold the batches this page closed while their copies are in cache. */
+    reshard_status status = request->runs
+                                ? fold_closed(plan, &folder, &batcher, &folded)
+                                : RESHARD_OK;
+    if (status) {
+      return status;
+    }
   }
   reshard__batcher_finish(&batcher);
+  if (request->runs) {
+    reshard_status status = fold_closed(plan, &folder, &batcher, &folded);
+    if (status) {
+      return status;
+    }
+    reshard__run_folder_finish(&folder, &out->runs);
+  }
   if (batcher.written > limits->max_operations) {
     return reshard_error_set(
         plan->err, RESHARD_RESOURCE_EXHAUSTED,

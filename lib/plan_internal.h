@@ -11,6 +11,7 @@
 #include "reshard/binding.h"
 #include "reshard/join.h"
 #include "reshard/plan.h"
+#include "reshard/runs.h"
 
 /* The binding ranges that overlap the current page, per (layer, component)
  * group. Pages are visited in increasing order, so each range is opened
@@ -93,5 +94,30 @@ void reshard__batcher_init(reshard__batcher *batcher,
 void reshard__batcher_push(reshard__batcher *batcher,
                            const reshard_copy *copies, size_t count);
 void reshard__batcher_finish(reshard__batcher *batcher);
+
+/* Folds batches into runs one at a time (SPEC §2.2 step 7), so the
+ * planner can fold each batch while its copies are still in cache. */
+struct fold_slot;
+typedef struct reshard__run_folder {
+  reshard_run *runs;
+  size_t run_count;
+  size_t *batch_first; /* batch_count + 1 entries once finished */
+  size_t batch_count;
+  struct fold_slot *slots; /* class table, mask + 1 slots */
+  size_t mask;
+} reshard__run_folder;
+
+/* Sizes the folder for `max_copies` copies in all, at most
+ * `max_batch_copies` in one batch, and `max_batches` batches. */
+reshard_status
+reshard__run_folder_init(reshard__run_folder *folder, size_t max_copies,
+                         size_t max_batch_copies, size_t max_batches,
+                         reshard_arena *arena, reshard_error *err);
+/* Folds the next batch, `count` copies. */
+reshard_status reshard__run_folder_batch(reshard__run_folder *folder,
+                                         const reshard_copy *copies,
+                                         size_t count, reshard_error *err);
+void reshard__run_folder_finish(const reshard__run_folder *folder,
+                                reshard_runs *out);
 
 #endif

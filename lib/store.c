@@ -169,6 +169,7 @@ reshard_status reshard_plan_store(const reshard_store_request *request,
       .page_source_start = page_start,
       .page_sources = page_sources,
       .limits = request->limits,
+      .runs = request->runs,
       .should_stop = request->should_stop,
       .should_stop_context = request->should_stop_context,
   };
@@ -187,6 +188,7 @@ reshard_status reshard_plan_store(const reshard_store_request *request,
   out->bytes = plan.bytes;
   out->copies_before_coalescing = plan.copies_before_coalescing;
   out->copies_after_coalescing = plan.copies_after_coalescing;
+  out->runs = plan.runs;
   out->built_join = plan.built_joins[0];
   out->participant = part;
   return RESHARD_OK;

@@ -24,7 +24,8 @@ Usage:
   scripts/load.py --target 127.0.0.1:50051 --metrics 127.0.0.1:9464
 Options: --scenario S1-8 (default; any of S1..S5 or S1-N), --method PlanLoad
 (default) or PlanStore (the scenario's writer), --requests 5000,
---warmup 1000, --clients 4 --streams 16 (64 concurrent streams).
+--warmup 1000, --clients 4 --streams 16 (64 concurrent streams), --runs
+(ask for strided runs, SPEC §2.2 step 7).
 Exit status: 0 when every call succeeded and memory stayed flat, 1 otherwise,
 2 on bad usage.
 """
@@ -281,10 +282,13 @@ def run(args):
 
     name, pages = scenarios.parse_variant(args.scenario)
     requests = scenarios.build(name, pages)
+    requests.plan_load.runs = args.runs
+    requests.plan_store.runs = args.runs
     target = Target(args)
     message = getattr(requests, METHODS[args.method])
     path = "/reshard.v1.Planner/" + args.method
     result = {"scenario": requests.name, "method": args.method,
+              "runs": args.runs,
               "requests": args.requests,
               "warmup": args.warmup, "clients": args.clients,
               "streams_per_client": args.streams,
@@ -293,7 +297,8 @@ def run(args):
         stats = set_up(target.grpc, requests, method=args.method)
         result["plan"] = {"copies": stats.operations, "bytes": stats.bytes,
                           "copies_before_coalescing":
-                              stats.copies_before_coalescing}
+                              stats.copies_before_coalescing,
+                          "runs": stats.runs}
         with tempfile.TemporaryDirectory(prefix="reshard-load-") as tmp:
             data_file = os.path.join(tmp, "planload.grpc")
             with open(data_file, "wb") as f:
@@ -369,9 +374,11 @@ def run(args):
 def report(r, out=sys.stdout):
     mib = 1024.0 * 1024.0
     lat = r["latency_ms"]
-    print("reshardd load test: %s %s (%d copies, %d bytes per plan), "
+    print("reshardd load test: %s %s%s (%d copies, %d bytes per plan), "
           "h2load %d requests at %d concurrent streams (%d connections x %d)"
-          % (r["scenario"], r["method"], r["plan"]["copies"], r["plan"]["bytes"],
+          % (r["scenario"], r["method"],
+             " with runs (%d runs)" % r["plan"]["runs"] if r["runs"] else "",
+             r["plan"]["copies"], r["plan"]["bytes"],
              r["requests"], r["concurrent_streams"], r["clients"],
              r["streams_per_client"]), file=out)
     print("  throughput   %.1f requests/s over %.2f s"
@@ -413,6 +420,8 @@ def main(argv=None):
     parser.add_argument("--method", default="PlanLoad", choices=sorted(METHODS),
                         help="the RPC under load: the scenario's reader "
                              "PlanLoad or its writer's PlanStore")
+    parser.add_argument("--runs", action="store_true",
+                        help="ask for strided runs (SPEC §2.2 step 7)")
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=4)

@@ -2,7 +2,8 @@
 """Writes the ghz request data (and configurations) for the SPEC §6 scenarios.
 
 For every scenario variant (S1-8, then S1..S5) and step (publish, register,
-planload, planstore) it writes into --out:
+planload, planload-runs: the same PlanLoad with strided runs, planstore)
+it writes into --out:
 
   {variant}.{step}.json   the request in protobuf's JSON mapping (ghz "data-file")
   {variant}.{step}.bin    the same request serialized (ghz "binary-file",
@@ -63,7 +64,9 @@ def setup_imports(pygen):
 def ghz_config(variant, step, method, host, data_dir_rel):
     call = "reshard.v1.Planner." + method
     config = {
-        "name": "reshardd %s %s" % (variant, method),
+        "name": "reshardd %s %s%s" % (variant, method,
+                                      " (runs)" if step == "planload-runs"
+                                      else ""),
         "proto": "../../proto/reshard/v1/planner.proto",
         "import-paths": ["../../proto"],
         "call": call,
@@ -71,7 +74,7 @@ def ghz_config(variant, step, method, host, data_dir_rel):
         "insecure": True,
         "timeout": "20s",
     }
-    if step in ("planload", "planstore"):
+    if step.startswith("planload") or step == "planstore":
         config.update({
             "binary-file": "%s/%s.%s.bin" % (data_dir_rel, variant, step),
             "total": LOAD_TOTALS.get(variant, DEFAULT_LOAD_TOTAL),

@@ -173,6 +173,15 @@ Test(metrics, plans_catalog_cache_and_drain) {
                                      .copies = 100,
                                      .copies_before_coalescing = 4000,
                                      .bytes = 1 << 20,
+                                     .response_bytes = 1300,
+                                 });
+  reshard_metrics_record_plan(m, &(reshard_metrics_plan){
+                                     .ok = true,
+                                     .plan_us = 5,
+                                     .copies = 32,
+                                     .runs_requested = true,
+                                     .runs = 2,
+                                     .response_bytes = 70,
                                  });
   reshard_metrics_record_plan(
       m, &(reshard_metrics_plan){.ok = false, .plan_us = 3, .copies = 55});
@@ -192,18 +201,21 @@ Test(metrics, plans_catalog_cache_and_drain) {
   reshard_metrics_publish_cache(m, &stats);
   reshard_metrics_set_draining(m, true);
   char *text = format(m, NULL);
-  cr_assert_eq(value(text, "reshard_plans_total{result=\"ok\"}"), 1);
+  cr_assert_eq(value(text, "reshard_plans_total{result=\"ok\"}"), 2);
   cr_assert_eq(value(text, "reshard_plans_total{result=\"error\"}"), 1);
-  cr_assert_eq(value(text, "reshard_plan_copies_total"), 100);
+  cr_assert_eq(value(text, "reshard_plan_copies_total"), 132);
+  cr_assert_eq(value(text, "reshard_plan_runs_requested_total"), 1);
+  cr_assert_eq(value(text, "reshard_plan_runs_total"), 2);
+  cr_assert_eq(value(text, "reshard_plan_response_bytes_total"), 1370);
   cr_assert_eq(value(text, "reshard_plan_copies_before_coalescing_total"),
                4000);
   cr_assert_eq(value(text, "reshard_plan_bytes_total"), 1 << 20);
   cr_assert_eq(value(text, "reshard_plan_pages_total"), 8);
   cr_assert_eq(value(text, "reshard_plan_hit_pages_total"), 6);
-  cr_assert_eq(value(text, "reshard_plan_duration_seconds_count"), 2);
-  assert_value_text(text, "reshard_plan_duration_seconds_sum", "0.000123");
+  cr_assert_eq(value(text, "reshard_plan_duration_seconds_count"), 3);
+  assert_value_text(text, "reshard_plan_duration_seconds_sum", "0.000128");
   cr_assert_eq(
-      value(text, "reshard_plan_duration_seconds_bucket{le=\"0.00001\"}"), 1);
+      value(text, "reshard_plan_duration_seconds_bucket{le=\"0.00001\"}"), 2);
   cr_assert_eq(value(text, "reshard_catalog_operation_duration_seconds_count{"
                            "operation=\"lookup_pages\"}"),
                1);

@@ -539,7 +539,7 @@ class GhzDataTests(unittest.TestCase):
         for v in variants:
             steps = [x["step"] for x in self.index if x["variant"] == v]
             self.assertEqual(steps, ["publish", "register", "planload",
-                                     "planstore"])
+                                     "planload-runs", "planstore"])
 
     def test_committed_configs_are_generated(self):
         generated = sorted(os.listdir(self.configs))
@@ -600,7 +600,9 @@ class GhzDataTests(unittest.TestCase):
                 with open(os.path.join(self.data, x["binary"]), "rb") as f:
                     from_binary = cls.FromString(f.read())
                 self.assertEqual(from_json, from_binary)
-                if x["step"] == "planload":
+                if x["step"].startswith("planload"):
+                    self.assertEqual(from_json.runs,
+                                     x["step"] == "planload-runs")
                     self.assertEqual(len(from_json.page_keys), x["pages"])
                     self.assertEqual(from_json.model_domain,
                                      x["model_domain"])
@@ -646,6 +648,11 @@ class GhzDataTests(unittest.TestCase):
                         else:
                             self.assertEqual(resp.hit_pages, x["pages"])
                             self.assertGreater(resp.stats.operations, 0)
+                            runs = x["step"] == "planload-runs"
+                            self.assertEqual(resp.stats.runs > 0, runs)
+                            if runs:
+                                self.assertLess(resp.stats.runs,
+                                                resp.stats.operations)
                 # The offline upload plan equals the daemon's PlanUpload.
                 for name in scenarios.SCENARIOS:
                     req = scenarios.build(name, 1)

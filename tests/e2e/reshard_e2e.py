@@ -629,21 +629,80 @@ class PlanCheckError(AssertionError):
     pass
 
 
+def has_runs(resp):
+    """True when the response carries strided runs (SPEC §2.2 step 7)."""
+    return any(len(rb.run_count) for rb in resp.batches)
+
+
+def batch_entries(rb, b=0):
+    """[(page, part, part_offset, region, region_offset, nbytes, count,
+    part_stride, region_stride)] of one RangeBatch, as sent; an explicit
+    batch's entries are runs of 1 with strides 0."""
+    n = len(rb.nbytes)
+    cols = (rb.page_index, rb.part_index, rb.part_offset, rb.region_index,
+            rb.region_offset)
+    if any(len(c) != n for c in cols):
+        raise PlanCheckError("batches[%d]: columns of different lengths" % b)
+    runs = (rb.run_count, rb.part_stride, rb.region_stride)
+    if any(len(c) for c in runs) and any(len(c) != n for c in runs):
+        raise PlanCheckError("batches[%d]: run columns of different lengths"
+                             % b)
+    out = []
+    for i in range(n):
+        count, ps, rs = ((rb.run_count[i], rb.part_stride[i],
+                          rb.region_stride[i]) if len(rb.run_count)
+                         else (1, 0, 0))
+        if count < 1:
+            raise PlanCheckError("batches[%d].run_count[%d] is 0" % (b, i))
+        out.append((rb.page_index[i], rb.part_index[i], rb.part_offset[i],
+                    rb.region_index[i], rb.region_offset[i], rb.nbytes[i],
+                    count, ps, rs))
+    return out
+
+
 def plan_copies(resp):
-    """[(batch, page, part, part_offset, region, region_offset, nbytes)]."""
+    """[(batch, page, part, part_offset, region, region_offset, nbytes)].
+    Runs are expanded and each batch's copies sorted by the explicit key,
+    which SPEC §2.2 step 7 says gives back exactly the explicit batch."""
     out = []
     for b, rb in enumerate(resp.batches):
-        n = len(rb.nbytes)
-        cols = (rb.page_index, rb.part_index, rb.part_offset, rb.region_index,
-                rb.region_offset)
-        if any(len(c) != n for c in cols):
-            raise PlanCheckError("batches[%d]: columns of different lengths"
-                                 % b)
-        for i in range(n):
-            out.append((b, rb.page_index[i], rb.part_index[i],
-                        rb.part_offset[i], rb.region_index[i],
-                        rb.region_offset[i], rb.nbytes[i]))
+        copies = []
+        for (pi, part, po, ri, ro, n, count, ps, rs) in batch_entries(rb, b):
+            for k in range(count):
+                copies.append((b, pi, part, po + k * ps, ri, ro + k * rs, n))
+        if len(rb.run_count):
+            copies.sort()
+        out.extend(copies)
     return out
+
+
+def reference_runs(copies):
+    """SPEC §2.2 step 7 written out independently of the daemon: the
+    explicit copies of one batch [(page, part, part_offset, region,
+    region_offset, nbytes)] split into classes of equal (page, part, region,
+    nbytes), each taken in increasing part offset and folded greedily;
+    entries ordered by their first copy's explicit key."""
+    classes = {}
+    for c in sorted(copies, key=lambda c: c[2]):
+        classes.setdefault((c[0], c[1], c[3], c[5]), []).append(c)
+    runs = []
+    for members in classes.values():
+        run = None
+        for c in members:
+            if run is not None:
+                first, count, ps, rs = run
+                if count == 1 and c[4] >= first[4]:
+                    run = [first, 2, c[2] - first[2], c[4] - first[4]]
+                    continue
+                if (count > 1 and c[2] == first[2] + count * ps
+                        and c[4] == first[4] + count * rs):
+                    run[1] += 1
+                    continue
+                runs.append(run)
+            run = [c, 1, 0, 0]
+        runs.append(run)
+    runs.sort(key=lambda r: (r[0][0], r[0][1], r[0][2], r[0][3], r[0][4]))
+    return [tuple(first) + (count, ps, rs) for first, count, ps, rs in runs]
 
 
 def execute_plan(resp, store, region_sizes):
@@ -734,35 +793,55 @@ def describe_mismatch(actual, expected, binding, desc):
 
 
 def check_plan_shape(resp, limits=None):
-    """Structural checks of SPEC §2.2 steps 4-5 and of the stats:
+    """Structural checks of SPEC §2.2 steps 4-5 and 7 and of the stats:
     copies sorted by (page, part, part_offset, region, region_offset); no
     two neighbours inside a batch could be merged; batches within their
-    budgets and filled except the last; stats and batch bytes add up."""
+    budgets and filled except the last; stats and batch bytes add up. With
+    runs, on the expanded copies of each batch, plus: each batch's entries
+    are exactly the greedy fold of its copies (``reference_runs``)."""
     max_ops = (limits.max_batch_operations if limits is not None
                and limits.max_batch_operations else
                DEFAULT_MAX_BATCH_OPERATIONS)
     max_bytes = (limits.max_batch_bytes if limits is not None
                  and limits.max_batch_bytes else DEFAULT_MAX_BATCH_BYTES)
     copies = plan_copies(resp)
+    per_batch = [[] for _ in resp.batches]
+    for c in copies:
+        per_batch[c[0]].append(c[1:])
     total = 0
     for b, rb in enumerate(resp.batches):
-        s = sum(rb.nbytes)
+        ops = len(per_batch[b])
+        s = sum(c[5] for c in per_batch[b])
         if s != rb.bytes:
             raise PlanCheckError("batches[%d].bytes %d != sum %d"
                                  % (b, rb.bytes, s))
-        if len(rb.nbytes) == 0:
+        if ops == 0:
             raise PlanCheckError("batches[%d] is empty" % b)
-        if len(rb.nbytes) > max_ops or rb.bytes > max_bytes:
+        if ops > max_ops or rb.bytes > max_bytes:
             raise PlanCheckError("batches[%d]: %d copies / %d bytes over the "
-                                 "budget %d / %d" % (b, len(rb.nbytes),
-                                                     rb.bytes, max_ops,
-                                                     max_bytes))
-        if b + 1 < len(resp.batches) and not (len(rb.nbytes) == max_ops
+                                 "budget %d / %d" % (b, ops, rb.bytes,
+                                                     max_ops, max_bytes))
+        if b + 1 < len(resp.batches) and not (ops == max_ops
                                               or rb.bytes == max_bytes):
             raise PlanCheckError("batches[%d] is short (%d copies, %d bytes)"
-                                 " but is not the last" % (b, len(rb.nbytes),
-                                                           rb.bytes))
+                                 " but is not the last" % (b, ops, rb.bytes))
+        if has_runs(resp):
+            want = reference_runs(per_batch[b])
+            got = batch_entries(rb, b)
+            if got != want:
+                raise PlanCheckError(
+                    "batches[%d]: runs differ from the SPEC §2.2 step 7 fold "
+                    "of its copies: %d entries, expected %d; first "
+                    "difference %r" % (b, len(got), len(want),
+                                       next((g, w) for g, w in
+                                            zip(got + [None], want + [None])
+                                            if g != w)))
         total += s
+    entries = sum(len(rb.nbytes) for rb in resp.batches)
+    if resp.stats.runs != (entries if has_runs(resp) else 0):
+        raise PlanCheckError("stats.runs %d, the batches hold %d entries%s"
+                             % (resp.stats.runs, entries,
+                                "" if has_runs(resp) else " and no runs"))
     st = resp.stats
     if st.operations != len(copies) or st.bytes != total:
         raise PlanCheckError("stats operations=%d bytes=%d but the batches "
@@ -830,28 +909,37 @@ def json_string(s):
 
 def plan_document(resp):
     """The plan document of docs/clients.md as Python objects."""
+    runs = has_runs(resp)
     batches = []
     for rb in resp.batches:
-        copies = []
+        entries = []
         for i in range(len(rb.nbytes)):
-            copies.append({
+            entry = {
                 "nbytes": rb.nbytes[i], "page_index": rb.page_index[i],
                 "page_key": resp.pages[rb.page_index[i]].page_key,
                 "part": rb.part_index[i], "part_offset": rb.part_offset[i],
                 "region_id": resp.region_ids[rb.region_index[i]],
                 "region_index": rb.region_index[i],
-                "region_offset": rb.region_offset[i]})
-        batches.append({"bytes": rb.bytes, "copies": copies})
+                "region_offset": rb.region_offset[i]}
+            if runs:
+                entry.update(count=rb.run_count[i],
+                             part_stride=rb.part_stride[i],
+                             region_stride=rb.region_stride[i])
+            entries.append(entry)
+        batches.append({"bytes": rb.bytes,
+                        "runs" if runs else "copies": entries})
+    stats = {"bytes": resp.stats.bytes,
+             "copies_before_coalescing": resp.stats.copies_before_coalescing,
+             "operations": resp.stats.operations}
+    if runs:
+        stats["runs"] = resp.stats.runs
     return {"batches": batches, "hit_pages": resp.hit_pages,
             "pages": [{"layout_id": p.layout_id,
                        "manifest_key": p.manifest_key,
                        "page_key": p.page_key} for p in resp.pages],
             "placement_id": resp.placement_id,
             "region_ids": list(resp.region_ids),
-            "stats": {"bytes": resp.stats.bytes,
-                      "copies_before_coalescing":
-                          resp.stats.copies_before_coalescing,
-                      "operations": resp.stats.operations}}
+            "stats": stats}
 
 
 def _dump(value, out):
@@ -890,13 +978,27 @@ def plan_json_text(resp):
 
 def plan_table_text(resp):
     """``reshardctl plan --format table`` output for ``resp``, as str."""
-    headers = ["BATCH", "PAGE_KEY", "PART", "PART_OFFSET", "REGION_ID",
-               "REGION_OFFSET", "NBYTES"]
-    left = [False, True, False, False, True, False, False]
+    runs = has_runs(resp)
+    if runs:
+        headers = ["BATCH", "PAGE_KEY", "PART", "PART_OFFSET", "PART_STRIDE",
+                   "REGION_ID", "REGION_OFFSET", "REGION_STRIDE", "NBYTES",
+                   "COUNT"]
+        left = [False, True, False, False, False, True, False, False, False,
+                False]
+    else:
+        headers = ["BATCH", "PAGE_KEY", "PART", "PART_OFFSET", "REGION_ID",
+                   "REGION_OFFSET", "NBYTES"]
+        left = [False, True, False, False, True, False, False]
     rows = []
-    for (b, pi, part, po, ri, ro, n) in plan_copies(resp):
-        rows.append([str(b), resp.pages[pi].page_key, str(part), str(po),
-                     resp.region_ids[ri], str(ro), str(n)])
+    for b, rb in enumerate(resp.batches):
+        for (pi, part, po, ri, ro, n, count, ps, rs) in batch_entries(rb, b):
+            if runs:
+                rows.append([str(b), resp.pages[pi].page_key, str(part),
+                             str(po), str(ps), resp.region_ids[ri], str(ro),
+                             str(rs), str(n), str(count)])
+            else:
+                rows.append([str(b), resp.pages[pi].page_key, str(part),
+                             str(po), resp.region_ids[ri], str(ro), str(n)])
     width = [len(h.encode()) for h in headers]
     for row in rows:
         for c, cell in enumerate(row):
@@ -918,9 +1020,10 @@ def plan_table_text(resp):
     text.extend(line(r) for r in rows)
     st = resp.stats
     text.append("# batches=%d operations=%d bytes=%d "
-                "copies_before_coalescing=%d\n"
+                "copies_before_coalescing=%d%s\n"
                 % (len(resp.batches), st.operations, st.bytes,
-                   st.copies_before_coalescing))
+                   st.copies_before_coalescing,
+                   " runs=%d" % st.runs if runs else ""))
     return "".join(text)
 
 
@@ -936,17 +1039,22 @@ def plan_from_document(doc):
                        layout_id=p["layout_id"])
     for b in doc["batches"]:
         rb = resp.batches.add(bytes=b["bytes"])
-        for c in b["copies"]:
+        for c in b.get("copies", b.get("runs", [])):
             rb.page_index.append(c["page_index"])
             rb.part_index.append(c["part"])
             rb.part_offset.append(c["part_offset"])
             rb.region_index.append(c["region_index"])
             rb.region_offset.append(c["region_offset"])
             rb.nbytes.append(c["nbytes"])
+            if "count" in c:
+                rb.run_count.append(c["count"])
+                rb.part_stride.append(c["part_stride"])
+                rb.region_stride.append(c["region_stride"])
     st = doc["stats"]
     resp.stats.operations = st["operations"]
     resp.stats.bytes = st["bytes"]
     resp.stats.copies_before_coalescing = st["copies_before_coalescing"]
+    resp.stats.runs = st.get("runs", 0)
     return resp
 
 
@@ -979,11 +1087,11 @@ class Fleet:
 
     def plan(self, model_domain, page_keys, reader, binding,
              target_dp_rank=None, limits=None, placement_id=None,
-             preferred=None, timeout=60):
+             preferred=None, timeout=60, runs=False):
         req = pb.PlanLoadRequest(model_domain=model_domain,
                                  page_keys=page_keys,
                                  binding=binding.message,
-                                 operation_id="e2e")
+                                 operation_id="e2e", runs=runs)
         if placement_id is not None:
             req.placement_id = placement_id
         else:

@@ -132,12 +132,19 @@ class Requests:
             manifest_key=self.manifest_key, placement=self.writer,
             binding=self.store_binding.message, page_count=pages,
             operation_id="%s-store" % self.name)
+        # The same plan as strided runs (SPEC §2.2 step 7).
+        self.plan_load_runs = pb.PlanLoadRequest()
+        self.plan_load_runs.CopyFrom(self.plan_load)
+        self.plan_load_runs.runs = True
+        self.plan_load_runs.operation_id = "%s-load-runs" % self.name
 
     def steps(self):
-        """[(step, method, request)] in the order a client sends them."""
+        """[(step, method, request)] in the order a client sends them; the
+        two PlanLoads plan the same copies, explicit and as runs."""
         return [("publish", "PublishManifest", self.publish),
                 ("register", "RegisterPages", self.register),
                 ("planload", "PlanLoad", self.plan_load),
+                ("planload-runs", "PlanLoad", self.plan_load_runs),
                 ("planstore", "PlanStore", self.plan_store)]
 
 

@@ -53,31 +53,49 @@ def execute_store(resp, memory, written, part_sizes):
     """Runs every copy (region bytes into Part bytes) and returns how many
     times each Part byte was written."""
     writes = {}
-    for rb in resp.batches:
-        for i in range(len(rb.nbytes)):
-            page, part = rb.page_index[i], rb.part_index[i]
-            po, ro, n = rb.part_offset[i], rb.region_offset[i], rb.nbytes[i]
-            if part not in resp.part_indexes:
-                raise AssertionError("copy into Part %d, not written by this "
-                                     "participant" % part)
-            src = memory[resp.region_ids[rb.region_index[i]]]
-            key = (written.page_keys[page], part)
-            dst = written.data.setdefault(key, bytearray(part_sizes[part]))
-            count = writes.setdefault(key, bytearray(part_sizes[part]))
-            if po + n > len(dst) or ro + n > len(src):
-                raise AssertionError("copy leaves its Part or region")
-            dst[po:po + n] = src[ro:ro + n]
-            for b in range(po, po + n):
-                count[b] += 1
+    # Runs, when the response has them, are expanded to their copies.
+    for (_, page, part, po, region, ro, n) in e.plan_copies(resp):
+        if part not in resp.part_indexes:
+            raise AssertionError("copy into Part %d, not written by this "
+                                 "participant" % part)
+        src = memory[resp.region_ids[region]]
+        key = (written.page_keys[page], part)
+        dst = written.data.setdefault(key, bytearray(part_sizes[part]))
+        count = writes.setdefault(key, bytearray(part_sizes[part]))
+        if po + n > len(dst) or ro + n > len(src):
+            raise AssertionError("copy leaves its Part or region")
+        dst[po:po + n] = src[ro:ro + n]
+        for b in range(po, po + n):
+            count[b] += 1
     return writes
+
+
+def check_runs(test, runs_resp, explicit_resp):
+    """Each batch of a runs response is SPEC §2.2 step 7's fold of the
+    same batch of the explicit response (reshard_e2e.reference_runs)."""
+    test.assertEqual(len(runs_resp.batches), len(explicit_resp.batches))
+    entries = 0
+    for b, (folded, explicit) in enumerate(zip(runs_resp.batches,
+                                               explicit_resp.batches)):
+        copies = [c[:6] for c in e.batch_entries(explicit, b)]
+        got = e.batch_entries(folded, b)
+        test.assertEqual(got, e.reference_runs(copies), "batch %d" % b)
+        test.assertEqual(folded.bytes, explicit.bytes)
+        entries += len(got)
+    test.assertEqual(runs_resp.stats.runs, entries)
+    test.assertEqual(runs_resp.stats.operations,
+                     explicit_resp.stats.operations)
+    test.assertEqual(runs_resp.stats.bytes, explicit_resp.stats.bytes)
 
 
 class PlanStoreTests(DaemonTestCase):
     daemon_flags = ("--log-level", "debug")  # the "store plan" lines
 
-    def write_all(self, desc, writer, fmt, keys, mode="paged", order="NHD"):
-        """Every writer of the lowest DP rank stores its Parts; returns the
-        publish response and the written Parts."""
+    def write_all(self, desc, writer, fmt, keys, mode="paged", order="NHD",
+                  runs=False):
+        """Every writer of the lowest DP rank stores its Parts (as strided
+        runs when `runs`, each checked against the explicit plan); returns
+        the publish response and the written Parts."""
         pub, up = self.fleet.publish_writer(writer, fmt)
         written = WrittenParts(up.layout, keys)
         expected = {k: e.build_parts(up.layout, k) for k in keys}
@@ -91,9 +109,16 @@ class PlanStoreTests(DaemonTestCase):
                                      order=order, seed=writers)
             memory, _ = e.expected_regions(desc, binding, keys, len(keys))
             resp = self.planner.PlanStore(
-                store_request(pub.manifest_key, writer, binding, len(keys)),
-                timeout=60)
+                store_request(pub.manifest_key, writer, binding, len(keys),
+                              runs=runs), timeout=60)
             self.assertEqual(resp.layout_id, pub.layout_id)
+            if runs:
+                explicit = self.planner.PlanStore(
+                    store_request(pub.manifest_key, writer, binding,
+                                  len(keys)), timeout=60)
+                self.assertFalse(e.has_runs(explicit))
+                self.assertEqual(e.has_runs(resp), len(resp.batches) > 0)
+                check_runs(self, resp, explicit)
             writes = execute_store(resp, memory, written, sizes)
             if part.replica_ordinal != 0 or not part.layer_ids:
                 self.assertEqual(list(resp.part_indexes), [])
@@ -145,6 +170,24 @@ class PlanStoreTests(DaemonTestCase):
         keys = ["store-mem-%d" % i for i in range(2)]
         self.write_all(desc, writer, pb.LPHD, keys, mode="contiguous")
         self.write_all(desc, writer, pb.HPLD, keys, order="HND")
+
+    def test_runs_write_the_same_parts(self):
+        # SPEC §2.5: PlanStore folds into runs on request, like PlanLoad;
+        # the Parts written from the runs are the §1.3 Parts and a reader
+        # of another topology loads them.
+        desc = e.make_descriptor(4, 4, 8, 8, 8)
+        cases = [(pb.PLHD, "paged", "NHD"), (pb.LPHD, "contiguous", "NHD"),
+                 (pb.HPLD, "paged", "HND")]
+        for fmt, mode, order in cases:
+            with self.subTest(format=fmt, mode=mode, order=order):
+                model = "store-runs-%d" % fmt
+                writer = e.make_placement(desc, 1, 2, 2, model + "-w")
+                keys = ["%s-%d" % (model, i) for i in range(3)]
+                pub, written = self.write_all(desc, writer, fmt, keys,
+                                              mode=mode, order=order,
+                                              runs=True)
+                reader = e.make_placement(desc, 1, 1, 4, model + "-r")
+                self.read_all(desc, reader, pub, written, keys)
 
     def test_placement_by_id_and_join_reuse(self):
         desc = e.make_descriptor(2, 2, 4, 4, 4)
@@ -205,9 +248,6 @@ class PlanStoreTests(DaemonTestCase):
         msg = self.assertRpcError(Code.NOT_FOUND, call, key=unknown)
         self.assertIn("manifest_key", msg)
         self.assertRpcError(Code.INVALID_ARGUMENT, call, key="kv/nope")
-
-        msg = self.assertRpcError(Code.INVALID_ARGUMENT, call, runs=True)
-        self.assertIn("runs", msg)
 
         req = store_request(pub.manifest_key, writer, good, 0)
         self.assertRpcError(Code.INVALID_ARGUMENT, self.planner.PlanStore, req)

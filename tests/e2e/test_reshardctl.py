@@ -194,19 +194,47 @@ class ReshardctlTests(unittest.TestCase):
         self.assertEqual(doc["hit_pages"], 2)
         self.assertEqual(doc["placement_id"],
                          e.canonical_placement_id(request.placement))
-        # Execute the printed plan against Parts of the example layout.
+        copied = self.execute_printed(request, doc)
+        # 2 pages x 2 layers x 2 components x 16 tokens x 2 heads x 16 B.
+        self.assertEqual(copied, 2 * 2 * 2 * 16 * 2 * 16)
+
+    def execute_printed(self, request, doc):
+        """Executes a printed plan against Parts of the example layout and
+        checks it with the oracle; returns the bytes copied."""
         manifest = load_example("manifest.json", pb.StoreManifest())
         store = e.PartStore()
         store.add_layout(GOLDEN_LAYOUT_ID, manifest.layout)
         binding = e.Binding(request.binding,
                             {r.region_id: r.nbytes
                              for r in request.binding.regions})
-        limits = request.limits
-        copied = e.verify_plan(e.plan_from_document(doc), store,
-                               manifest.layout.descriptor, binding,
-                               list(request.page_keys), limits)
-        # 2 pages x 2 layers x 2 components x 16 tokens x 2 heads x 16 B.
-        self.assertEqual(copied, 2 * 2 * 2 * 16 * 2 * 16)
+        return e.verify_plan(e.plan_from_document(doc), store,
+                             manifest.layout.descriptor, binding,
+                             list(request.page_keys), request.limits)
+
+    def test_plan_runs_match_python_and_execute(self):
+        _, request, explicit = self.plan_example()
+        request.runs = True
+        resp = self.planner.PlanLoad(request, timeout=10)
+        self.assertTrue(e.has_runs(resp))
+        table = self.ok("plan", example("plan.json"), "--runs")
+        self.assertEqual(table, e.plan_table_text(resp))
+        lines = table.splitlines()
+        self.assertEqual(lines[3].split(), [
+            "BATCH", "PAGE_KEY", "PART", "PART_OFFSET", "PART_STRIDE",
+            "REGION_ID", "REGION_OFFSET", "REGION_STRIDE", "NBYTES",
+            "COUNT"])
+        self.assertEqual(len(lines), 3 + 1 + resp.stats.runs + 1)
+        self.assertTrue(lines[-1].endswith(" runs=%d" % resp.stats.runs))
+        text = self.ok("plan", "--runs", "--format", "json",
+                       example("plan.json"))
+        self.assertEqual(text, e.plan_json_text(resp))
+        doc = json.loads(text)
+        self.assertEqual(doc["stats"]["runs"], resp.stats.runs)
+        # The printed runs are the explicit plan's copies, and execute.
+        self.assertEqual(e.plan_copies(e.plan_from_document(doc)),
+                         e.plan_copies(explicit))
+        self.assertEqual(self.execute_printed(request, doc),
+                         explicit.stats.bytes)
 
     def test_plan_by_placement_id(self):
         self.plan_example()

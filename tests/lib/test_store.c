@@ -613,6 +613,36 @@ Test(store_request, a_cached_join_gives_the_same_plan) {
                0);
 }
 
+Test(store_request, runs_are_the_fold_of_the_explicit_plan) {
+  /* Small batches so that runs must stop at batch ends. */
+  fx.request.limits.max_batch_operations = 3;
+  fx.request.limits.max_batch_bytes = 40;
+  cr_assert_eq(plan_fx(), RESHARD_OK, "%s", fx.err.message);
+  reshard_store_plan explicit_plan = fx.plan;
+  cr_assert_eq(explicit_plan.runs.batch_first, NULL);
+  reshard_runs expected;
+  cr_assert_eq(reshard_runs_fold(explicit_plan.copies, explicit_plan.batches,
+                                 explicit_plan.batch_count, &fx.arena,
+                                 &expected, &fx.err),
+               RESHARD_OK, "%s", fx.err.message);
+  fx.request.runs = true;
+  cr_assert_eq(plan_fx(), RESHARD_OK, "%s", fx.err.message);
+  const reshard_runs *runs = &fx.plan.runs;
+  /* The explicit columns are unchanged by asking for runs. */
+  cr_assert_eq(fx.plan.copy_count, explicit_plan.copy_count);
+  cr_assert_eq(memcmp(fx.plan.copies, explicit_plan.copies,
+                      explicit_plan.copy_count * sizeof *explicit_plan.copies),
+               0);
+  cr_assert_eq(runs->batch_count, explicit_plan.batch_count);
+  cr_assert_eq(runs->run_count, expected.run_count);
+  cr_assert_eq(memcmp(runs->batch_first, expected.batch_first,
+                      (runs->batch_count + 1) * sizeof *runs->batch_first),
+               0);
+  cr_assert_eq(
+      memcmp(runs->runs, expected.runs, runs->run_count * sizeof *runs->runs),
+      0);
+}
+
 static bool stop_now(void *context) {
   (void)context;
   return true;

@@ -8,29 +8,13 @@
 #include <stdint.h>
 
 #include "reshard/binding.h"
+#include "reshard/copy.h"
 #include "reshard/error.h"
 #include "reshard/join.h"
 #include "reshard/layout.h"
 #include "reshard/limits.h"
 #include "reshard/placement.h"
-
-/* One byte copy: Part bytes [part_offset, +nbytes) of page `page_index` go
- * to region `region_index` at [region_offset, +nbytes). */
-typedef struct reshard_copy {
-  uint64_t page_index;
-  uint64_t part_index;
-  uint64_t part_offset;
-  uint64_t region_index;
-  uint64_t region_offset;
-  uint64_t nbytes;
-} reshard_copy;
-
-/* copies[first .. first + count) form one batch of `bytes` bytes. */
-typedef struct reshard_batch {
-  size_t first;
-  size_t count;
-  uint64_t bytes;
-} reshard_batch;
+#include "reshard/runs.h"
 
 /* A stored layout the pages may come from. `join` may carry a prebuilt
  * join of this layout with the request's participant (a cached template);
@@ -57,6 +41,9 @@ typedef struct reshard_load_request {
   const char *const *preferred_layout_ids;
   size_t preferred_count;
   reshard_limits limits; /* already clamped to the server caps */
+  /* Also fold each batch into strided runs (SPEC §2.2 step 7). The
+   * explicit copies and batches are returned either way. */
+  bool runs;
   /* Optional: polled between pages; when it returns true the planner
    * abandons the work and fails with DEADLINE_EXCEEDED. Called on the
    * planning thread. */
@@ -78,11 +65,16 @@ typedef struct reshard_load_plan {
   uint64_t copies_before_coalescing;
   uint64_t copies_after_coalescing; /* before batch splitting */
   reshard_join **built_joins;       /* per source; non-NULL where built here */
+  /* With request.runs: the batches folded into runs (runs.batch_count ==
+   * batch_count, runs.batch_first non-NULL even for an empty plan); all
+   * zero otherwise. */
+  reshard_runs runs;
   const reshard_placement_part *participant;
 } reshard_load_plan;
 
 /* Plans a load. Validates the binding (SPEC §1.5) against the participant
- * named in it, selects sources, lowers, coalesces and batches. Errors:
+ * named in it, selects sources, lowers, coalesces, batches and, when the
+ * request asks for runs, folds each batch into runs. Errors:
  * INVALID_ARGUMENT for bad input (including a participant that is not in
  * the placement or not in the target DP rank), FAILED_PRECONDITION when the
  * first page is bound only to layouts with another descriptor,

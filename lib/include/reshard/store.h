@@ -28,6 +28,8 @@ typedef struct reshard_store_request {
   const char *layout_id;
   const reshard_join *join;
   reshard_limits limits; /* already clamped to the server caps */
+  /* Also fold each batch into strided runs (SPEC §2.2 step 7), as loads do. */
+  bool runs;
   /* Optional, as for reshard_load_request. */
   bool (*should_stop)(void *context);
   void *should_stop_context;
@@ -50,7 +52,10 @@ typedef struct reshard_store_plan {
   uint64_t bytes;
   uint64_t copies_before_coalescing;
   uint64_t copies_after_coalescing; /* before batch splitting */
-  reshard_join *built_join;         /* non-NULL when built here */
+  /* With request.runs and a non-empty plan: the batches folded into runs,
+   * as reshard_load_plan.runs; zeroed otherwise. */
+  reshard_runs runs;
+  reshard_join *built_join; /* non-NULL when built here */
   const reshard_placement_part *participant;
 } reshard_store_plan;
 

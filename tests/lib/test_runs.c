@@ -1,0 +1,561 @@
+/* Tests lib/runs.c (SPEC §2.2 step 7) on every oracle scenario: the random
+ * format x memory, single-tensor, topology and small-batch cases and the
+ * SPEC §6 scenarios, each with the reader's memory as generated and again
+ * with one region per (layer, component) as vLLM allocates. The explicit
+ * plan is executed by the oracle; then, per batch, the runs must expand
+ * back to exactly that batch, match an independent greedy reference fold,
+ * never let a run take the next run's first copy, and agree with the
+ * batch's counts and bytes. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oracle.h"
+#include "reshard/runs.h"
+
+/* ---- an independent reference, written from the SPEC text ---- */
+
+static int cmp_u64(uint64_t a, uint64_t b) {
+  return (a > b) - (a < b);
+}
+
+/* The explicit key (page, part, part_offset, region, region_offset). */
+static int explicit_order(const void *pa, const void *pb) {
+  const reshard_copy *a = pa, *b = pb;
+  int c;
+  if ((c = cmp_u64(a->page_index, b->page_index)) ||
+      (c = cmp_u64(a->part_index, b->part_index)) ||
+      (c = cmp_u64(a->part_offset, b->part_offset)) ||
+      (c = cmp_u64(a->region_index, b->region_index)) ||
+      (c = cmp_u64(a->region_offset, b->region_offset))) {
+    return c;
+  }
+  return cmp_u64(a->nbytes, b->nbytes);
+}
+
+typedef struct positioned {
+  reshard_copy copy;
+  size_t position; /* index in the batch */
+} positioned;
+
+/* Class (page, part, region, nbytes), then increasing part offset. */
+static int class_order(const void *pa, const void *pb) {
+  const reshard_copy *a = &((const positioned *)pa)->copy;
+  const reshard_copy *b = &((const positioned *)pb)->copy;
+  int c;
+  if ((c = cmp_u64(a->page_index, b->page_index)) ||
+      (c = cmp_u64(a->part_index, b->part_index)) ||
+      (c = cmp_u64(a->region_index, b->region_index)) ||
+      (c = cmp_u64(a->nbytes, b->nbytes))) {
+    return c;
+  }
+  return cmp_u64(a->part_offset, b->part_offset);
+}
+
+static bool same_class(const reshard_copy *a, const reshard_copy *b) {
+  return a->page_index == b->page_index && a->part_index == b->part_index &&
+         a->region_index == b->region_index && a->nbytes == b->nbytes;
+}
+
+/* Pointers to runs: class, then first part offset. */
+static int run_class_order(const void *pa, const void *pb) {
+  positioned a = {(*(const reshard_run *const *)pa)->first, 0};
+  positioned b = {(*(const reshard_run *const *)pb)->first, 0};
+  return class_order(&a, &b);
+}
+
+typedef struct ref_run {
+  reshard_run run;
+  size_t position; /* of its first copy */
+} ref_run;
+
+static int position_order(const void *pa, const void *pb) {
+  const ref_run *a = pa, *b = pb;
+  return (a->position > b->position) - (a->position < b->position);
+}
+
+/* Step 7 literally: classes, each in increasing part offset, folded
+ * greedily; entries ordered by their first copy. Returns the run count. */
+static size_t reference_fold(const reshard_copy *copies, size_t count,
+                             ref_run *out) {
+  positioned *sorted = malloc((count + 1) * sizeof *sorted);
+  cr_assert_not_null(sorted);
+  for (size_t i = 0; i < count; i++) {
+    sorted[i] = (positioned){copies[i], i};
+  }
+  qsort(sorted, count, sizeof *sorted, class_order);
+  size_t n = 0;
+  for (size_t i = 0; i < count; i++) {
+    const reshard_copy *c = &sorted[i].copy;
+    reshard_run *cur = n > 0 ? &out[n - 1].run : NULL;
+    if (cur != NULL && same_class(&cur->first, c)) {
+      if (cur->count == 1 && c->region_offset >= cur->first.region_offset) {
+        cur->part_stride = c->part_offset - cur->first.part_offset;
+        cur->region_stride = c->region_offset - cur->first.region_offset;
+        cur->count = 2;
+        continue;
+      }
+      if (cur->count > 1 &&
+          c->part_offset ==
+              cur->first.part_offset + cur->count * cur->part_stride &&
+          c->region_offset ==
+              cur->first.region_offset + cur->count * cur->region_stride) {
+        cur->count++;
+        continue;
+      }
+    }
+    out[n++] = (ref_run){{*c, 1, 0, 0}, sorted[i].position};
+  }
+  free(sorted);
+  qsort(out, n, sizeof *out, position_order);
+  return n;
+}
+
+/* ---- checks ---- */
+
+static void check_batch(const reshard_copy *copies, const reshard_batch *batch,
+                        const reshard_run *runs, size_t run_count, size_t b) {
+  /* Expanding and sorting gives back exactly the explicit batch. */
+  size_t expanded = 0;
+  uint64_t bytes = 0;
+  for (size_t r = 0; r < run_count; r++) {
+    cr_assert_geq(runs[r].count, 1, "batch %zu run %zu: empty run", b, r);
+    if (runs[r].count == 1) {
+      cr_assert(runs[r].part_stride == 0 && runs[r].region_stride == 0,
+                "batch %zu run %zu: a single copy has strides 0", b, r);
+    }
+    expanded += runs[r].count;
+    bytes += runs[r].count * runs[r].first.nbytes;
+  }
+  cr_assert_eq(expanded, batch->count, "batch %zu: %zu copies in runs, %zu", b,
+               expanded, batch->count);
+  cr_assert_eq(bytes, batch->bytes, "batch %zu: bytes differ", b);
+  reshard_copy *got = malloc((expanded + 1) * sizeof *got);
+  reshard_copy *want = malloc((expanded + 1) * sizeof *want);
+  cr_assert(got && want);
+  size_t k = 0;
+  for (size_t r = 0; r < run_count; r++) {
+    for (uint64_t i = 0; i < runs[r].count; i++) {
+      got[k++] = reshard_run_copy(&runs[r], i);
+    }
+  }
+  memcpy(want, copies + batch->first, expanded * sizeof *want);
+  qsort(got, expanded, sizeof *got, explicit_order);
+  qsort(want, expanded, sizeof *want, explicit_order);
+  for (size_t i = 0; i < expanded; i++) {
+    cr_assert(memcmp(&got[i], &want[i], sizeof got[i]) == 0,
+              "batch %zu: expanded copy %zu differs from the explicit plan", b,
+              i);
+  }
+  free(got);
+  free(want);
+
+  /* Entries are ordered by the explicit key of their first copy. */
+  for (size_t r = 1; r < run_count; r++) {
+    cr_assert_lt(explicit_order(&runs[r - 1].first, &runs[r].first), 0,
+                 "batch %zu: run %zu is out of order", b, r);
+  }
+
+  /* Greedy: within a class, no run could have taken the next one's first
+   * copy. Runs sorted by class then part offset put each run next to the
+   * one after it in its class. */
+  const reshard_run **by_class = malloc((run_count + 1) * sizeof *by_class);
+  cr_assert_not_null(by_class);
+  for (size_t r = 0; r < run_count; r++) {
+    by_class[r] = &runs[r];
+  }
+  qsort(by_class, run_count, sizeof *by_class, run_class_order);
+  for (size_t r = 0; r + 1 < run_count; r++) {
+    const reshard_run *a = by_class[r];
+    const reshard_copy *next = &by_class[r + 1]->first;
+    if (!same_class(&a->first, next)) {
+      continue;
+    }
+    if (a->count == 1) {
+      cr_assert_lt(next->region_offset, a->first.region_offset,
+                   "batch %zu: a run could have taken the next one", b);
+    } else {
+      cr_assert(!(next->part_offset ==
+                      a->first.part_offset + a->count * a->part_stride &&
+                  next->region_offset ==
+                      a->first.region_offset + a->count * a->region_stride),
+                "batch %zu: a run could have taken the next one", b);
+    }
+  }
+  free(by_class);
+
+  /* The same runs as the reference fold. */
+  ref_run *ref = malloc((batch->count + 1) * sizeof *ref);
+  cr_assert_not_null(ref);
+  size_t ref_count = reference_fold(copies + batch->first, batch->count, ref);
+  cr_assert_eq(ref_count, run_count, "batch %zu: %zu runs, the reference %zu",
+               b, run_count, ref_count);
+  for (size_t r = 0; r < run_count; r++) {
+    cr_assert(memcmp(&ref[r].run, &runs[r], sizeof runs[r]) == 0,
+              "batch %zu: run %zu differs from the reference", b, r);
+  }
+  free(ref);
+}
+
+/* Checks a plan made with request.runs; returns the run count. */
+static size_t check_plan_runs(const reshard_load_plan *plan) {
+  const reshard_runs *runs = &plan->runs;
+  cr_assert_eq(runs->batch_count, plan->batch_count);
+  if (plan->copy_count > 0) {
+    cr_assert_not_null(runs->runs);
+  }
+  cr_assert_eq(runs->batch_first[0], 0);
+  cr_assert_eq(runs->batch_first[runs->batch_count], runs->run_count);
+  for (size_t b = 0; b < plan->batch_count; b++) {
+    size_t first = runs->batch_first[b], end = runs->batch_first[b + 1];
+    cr_assert_leq(first, end);
+    check_batch(plan->copies, &plan->batches[b], runs->runs + first,
+                end - first, b);
+  }
+  /* The library's public fold gives the same runs. */
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_runs again;
+  reshard_error err;
+  cr_assert_eq(reshard_runs_fold(plan->copies, plan->batches, plan->batch_count,
+                                 &arena, &again, &err),
+               RESHARD_OK, "%s", err.message);
+  cr_assert_eq(again.run_count, runs->run_count);
+  cr_assert(again.run_count == 0 ||
+            memcmp(again.runs, runs->runs,
+                   again.run_count * sizeof again.runs[0]) == 0);
+  reshard_arena_destroy(&arena);
+  return runs->run_count;
+}
+
+/* Gives every (region, layer, component) its own region at its own
+ * address, offsets unchanged: the reader memory vLLM allocates, one tensor
+ * per layer and component. */
+static void region_per_group(oracle_case *c) {
+  reshard_binding *binding = &c->binding;
+  size_t count = binding->range_count;
+  reshard_region *regions =
+      RESHARD_ARENA_NEW(&c->arena, reshard_region, count + 1);
+  size_t region_count = 0;
+  for (size_t i = 0; i < count; i++) {
+    reshard_binding_range *range = &binding->ranges[i];
+    size_t source = 0;
+    while (strcmp(binding->regions[source].region_id, range->region_id) != 0) {
+      source++;
+    }
+    char id[96];
+    snprintf(id, sizeof id, "%s/L%" PRIu64 "/%c", range->region_id,
+             range->global_layer_id,
+             range->component == RESHARD_COMPONENT_KEY ? 'K' : 'V');
+    size_t r = 0;
+    while (r < region_count && strcmp(regions[r].region_id, id) != 0) {
+      r++;
+    }
+    if (r == region_count) {
+      regions[r] = binding->regions[source];
+      regions[r].region_id = reshard_arena_strdup(&c->arena, id);
+      regions[r].address += (uint64_t)(r + 1) << 40;
+      region_count++;
+    }
+    range->region_id = regions[r].region_id;
+  }
+  binding->regions = regions;
+  binding->region_count = region_count;
+}
+
+typedef struct runs_totals {
+  uint64_t copies;
+  uint64_t runs;
+} runs_totals;
+
+/* Plans `c` with and without runs; the explicit plan must pass the oracle
+ * and be the same either way, and the runs pass every check above. */
+static void run_case(oracle_case *c, const char *what, runs_totals *totals) {
+  char msg[ORACLE_MSG_SIZE];
+  reshard_arena explicit_arena, runs_arena;
+  reshard_load_plan explicit_plan, runs_plan;
+  oracle_exec_stats stats;
+  c->request.runs = false;
+  bool ok = oracle_case_run(c, &explicit_arena, &explicit_plan, &stats, msg,
+                            sizeof msg);
+  cr_assert(ok, "%s: %s", what, msg);
+  cr_assert_eq(explicit_plan.runs.runs, NULL);
+  /* The oracle executed the explicit plan; the runs plan must carry the
+   * very same copies. */
+  c->request.runs = true;
+  reshard_arena_init(&runs_arena, 0);
+  reshard_error err;
+  cr_assert_eq(reshard_plan_load(&c->request, &runs_arena, &runs_plan, &err),
+               RESHARD_OK, "%s: %s", what, err.message);
+  cr_assert_eq(runs_plan.copy_count, explicit_plan.copy_count);
+  cr_assert_eq(runs_plan.batch_count, explicit_plan.batch_count);
+  cr_assert(explicit_plan.copy_count == 0 ||
+                memcmp(runs_plan.copies, explicit_plan.copies,
+                       explicit_plan.copy_count * sizeof(reshard_copy)) == 0,
+            "%s: runs changed the explicit plan", what);
+  totals->runs += check_plan_runs(&runs_plan);
+  totals->copies += runs_plan.copy_count;
+  oracle_plan_release(c, &runs_arena, &runs_plan);
+  oracle_plan_release(c, &explicit_arena, &explicit_plan);
+}
+
+/* Cases first .. first + count - 1 of the oracle suite's stream `stream`
+ * (tests/lib/test_oracle.c builds the same cases from the same seeds). */
+static runs_totals run_seeded(uint64_t stream, unsigned first, unsigned count,
+                              const oracle_case_opts *opts) {
+  runs_totals totals = {0, 0};
+  for (unsigned i = first; i < first + count; i++) {
+    uint64_t seed = oracle_case_seed(oracle_base_seed(), stream, i);
+    for (int split = 0; split < 2; split++) {
+      oracle_case c;
+      char msg[ORACLE_MSG_SIZE];
+      char what[160];
+      snprintf(what, sizeof what,
+               "RESHARD_ORACLE_SEED=0x%016" PRIx64 " stream %" PRIu64
+               " case %u%s",
+               oracle_base_seed(), stream, i,
+               split ? ", one region per (layer, component)" : "");
+      cr_assert(oracle_case_build(&c, seed, opts, msg, sizeof msg), "%s: %s",
+                what, msg);
+      if (split) {
+        region_per_group(&c);
+      }
+      run_case(&c, what, &totals);
+      oracle_case_destroy(&c);
+    }
+  }
+  return totals;
+}
+
+/* The cases must have planned real copies, not just nothing. */
+static void assert_planned(runs_totals totals) {
+  cr_assert_gt(totals.copies, 0, "no copies planned");
+  cr_assert_gt(totals.runs, 0);
+}
+
+/* ---- the random oracle cases ---- */
+
+typedef struct matrix_param {
+  reshard_format format;
+  oracle_memory_style style;
+  bool single_tensor;
+} matrix_param;
+
+#define MATRIX_SIZE (3 * ORACLE_MEM_STYLE_COUNT)
+
+static void fill_matrix(matrix_param *params, bool single_tensor) {
+  size_t k = 0;
+  for (int f = RESHARD_FORMAT_PLHD; f <= RESHARD_FORMAT_HPLD; f++) {
+    for (int s = 0; s < ORACLE_MEM_STYLE_COUNT; s++) {
+      params[k++] = (matrix_param){(reshard_format)f, (oracle_memory_style)s,
+                                   single_tensor};
+    }
+  }
+}
+
+ParameterizedTestParameters(runs, format_x_memory) {
+  static matrix_param params[MATRIX_SIZE];
+  fill_matrix(params, false);
+  return cr_make_param_array(matrix_param, params, MATRIX_SIZE);
+}
+
+/* The oracle suite's streams, so these are the very cases it executes. */
+ParameterizedTest(matrix_param *param, runs, format_x_memory) {
+  oracle_case_opts opts;
+  memset(&opts, 0, sizeof opts);
+  opts.format = param->format;
+  opts.style = param->style;
+  opts.max_sources = 3;
+  opts.selection_twists = true;
+  assert_planned(run_seeded(100 + (uint64_t)param->format * 10 + param->style,
+                            0, 60, &opts));
+}
+
+ParameterizedTestParameters(runs, single_tensor) {
+  static matrix_param params[MATRIX_SIZE];
+  fill_matrix(params, true);
+  return cr_make_param_array(matrix_param, params, MATRIX_SIZE);
+}
+
+ParameterizedTest(matrix_param *param, runs, single_tensor) {
+  oracle_case_opts opts;
+  memset(&opts, 0, sizeof opts);
+  opts.format = param->format;
+  opts.style = param->style;
+  opts.max_sources = 2;
+  opts.single_tensor = true;
+  assert_planned(run_seeded(200 + (uint64_t)param->format * 10 + param->style,
+                            0, 6, &opts));
+}
+
+static const oracle_topology topology_pairs[][2] = {
+    {{1, 1, 1, 0}, {1, 1, 2, 0}},  {{1, 1, 4, 0}, {1, 1, 1, 0}},
+    {{1, 1, 8, 0}, {1, 2, 4, 0}},  {{1, 2, 2, 0}, {1, 1, 4, 0}},
+    {{1, 4, 1, 0}, {1, 2, 2, 0}},  {{2, 1, 2, 0}, {2, 1, 1, 0}},
+    {{1, 1, 4, 2}, {1, 1, 3, 0}},  {{1, 1, 16, 0}, {1, 2, 4, 0}},
+    {{1, 1, 1, 0}, {1, 1, 16, 0}}, {{1, 3, 1, 0}, {2, 2, 2, 1}},
+};
+
+Test(runs, topology_changes) {
+  size_t pairs = sizeof topology_pairs / sizeof topology_pairs[0];
+  for (size_t i = 0; i < pairs; i++) {
+    for (int f = RESHARD_FORMAT_PLHD; f <= RESHARD_FORMAT_HPLD; f++) {
+      oracle_case_opts opts;
+      memset(&opts, 0, sizeof opts);
+      opts.format = (reshard_format)f;
+      opts.random_style = true;
+      opts.max_sources = 2;
+      opts.writer = &topology_pairs[i][0];
+      opts.reader = &topology_pairs[i][1];
+      assert_planned(run_seeded(300 + i * 3 + (uint64_t)(f - 1), 0, 8, &opts));
+    }
+  }
+}
+
+/* The oracle's selection_and_small_batches cases: up to four candidate
+ * layouts, misses, and tiny batches that split classes and copies at
+ * every turn, so no run may cross a batch. */
+Test(runs, small_batches) {
+  oracle_rng rng;
+  oracle_rng_seed(&rng, oracle_case_seed(oracle_base_seed(), 400, 0));
+  runs_totals all = {0, 0};
+  for (unsigned i = 0; i < 120; i++) {
+    oracle_case_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.random_style = true;
+    opts.max_sources = 4;
+    opts.selection_twists = true;
+    opts.format = (reshard_format)oracle_rng_between(&rng, RESHARD_FORMAT_PLHD,
+                                                     RESHARD_FORMAT_HPLD);
+    opts.max_batch_operations = oracle_rng_between(&rng, 1, 6);
+    opts.max_batch_bytes = oracle_rng_between(&rng, 1, 400);
+    runs_totals t = run_seeded(401, i, 1, &opts);
+    all.copies += t.copies;
+    all.runs += t.runs;
+  }
+  assert_planned(all);
+}
+
+/* ---- SPEC §6 scenarios ---- */
+
+static runs_totals run_scenario(int scenario, uint64_t pages,
+                                size_t participant, bool split) {
+  oracle_case c;
+  char msg[ORACLE_MSG_SIZE];
+  cr_assert(
+      oracle_scenario_build(&c, scenario, pages, participant, msg, sizeof msg),
+      "S%d: %s", scenario, msg);
+  if (split) {
+    region_per_group(&c);
+  }
+  runs_totals totals = {0, 0};
+  char what[64];
+  snprintf(what, sizeof what, "S%d participant %zu%s", scenario, participant,
+           split ? " (region per layer)" : "");
+  run_case(&c, what, &totals);
+  oracle_case_destroy(&c);
+  return totals;
+}
+
+/* S1 is the SPEC's example: every (page, layer, component) is 16 copies of
+ * 1 KiB at one stride on each side; one pool also chains the layers of a
+ * token, 32 copies a run. */
+Test(runs, scenario_s1_llama3_8b) {
+  for (size_t who = 0; who < 2; who++) {
+    runs_totals per_layer = run_scenario(1, 4, who, true);
+    cr_assert_eq(per_layer.copies, 4 * 16 * 32 * 2);
+    cr_assert_eq(per_layer.runs, per_layer.copies / 16, "%" PRIu64 " runs",
+                 per_layer.runs);
+    runs_totals pool = run_scenario(1, 4, who, false);
+    cr_assert_eq(pool.copies, per_layer.copies);
+    cr_assert_lt(pool.runs, per_layer.runs);
+  }
+}
+
+Test(runs, scenario_s2_to_s5) {
+  static const struct {
+    int scenario;
+    uint64_t pages;
+    size_t who[3];
+    size_t count;
+  } cases[] = {
+      {2, 2, {0, 5}, 2},
+      {3, 2, {0, 1, 15}, 3},
+      {4, 3, {0, 7}, 2},
+      {5, 2, {0, 31}, 2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (size_t w = 0; w < cases[i].count; w++) {
+      for (int split = 0; split < 2; split++) {
+        runs_totals t = run_scenario(cases[i].scenario, cases[i].pages,
+                                     cases[i].who[w], split);
+        cr_assert_gt(t.copies, 0);
+        cr_assert_leq(t.runs, t.copies);
+      }
+    }
+  }
+}
+
+/* ---- the public fold on hand-made plans ---- */
+
+Test(runs, fold_by_hand) {
+  /* One class at part stride 100 whose region side turns back at the
+   * fourth copy, a second class interleaved, and a batch boundary. */
+  const reshard_copy copies[] = {
+      {0, 0, 0, 0, 1000, 10},   {0, 0, 50, 1, 0, 10},
+      {0, 0, 100, 0, 1064, 10}, {0, 0, 150, 1, 8, 10},
+      {0, 0, 200, 0, 1128, 10}, {0, 0, 300, 0, 0, 10},
+      {0, 0, 400, 0, 64, 10},   {0, 0, 500, 0, 128, 10},
+  };
+  const reshard_batch batches[] = {{0, 6, 60}, {6, 2, 20}};
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_runs runs;
+  reshard_error err;
+  cr_assert_eq(reshard_runs_fold(copies, batches, 2, &arena, &runs, &err),
+               RESHARD_OK, "%s", err.message);
+  const reshard_run want[] = {
+      {copies[0], 3, 100, 64},
+      {copies[1], 2, 100, 8},
+      {copies[5], 1, 0, 0},
+      {copies[6], 2, 100, 64}, /* the batch boundary cut the class */
+  };
+  cr_assert_eq(runs.run_count, 4);
+  cr_assert_eq(runs.batch_count, 2);
+  cr_assert_eq(runs.batch_first[1], 3);
+  for (size_t r = 0; r < 4; r++) {
+    cr_assert(memcmp(&runs.runs[r], &want[r], sizeof want[r]) == 0, "run %zu",
+              r);
+  }
+  reshard_arena_destroy(&arena);
+}
+
+Test(runs, fold_rejects_unordered_class) {
+  const reshard_copy copies[] = {{0, 0, 100, 0, 0, 10}, {0, 0, 0, 0, 10, 10}};
+  const reshard_batch batch = {0, 2, 20};
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_runs runs;
+  reshard_error err;
+  cr_assert_eq(reshard_runs_fold(copies, &batch, 1, &arena, &runs, &err),
+               RESHARD_INVALID_ARGUMENT);
+  cr_assert_not_null(strstr(err.message, "copy 1 of batch 0"), "%s",
+                     err.message);
+  cr_assert_eq(runs.runs, NULL);
+  reshard_arena_destroy(&arena);
+}
+
+Test(runs, fold_of_nothing) {
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_runs runs;
+  cr_assert_eq(reshard_runs_fold(NULL, NULL, 0, &arena, &runs, NULL),
+               RESHARD_OK);
+  cr_assert_eq(runs.run_count, 0);
+  cr_assert_eq(runs.batch_count, 0);
+  cr_assert_eq(runs.batch_first[0], 0);
+  reshard_arena_destroy(&arena);
+}
