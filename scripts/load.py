@@ -146,6 +146,18 @@ def rss_bytes(pid, metrics_text):
     return int(m.group(1))
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of every thread of `pid` so far (None when
+    the daemon is not ours to read). Unlike rates, CPU per call barely
+    moves when other work shares the machine."""
+    if pid is None:
+        return None
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / float(os.sysconf(
+        "SC_CLK_TCK"))
+
+
 def grpc_frame(message_bytes):
     return b"\x00" + struct.pack(">I", len(message_bytes)) + message_bytes
 
@@ -446,17 +458,26 @@ def run(args):
                 for i in range(args.repeat):
                     pair = {}
                     if args.ceiling:
+                        cpu = cpu_seconds(target.pid)
                         ceiling, _ = run_h2load(
-                            h2load, target.grpc, health_file, args.requests,
-                            args.clients, args.streams, args.threads,
-                            args.time_limit, path=HEALTH_CHECK_PATH)
+                            h2load, target.grpc, health_file,
+                            args.ceiling_requests, args.clients,
+                            args.streams, args.threads, args.time_limit,
+                            path=HEALTH_CHECK_PATH)
                         sent[HEALTH_CHECK_OK] += ceiling["done"]
                         pair["ceiling"] = ceiling
+                        if cpu is not None:
+                            pair["ceiling_cpu_us"] = 1e6 * (
+                                cpu_seconds(target.pid) - cpu) / ceiling["done"]
                     log_file = os.path.join(tmp, "requests-%d.log" % i)
+                    cpu = cpu_seconds(target.pid)
                     main, _ = run_h2load(h2load, target.grpc, data_file,
                                          args.requests, args.clients,
                                          args.streams, args.threads,
                                          args.time_limit, log_file)
+                    if cpu is not None:
+                        pair["cpu_us"] = 1e6 * (cpu_seconds(target.pid)
+                                                - cpu) / main["done"]
                     sent[PLAN_LOAD_OK] += main["done"]
                     pair["main"] = main
                     pair["latency"] = latencies_ms(log_file)
@@ -497,6 +518,12 @@ def run(args):
             chosen["ceiling"].get("requests_per_second", 0.0)
         result["share"] = share(chosen)
         result["shares"] = [share(p) for p in pairs]
+    if "cpu_us" in pairs[0]:
+        result["cpu_us_per_call"] = statistics.median(
+            p["cpu_us"] for p in pairs)
+        if args.ceiling:
+            result["ceiling_cpu_us_per_call"] = statistics.median(
+                p["ceiling_cpu_us"] for p in pairs)
     # What one call in flight costs: the peak of the measured PlanLoad runs
     # above the idle daemon after set-up, over the calls in flight.
     per_call = (rss_main_peak - rss_start) / float(streams)
@@ -563,6 +590,14 @@ def report(r, out=sys.stdout):
                  " (median of %d pairs: %s)" % (r["repeat"], ", ".join(
                      "%.1f" % (100.0 * s) for s in sorted(r["shares"])))),
               file=out)
+    if "cpu_us_per_call" in r:
+        line = "  daemon CPU   %.1f us per PlanLoad" % r["cpu_us_per_call"]
+        if "ceiling_cpu_us_per_call" in r:
+            line += (", %.1f us per Check: CPU share %.1f %%"
+                     % (r["ceiling_cpu_us_per_call"],
+                        100.0 * r["ceiling_cpu_us_per_call"]
+                        / r["cpu_us_per_call"]))
+        print(line, file=out)
     print("  latency      p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  max %.2f ms"
           "  (%d samples)" % (lat["p50"], lat["p90"], lat["p99"], lat["max"],
                               lat["samples"]), file=out)
@@ -625,6 +660,8 @@ def main(argv=None):
                              "median share is reported)")
     parser.add_argument("--no-ceiling", dest="ceiling", action="store_false",
                         help="do not measure the Health/Check ceiling")
+    parser.add_argument("--ceiling-requests", type=int, default=20000,
+                        help="Health/Check requests per ceiling run")
     parser.add_argument("--mix", help="a large scenario (e.g. S5) loaded "
                         "on its own connections during a second run of "
                         "--scenario")
@@ -645,7 +682,7 @@ def main(argv=None):
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     if args.short:
-        args.requests, args.warmup = 300, 100
+        args.requests, args.warmup, args.ceiling_requests = 300, 100, 1000
         args.mix = args.mix or "S5"
         args.mix_requests = 40
         args.rss_growth_mib = 0
@@ -654,6 +691,7 @@ def main(argv=None):
                      "success)")
     if (args.requests < 1 or args.clients < 1 or args.streams < 1
             or args.repeat < 1 or args.mix_requests < 1
+            or args.ceiling_requests < 1
             or args.mix_clients < 1 or args.mix_streams < 1):
         parser.error("--requests, --clients, --streams, --repeat and the "
                      "--mix-* counts must be positive")
