@@ -24,7 +24,28 @@ struct reshard_planner {
   uint64_t inline_max_values;
   bool cache_bindings;      /* a binding cache sits in front of the catalog */
   reshard_metrics *metrics; /* may be NULL */
+
+  /* Large PlanLoads being decoded or planned, and those waiting their
+   * turn as raw bytes (see "Where plans run" in docs/daemon.md). */
+  unsigned large_active;
+  unsigned max_large;
+  bool dequeuing;
+  struct queued_load *queue_head, *queue_tail;
 };
+
+/* A large PlanLoad request is decoded only when fewer than one per core
+ * (planner->max_large) others are in hand: decoded, one S5 request (a
+ * paged binding of 16 384 ranges) takes about 4 MiB against its 0.6 MiB of
+ * wire bytes, and 64 of them decoded at once held 7 MiB per call in
+ * flight (docs/performance.md). Planning is CPU-bound, so more at once
+ * than there are cores only holds memory. Small requests never wait
+ * behind large ones. */
+enum { LARGE_PLAN_REQUEST_BYTES = 64 * 1024 };
+
+typedef struct queued_load {
+  struct queued_load *next;
+  reshard_call *call;
+} queued_load;
 
 /* ---- Helpers ---- */
 
@@ -625,12 +646,18 @@ typedef struct load_ctx {
 
   unsigned manifest_hits, manifest_misses, join_hits, join_misses;
   uv_work_t work;
-  reshard_load_plan plan;
+  /* Planning scratch and the plan: freed as soon as the response is
+   * encoded, so a call waiting to send holds its response, not its plan. */
+  reshard_arena scratch;
+  reshard_load_plan plan; /* only its counts outlive the scratch */
+  reshard_join **built_joins; /* per source, what the planner built */
   bool planned; /* reshard_plan_load succeeded: built joins are ours */
   reshard_status status;
   reshard_error err;
   uint64_t plan_us;
   bool plan_ran; /* reshard_plan_load was called */
+
+  bool large; /* holds one of the planner's max_large places */
 
   /* The catalog was unreachable and the bindings came from the cache:
    * manifests must come from it too, or the call fails with `outage`. */
@@ -638,7 +665,13 @@ typedef struct load_ctx {
   reshard_error outage;
 } load_ctx;
 
+static void large_done(reshard_planner *planner);
+
 static void load_release(load_ctx *ctx) {
+  if (ctx->large) {
+    ctx->large = false;
+    large_done(ctx->planner);
+  }
   for (size_t i = 0; ctx->manifests && i < ctx->manifest_count; i++) {
     reshard_shared_unref(ctx->manifests[i] ? &ctx->manifests[i]->base : NULL);
   }
@@ -700,6 +733,8 @@ static size_t write_plan_response(void *context, uint8_t *out) {
   return reshard_plan_response_write(encoding->plan, encoding->names, out);
 }
 
+static void encode_plan(load_ctx *ctx);
+
 static void load_work(uv_work_t *work) {
   load_ctx *ctx = work->data;
   reshard_call *call = ctx->call;
@@ -714,14 +749,28 @@ static void load_work(uv_work_t *work) {
     return;
   }
   uint64_t start = uv_hrtime();
-  ctx->status = reshard_plan_load(&ctx->load, reshard_call_arena(call),
-                                  &ctx->plan, &ctx->err);
+  reshard_arena_init_from(&ctx->scratch, 64 * 1024,
+                          reshard_call_arena(call)->source);
+  ctx->status =
+      reshard_plan_load(&ctx->load, &ctx->scratch, &ctx->plan, &ctx->err);
   ctx->plan_us = (uv_hrtime() - start) / 1000;
   ctx->plan_ran = true;
-  if (ctx->status != RESHARD_OK) {
-    return;
+  if (ctx->status == RESHARD_OK) {
+    ctx->planned = true;
+    memcpy(ctx->built_joins, ctx->plan.built_joins,
+           ctx->source_count * sizeof *ctx->built_joins);
+    encode_plan(ctx);
   }
-  ctx->planned = true;
+  reshard_arena_destroy(&ctx->scratch);
+  ctx->plan.page_source = NULL;
+  ctx->plan.copies = NULL;
+  ctx->plan.batches = NULL;
+  ctx->plan.built_joins = NULL;
+}
+
+/* Worker thread (or loop, for small plans): the plan into the response. */
+static void encode_plan(load_ctx *ctx) {
+  reshard_call *call = ctx->call;
   if (reshard_call_expired(call)) {
     ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
                                     "deadline exceeded while planning; the "
@@ -753,13 +802,13 @@ static void load_after_work(uv_work_t *work, int status) {
                                     "planning was cancelled (shutting down)");
   }
   const char *participant = ctx->binding.participant_id;
-  if (status == 0 && ctx->planned && ctx->plan.built_joins != NULL) {
+  if (status == 0 && ctx->planned) {
     for (size_t i = 0; i < ctx->source_count; i++) {
-      reshard_join *built = ctx->plan.built_joins[i];
+      reshard_join *built = ctx->built_joins[i];
       if (built == NULL) {
         continue;
       }
-      ctx->plan.built_joins[i] = NULL;
+      ctx->built_joins[i] = NULL;
       reshard_shared_join *shared = reshard_shared_join_wrap(built);
       char key[RESHARD_ID_SIZE * 2 + 512];
       size_t length = reshard_cache_join_key(
@@ -808,11 +857,14 @@ static void load_plan(load_ctx *ctx) {
       RESHARD_ARENA_NEW(arena, const char *, ctx->manifest_count);
   ctx->joins =
       RESHARD_ARENA_NEW(arena, reshard_shared_join *, ctx->manifest_count);
+  ctx->built_joins =
+      RESHARD_ARENA_NEW(arena, reshard_join *, ctx->manifest_count);
   ctx->page_source_start = RESHARD_ARENA_NEW(arena, size_t, page_count + 1);
   size_t bound = ctx->page_manifest_start[page_count];
   ctx->page_sources = RESHARD_ARENA_NEW(arena, size_t, bound);
   if (source_of == NULL || ctx->sources == NULL || ctx->source_keys == NULL ||
-      ctx->joins == NULL || ctx->page_source_start == NULL ||
+      ctx->joins == NULL || ctx->built_joins == NULL ||
+      ctx->page_source_start == NULL ||
       ctx->page_sources == NULL) {
     load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     return;
@@ -1205,21 +1257,40 @@ static void on_pages_found(void *data, const reshard_error *err,
   load_pages(ctx, pages);
 }
 
-static void handle_plan_load(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__PlanLoadRequest *request =
-      decode(call, &reshard__v1__plan_load_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
+static void start_plan_load(reshard_planner *planner, reshard_call *call,
+                            bool large) {
   reshard_arena *arena = reshard_call_arena(call);
   load_ctx *ctx = RESHARD_ARENA_NEW(arena, load_ctx, 1);
   if (ctx == NULL) {
     reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    if (large) {
+      large_done(planner);
+    }
     return;
   }
   ctx->call = call;
   ctx->planner = planner;
+  ctx->large = large;
+  if (reshard_call_cancelled(call)) {
+    load_fail_code(ctx, RESHARD_UNAVAILABLE,
+                   "the call was cancelled before planning");
+    return;
+  }
+  if (reshard_call_expired(call)) {
+    load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,
+                   "deadline exceeded before planning");
+    return;
+  }
+  size_t length;
+  const uint8_t *payload = reshard_call_payload(call, &length);
+  Reshard__V1__PlanLoadRequest *request =
+      (Reshard__V1__PlanLoadRequest *)reshard_wire_unpack(
+          &reshard__v1__plan_load_request__descriptor, payload, length, arena,
+          &ctx->err);
+  if (request == NULL) {
+    load_fail(ctx, &ctx->err);
+    return;
+  }
   ctx->request = request;
   ctx->operation_id = request->operation_id;
   reshard_error err;
@@ -1228,7 +1299,7 @@ static void handle_plan_load(reshard_call *call, void *data) {
                       &err) != RESHARD_OK ||
       reshard_wire_binding_from_pb(request->binding, "binding", arena,
                                    &ctx->binding, &err) != RESHARD_OK) {
-    reshard_call_fail(call, &err);
+    load_fail(ctx, &err);
     return;
   }
   /* An upper bound of the plan's size before coalescing: at most one copy
@@ -1250,7 +1321,7 @@ static void handle_plan_load(reshard_call *call, void *data) {
   case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT:
     if (decode_placement(call, request->placement, &ctx->inline_placement,
                          ctx->placement_id, &err) != RESHARD_OK) {
-      reshard_call_fail(call, &err);
+      load_fail(ctx, &err);
       return;
     }
     ctx->placement = &ctx->inline_placement;
@@ -1264,7 +1335,7 @@ static void handle_plan_load(reshard_call *call, void *data) {
                         "placement_id %.80s: not registered (call "
                         "RegisterPlacement first)",
                         id);
-      reshard_call_fail(call, &err);
+      load_fail(ctx, &err);
       return;
     }
     ctx->placement_ref = (reshard_shared_placement *)hit;
@@ -1274,8 +1345,8 @@ static void handle_plan_load(reshard_call *call, void *data) {
     break;
   }
   default:
-    reshard_call_fail_code(call, RESHARD_INVALID_ARGUMENT,
-                           "target: set placement or placement_id");
+    load_fail_code(ctx, RESHARD_INVALID_ARGUMENT,
+                   "target: set placement or placement_id");
     return;
   }
   ctx->has_dp_rank = request->target_dp_rank != NULL;
@@ -1288,6 +1359,54 @@ static void handle_plan_load(reshard_call *call, void *data) {
       planner->catalog, request->model_domain,
       (const char *const *)request->page_keys, request->n_page_keys,
       on_pages_found, ctx);
+}
+
+/* A large PlanLoad finished (answered or failed): let the next one in. */
+static void large_done(reshard_planner *planner) {
+  planner->large_active--;
+  if (planner->dequeuing) {
+    return; /* the loop below is running further up the stack */
+  }
+  planner->dequeuing = true;
+  while (planner->queue_head != NULL &&
+         planner->large_active < planner->max_large) {
+    queued_load *next = planner->queue_head;
+    planner->queue_head = next->next;
+    if (planner->queue_head == NULL) {
+      planner->queue_tail = NULL;
+    }
+    planner->large_active++;
+    start_plan_load(planner, next->call, true);
+  }
+  planner->dequeuing = false;
+}
+
+static void handle_plan_load(reshard_call *call, void *data) {
+  reshard_planner *planner = data;
+  size_t length;
+  reshard_call_payload(call, &length);
+  if (length < LARGE_PLAN_REQUEST_BYTES) {
+    start_plan_load(planner, call, false);
+    return;
+  }
+  if (planner->large_active < planner->max_large) {
+    planner->large_active++;
+    start_plan_load(planner, call, true);
+    return;
+  }
+  queued_load *node =
+      RESHARD_ARENA_NEW(reshard_call_arena(call), queued_load, 1);
+  if (node == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  node->call = call;
+  if (planner->queue_tail != NULL) {
+    planner->queue_tail->next = node;
+  } else {
+    planner->queue_head = node;
+  }
+  planner->queue_tail = node;
 }
 
 /* ---- Life cycle ---- */
@@ -1307,6 +1426,7 @@ reshard_planner *reshard_planner_create(uv_loop_t *loop,
   planner->caps = *caps;
   planner->inline_max_values = inline_max_values;
   planner->cache_bindings = !catalog->vtable->lookups_are_local;
+  planner->max_large = uv_available_parallelism();
   return planner;
 }
 
