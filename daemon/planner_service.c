@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "google/protobuf/wrappers.pb-c.h"
+#include "inline_cache.h"
 #include "log.h"
 #include "plan_response.h"
 #include "reshard/checked.h"
@@ -27,6 +28,7 @@ struct reshard_planner {
 
   /* Large PlanLoads being decoded or planned, and those waiting their
    * turn as raw bytes (see "Where plans run" in docs/daemon.md). */
+  reshard_inline_recent recent_bindings;
   unsigned large_active;
   unsigned max_large;
   bool dequeuing;
@@ -41,6 +43,13 @@ struct reshard_planner {
  * than there are cores only holds memory. Small requests never wait
  * behind large ones. */
 enum { LARGE_PLAN_REQUEST_BYTES = 64 * 1024 };
+
+/* Inline targets larger than these are not cached by content: a binding
+ * of a million bytes is a paged pool that changes with every call. */
+enum {
+  INLINE_PLACEMENT_MAX_BYTES = 64 * 1024,
+  INLINE_BINDING_MAX_BYTES = 256 * 1024,
+};
 
 typedef struct queued_load {
   struct queued_load *next;
@@ -626,6 +635,7 @@ typedef struct load_ctx {
   uint64_t effective_dp_rank;
   reshard_binding binding;
   uint64_t binding_values; /* sum of token_count * head_count, saturated */
+  reshard_shared_binding *binding_ref; /* validated before, by content */
   reshard_limits limits;
 
   /* Distinct manifests the bound pages name; refs held until the end. */
@@ -649,7 +659,7 @@ typedef struct load_ctx {
   /* Planning scratch and the plan: freed as soon as the response is
    * encoded, so a call waiting to send holds its response, not its plan. */
   reshard_arena scratch;
-  reshard_load_plan plan; /* only its counts outlive the scratch */
+  reshard_load_plan plan;     /* only its counts outlive the scratch */
   reshard_join **built_joins; /* per source, what the planner built */
   bool planned; /* reshard_plan_load succeeded: built joins are ours */
   reshard_status status;
@@ -667,6 +677,20 @@ typedef struct load_ctx {
 
 static void large_done(reshard_planner *planner);
 
+static void load_release_targets(load_ctx *ctx) {
+  reshard_shared_unref(ctx->placement_ref ? &ctx->placement_ref->base : NULL);
+  reshard_shared_unref(ctx->binding_ref ? &ctx->binding_ref->base : NULL);
+  ctx->placement_ref = NULL;
+  ctx->binding_ref = NULL;
+}
+
+/* Plans with a binding decoded and validated before (takes `shared`). */
+static void use_shared_binding(load_ctx *ctx, reshard_shared_binding *shared) {
+  ctx->binding_ref = shared;
+  ctx->binding = shared->binding;
+  ctx->binding_values = shared->values;
+}
+
 static void load_release(load_ctx *ctx) {
   if (ctx->large) {
     ctx->large = false;
@@ -678,10 +702,9 @@ static void load_release(load_ctx *ctx) {
   for (size_t i = 0; ctx->joins && i < ctx->source_count; i++) {
     reshard_shared_unref(ctx->joins[i] ? &ctx->joins[i]->base : NULL);
   }
-  reshard_shared_unref(ctx->placement_ref ? &ctx->placement_ref->base : NULL);
   ctx->manifests = NULL;
   ctx->joins = NULL;
-  ctx->placement_ref = NULL;
+  load_release_targets(ctx);
 }
 
 static void load_fail(load_ctx *ctx, const reshard_error *err) {
@@ -864,8 +887,7 @@ static void load_plan(load_ctx *ctx) {
   ctx->page_sources = RESHARD_ARENA_NEW(arena, size_t, bound);
   if (source_of == NULL || ctx->sources == NULL || ctx->source_keys == NULL ||
       ctx->joins == NULL || ctx->built_joins == NULL ||
-      ctx->page_source_start == NULL ||
-      ctx->page_sources == NULL) {
+      ctx->page_source_start == NULL || ctx->page_sources == NULL) {
     load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
@@ -932,6 +954,7 @@ static void load_plan(load_ctx *ctx) {
           (const char *const *)ctx->request->preferred_layout_ids,
       .preferred_count = ctx->request->n_preferred_layout_ids,
       .limits = ctx->limits,
+      .bound_binding = ctx->binding_ref ? &ctx->binding_ref->bound : NULL,
   };
   if (reshard_call_expired(ctx->call)) {
     load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,
@@ -1257,6 +1280,95 @@ static void on_pages_found(void *data, const reshard_error *err,
   load_pages(ctx, pages);
 }
 
+/* Looks the request's inline placement up by its bytes and, when found,
+ * its binding too; what is found is left out of the bytes still to be
+ * decoded (*payload, *length). */
+static void use_cached_targets(load_ctx *ctx,
+                               const reshard_inline_fields *fields,
+                               const uint8_t **payload, size_t *length) {
+  reshard_planner *planner = ctx->planner;
+  reshard_shared *placement = reshard_cache_get(
+      planner->cache, RESHARD_CACHE_INLINE_PLACEMENT,
+      (const char *)fields->placement.value, fields->placement.value_length);
+  if (placement == NULL) {
+    return;
+  }
+  ctx->placement_ref = (reshard_shared_placement *)placement;
+  ctx->placement = &ctx->placement_ref->placement;
+  snprintf(ctx->placement_id, sizeof ctx->placement_id, "%s",
+           ctx->placement_ref->placement_id);
+  const reshard_wire_span *strip[2] = {&fields->placement, NULL};
+  size_t strip_count = 1;
+  if (fields->binding.value != NULL) {
+    size_t key_length;
+    const char *key = reshard_inline_binding_key(
+        fields, ctx->placement_id, reshard_call_arena(ctx->call), &key_length);
+    reshard_shared *binding =
+        key ? reshard_cache_get(planner->cache, RESHARD_CACHE_BOUND_BINDING,
+                                key, key_length)
+            : NULL;
+    if (binding != NULL) {
+      use_shared_binding(ctx, (reshard_shared_binding *)binding);
+      strip[strip_count++] = &fields->binding;
+      if (strip[1]->start < strip[0]->start) {
+        strip[1] = strip[0];
+        strip[0] = &fields->binding;
+      }
+    }
+  }
+  size_t stripped_length;
+  uint8_t *stripped =
+      reshard_inline_strip(*payload, *length, strip, strip_count,
+                           reshard_call_arena(ctx->call), &stripped_length);
+  if (stripped != NULL) {
+    *payload = stripped;
+    *length = stripped_length;
+  } else {
+    /* Decode it all after all; the decoded target is ignored. */
+    load_release_targets(ctx);
+  }
+}
+
+/* The placement was decoded and normalized: keep it under its bytes. */
+static void cache_inline_placement(load_ctx *ctx,
+                                   const reshard_inline_fields *fields) {
+  if (fields->placement.value_length > INLINE_PLACEMENT_MAX_BYTES) {
+    return;
+  }
+  reshard_shared_placement *shared =
+      reshard_shared_placement_create(ctx->placement, ctx->placement_id);
+  if (shared != NULL) {
+    reshard_cache_put(ctx->planner->cache, RESHARD_CACHE_INLINE_PLACEMENT,
+                      (const char *)fields->placement.value,
+                      fields->placement.value_length, &shared->base);
+    reshard_shared_unref(&shared->base);
+  }
+}
+
+/* A binding seen lately is decoded and validated once more, into an entry
+ * of its own, and this call uses that entry too. */
+static void cache_binding(load_ctx *ctx, const reshard_inline_fields *fields) {
+  reshard_planner *planner = ctx->planner;
+  if (fields->binding.value_length > INLINE_BINDING_MAX_BYTES) {
+    return;
+  }
+  size_t key_length;
+  const char *key = reshard_inline_binding_key(
+      fields, ctx->placement_id, reshard_call_arena(ctx->call), &key_length);
+  if (key == NULL ||
+      !reshard_inline_seen(&planner->recent_bindings, key, key_length)) {
+    return;
+  }
+  reshard_shared_binding *shared =
+      reshard_shared_binding_create(fields, ctx->placement, &ctx->limits);
+  if (shared == NULL) {
+    return; /* the planner validates it and reports what is wrong */
+  }
+  reshard_cache_put(planner->cache, RESHARD_CACHE_BOUND_BINDING, key,
+                    key_length, &shared->base);
+  use_shared_binding(ctx, shared);
+}
+
 static void start_plan_load(reshard_planner *planner, reshard_call *call,
                             bool large) {
   reshard_arena *arena = reshard_call_arena(call);
@@ -1283,6 +1395,12 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   }
   size_t length;
   const uint8_t *payload = reshard_call_payload(call, &length);
+  /* Inline targets seen before are not decoded again (inline_cache.h). */
+  reshard_inline_fields fields;
+  bool by_content = reshard_inline_scan(payload, length, &fields);
+  if (by_content) {
+    use_cached_targets(ctx, &fields, &payload, &length);
+  }
   Reshard__V1__PlanLoadRequest *request =
       (Reshard__V1__PlanLoadRequest *)reshard_wire_unpack(
           &reshard__v1__plan_load_request__descriptor, payload, length, arena,
@@ -1297,27 +1415,29 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   if (check_domain(request->model_domain, "model_domain", &err) != RESHARD_OK ||
       check_page_keys(request->page_keys, request->n_page_keys, &planner->caps,
                       &err) != RESHARD_OK ||
-      reshard_wire_binding_from_pb(request->binding, "binding", arena,
-                                   &ctx->binding, &err) != RESHARD_OK) {
+      (ctx->binding_ref == NULL &&
+       reshard_wire_binding_from_pb(request->binding, "binding", arena,
+                                    &ctx->binding, &err) != RESHARD_OK)) {
     load_fail(ctx, &err);
     return;
   }
-  /* An upper bound of the plan's size before coalescing: at most one copy
-   * per bound (token, head) value. */
-  for (size_t i = 0; i < ctx->binding.range_count; i++) {
-    const reshard_binding_range *range = &ctx->binding.ranges[i];
-    uint64_t values;
-    if (!reshard_mul(range->token_count, range->head_count, &values) ||
-        !reshard_add(ctx->binding_values, values, &ctx->binding_values)) {
-      ctx->binding_values = UINT64_MAX;
-      break;
-    }
+  if (ctx->binding_ref == NULL) {
+    ctx->binding_values = reshard_binding_values(&ctx->binding);
   }
   reshard_limits requested;
   reshard_wire_limits_from_pb(request->limits, &requested);
   ctx->limits = reshard_limits_clamp(&planner->caps, &requested);
 
-  switch (request->target_case) {
+  switch (ctx->placement_ref != NULL
+              ? RESHARD__V1__PLAN_LOAD_REQUEST__TARGET__NOT_SET
+              : request->target_case) {
+  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET__NOT_SET:
+    if (ctx->placement_ref == NULL) {
+      load_fail_code(ctx, RESHARD_INVALID_ARGUMENT,
+                     "target: set placement or placement_id");
+      return;
+    }
+    break; /* the inline placement came from the cache */
   case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT:
     if (decode_placement(call, request->placement, &ctx->inline_placement,
                          ctx->placement_id, &err) != RESHARD_OK) {
@@ -1325,6 +1445,9 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
       return;
     }
     ctx->placement = &ctx->inline_placement;
+    if (by_content) {
+      cache_inline_placement(ctx, &fields);
+    }
     break;
   case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID: {
     const char *id = request->placement_id;
@@ -1348,6 +1471,9 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
     load_fail_code(ctx, RESHARD_INVALID_ARGUMENT,
                    "target: set placement or placement_id");
     return;
+  }
+  if (by_content && ctx->binding_ref == NULL && fields.binding.value != NULL) {
+    cache_binding(ctx, &fields);
   }
   ctx->has_dp_rank = request->target_dp_rank != NULL;
   ctx->dp_rank = ctx->has_dp_rank ? request->target_dp_rank->value : 0;

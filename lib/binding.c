@@ -639,7 +639,8 @@ reshard_status reshard_binding_validate(
     }
   }
   for (size_t i = 0; i < count; i++) {
-    const bound_with_source *next = order ? &sorted[order[i].index] : &sorted[i];
+    const bound_with_source *next =
+        order ? &sorted[order[i].index] : &sorted[i];
     ranges[i] = next->range;
     v.source_index[i] = next->source;
   }

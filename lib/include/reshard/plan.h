@@ -57,6 +57,12 @@ typedef struct reshard_load_request {
   const char *const *preferred_layout_ids;
   size_t preferred_count;
   reshard_limits limits; /* already clamped to the server caps */
+  /* Optional: `binding` as reshard_binding_validate validated it earlier
+   * for this placement's participant part, this page_count and these
+   * limits (a caller's cache of identical bindings). The planner then
+   * skips validation and only reads it, so one may serve concurrent
+   * plans. NULL: the planner validates `binding`. */
+  const reshard_bound_binding *bound_binding;
   /* Optional: polled between pages; when it returns true the planner
    * abandons the work and fails with DEADLINE_EXCEEDED. Called on the
    * planning thread. */
