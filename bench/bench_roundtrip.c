@@ -166,57 +166,6 @@ static reshard_status contiguous_binding(const scenario_spec *spec,
   return RESHARD_OK;
 }
 
-static Reshard__V1__RuntimeBinding *binding_to_pb(const reshard_binding *b,
-                                                  reshard_arena *arena) {
-  Reshard__V1__RuntimeBinding *pb =
-      RESHARD_ARENA_NEW(arena, Reshard__V1__RuntimeBinding, 1);
-  Reshard__V1__Region *regions =
-      RESHARD_ARENA_NEW(arena, Reshard__V1__Region, b->region_count);
-  Reshard__V1__BindingRange *ranges =
-      RESHARD_ARENA_NEW(arena, Reshard__V1__BindingRange, b->range_count);
-  if (pb == NULL || regions == NULL || ranges == NULL) {
-    return NULL;
-  }
-  reshard__v1__runtime_binding__init(pb);
-  pb->participant_id = (char *)b->participant_id;
-  pb->endpoint = (char *)b->endpoint;
-  pb->n_regions = b->region_count;
-  pb->regions =
-      RESHARD_ARENA_NEW(arena, Reshard__V1__Region *, b->region_count);
-  pb->n_ranges = b->range_count;
-  pb->ranges =
-      RESHARD_ARENA_NEW(arena, Reshard__V1__BindingRange *, b->range_count);
-  if (pb->regions == NULL || pb->ranges == NULL) {
-    return NULL;
-  }
-  for (size_t i = 0; i < b->region_count; i++) {
-    reshard__v1__region__init(&regions[i]);
-    regions[i].region_id = (char *)b->regions[i].region_id;
-    regions[i].address = b->regions[i].address;
-    regions[i].nbytes = b->regions[i].nbytes;
-    pb->regions[i] = &regions[i];
-  }
-  for (size_t i = 0; i < b->range_count; i++) {
-    const reshard_binding_range *r = &b->ranges[i];
-    Reshard__V1__BindingRange *out = &ranges[i];
-    reshard__v1__binding_range__init(out);
-    out->global_layer_id = (uint32_t)r->global_layer_id;
-    out->component = r->component == RESHARD_COMPONENT_KEY
-                         ? RESHARD__V1__COMPONENT__KEY
-                         : RESHARD__V1__COMPONENT__VALUE;
-    out->token_start = r->token_start;
-    out->token_count = r->token_count;
-    out->head_start = (uint32_t)r->head_start;
-    out->head_count = (uint32_t)r->head_count;
-    out->region_id = (char *)r->region_id;
-    out->offset_bytes = r->offset_bytes;
-    out->token_stride_bytes = r->token_stride_bytes;
-    out->head_stride_bytes = r->head_stride_bytes;
-    pb->ranges[i] = out;
-  }
-  return pb;
-}
-
 /* Publishes the scenario's manifest and registers its pages; fills the
  * PlanLoad request (inline placement, as an inference engine sends it). */
 static int set_up(reshard_client *client, const scenario_spec *spec,
@@ -269,7 +218,7 @@ static int set_up(reshard_client *client, const scenario_spec *spec,
   plan_load->page_keys = page_keys;
   plan_load->target_case = RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT;
   plan_load->placement = reshard_wire_placement_to_pb(&s->reader, arena);
-  plan_load->binding = binding_to_pb(&s->binding, arena);
+  plan_load->binding = reshard_wire_binding_to_pb(&s->binding, arena);
   plan_load->operation_id = "roundtrip";
   return plan_load->placement != NULL && plan_load->binding != NULL ? 0 : -1;
 }
