@@ -23,6 +23,10 @@ counters decide: reshard_requests_total is read from the metrics endpoint
 before and after, and only code="OK" of PlanLoad and Check may grow, by
 exactly the number of requests sent.
 
+CPU: with --daemon, the daemon's CPU time (/proc/PID/stat) is read around
+each run and printed per call; unlike rates it barely moves when other
+work shares the machine.
+
 Memory: the daemon's resident set is read after the set-up, after a
 warm-up run and again after the measured runs, and sampled every 10 ms
 while they run. It may grow by at most --rss-growth-mib after the warm-up
@@ -38,8 +42,9 @@ Usage:
   scripts/load.py --daemon build/daemon/reshardd --scenario S1-1 --mix S5
 Options: --scenario S1-8 (default; any of S1..S5 or S1-N), --requests 5000,
 --warmup 1000, --clients 4 --streams 16 (64 concurrent streams),
---repeat 1, --no-ceiling, --mix SCENARIO (--mix-requests 200,
---mix-clients 1, --mix-streams 4), --short (a quick smoke run for CI).
+--repeat 1, --no-ceiling, --ceiling-requests 20000, --mix SCENARIO
+(--mix-requests 200, --mix-clients 1, --mix-streams 4), --short (a quick
+smoke run for CI).
 Exit status: 0 when every call succeeded and memory stayed flat, 1 otherwise,
 2 on bad usage.
 """
