@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "google/protobuf/wrappers.pb-c.h"
 #include "inline_cache.h"
@@ -26,9 +29,9 @@ struct reshard_planner {
   bool cache_bindings;      /* a binding cache sits in front of the catalog */
   reshard_metrics *metrics; /* may be NULL */
 
+  reshard_inline_recent recent_bindings; /* inline_cache.h */
   /* Large PlanLoads being decoded or planned, and those waiting their
    * turn as raw bytes (see "Where plans run" in docs/daemon.md). */
-  reshard_inline_recent recent_bindings;
   unsigned large_active;
   unsigned max_large;
   bool dequeuing;
@@ -758,6 +761,24 @@ static size_t write_plan_response(void *context, uint8_t *out) {
 
 static void encode_plan(load_ctx *ctx);
 
+/* Plans on the thread pool are the large ones; the loop answers small
+ * plans and does every call's I/O. Pool threads run at a lower priority
+ * (nice +POOL_NICE, once per thread: an unprivileged thread cannot raise
+ * it back), so on a machine with fewer cores than busy threads the kernel
+ * runs the loop first and large plans do not stall small ones; they still
+ * get the CPU the loop leaves. */
+enum { POOL_NICE = 10 };
+
+static void lower_pool_thread_priority(void) {
+  static _Thread_local bool lowered;
+  if (!lowered) {
+    lowered = true;
+    pid_t thread = (pid_t)syscall(SYS_gettid);
+    int nice_now = getpriority(PRIO_PROCESS, (id_t)thread);
+    (void)setpriority(PRIO_PROCESS, (id_t)thread, nice_now + POOL_NICE);
+  }
+}
+
 static void load_work(uv_work_t *work) {
   load_ctx *ctx = work->data;
   reshard_call *call = ctx->call;
@@ -814,6 +835,11 @@ static void encode_plan(load_ctx *ctx) {
     ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
                                     "out of memory building the response");
   }
+}
+
+static void pool_load_work(uv_work_t *work) {
+  lower_pool_thread_priority();
+  load_work(work);
 }
 
 /* Loop: keep the join templates the planner built, then answer. */
@@ -969,7 +995,7 @@ static void load_plan(load_ctx *ctx) {
     return;
   }
   int error =
-      uv_queue_work(planner->loop, &ctx->work, load_work, load_after_work);
+      uv_queue_work(planner->loop, &ctx->work, pool_load_work, load_after_work);
   if (error != 0) {
     load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the plan");
   }
@@ -1369,6 +1395,52 @@ static void cache_binding(load_ctx *ctx, const reshard_inline_fields *fields) {
   use_shared_binding(ctx, shared);
 }
 
+/* The request's target: its inline placement or a registered one. False
+ * when the call failed. `fields` is non-NULL when the placement may be
+ * kept by its bytes. */
+static bool resolve_target(load_ctx *ctx, const reshard_inline_fields *fields) {
+  const Reshard__V1__PlanLoadRequest *request = ctx->request;
+  reshard_call *call = ctx->call;
+  reshard_planner *planner = ctx->planner;
+  reshard_error err;
+  switch (request->target_case) {
+  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT:
+    if (decode_placement(call, request->placement, &ctx->inline_placement,
+                         ctx->placement_id, &err) != RESHARD_OK) {
+      load_fail(ctx, &err);
+      return false;
+    }
+    ctx->placement = &ctx->inline_placement;
+    if (fields != NULL) {
+      cache_inline_placement(ctx, fields);
+    }
+    break;
+  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID: {
+    const char *id = request->placement_id;
+    reshard_shared *hit = reshard_cache_get(
+        planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
+    if (hit == NULL) {
+      reshard_error_set(&err, RESHARD_NOT_FOUND,
+                        "placement_id %.80s: not registered (call "
+                        "RegisterPlacement first)",
+                        id);
+      load_fail(ctx, &err);
+      return false;
+    }
+    ctx->placement_ref = (reshard_shared_placement *)hit;
+    ctx->placement = &ctx->placement_ref->placement;
+    snprintf(ctx->placement_id, sizeof ctx->placement_id, "%s",
+             ctx->placement_ref->placement_id);
+    break;
+  }
+  default:
+    load_fail_code(ctx, RESHARD_INVALID_ARGUMENT,
+                   "target: set placement or placement_id");
+    return false;
+  }
+  return true;
+}
+
 static void start_plan_load(reshard_planner *planner, reshard_call *call,
                             bool large) {
   reshard_arena *arena = reshard_call_arena(call);
@@ -1428,48 +1500,9 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   reshard_wire_limits_from_pb(request->limits, &requested);
   ctx->limits = reshard_limits_clamp(&planner->caps, &requested);
 
-  switch (ctx->placement_ref != NULL
-              ? RESHARD__V1__PLAN_LOAD_REQUEST__TARGET__NOT_SET
-              : request->target_case) {
-  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET__NOT_SET:
-    if (ctx->placement_ref == NULL) {
-      load_fail_code(ctx, RESHARD_INVALID_ARGUMENT,
-                     "target: set placement or placement_id");
-      return;
-    }
-    break; /* the inline placement came from the cache */
-  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT:
-    if (decode_placement(call, request->placement, &ctx->inline_placement,
-                         ctx->placement_id, &err) != RESHARD_OK) {
-      load_fail(ctx, &err);
-      return;
-    }
-    ctx->placement = &ctx->inline_placement;
-    if (by_content) {
-      cache_inline_placement(ctx, &fields);
-    }
-    break;
-  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID: {
-    const char *id = request->placement_id;
-    reshard_shared *hit = reshard_cache_get(
-        planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
-    if (hit == NULL) {
-      reshard_error_set(&err, RESHARD_NOT_FOUND,
-                        "placement_id %.80s: not registered (call "
-                        "RegisterPlacement first)",
-                        id);
-      load_fail(ctx, &err);
-      return;
-    }
-    ctx->placement_ref = (reshard_shared_placement *)hit;
-    ctx->placement = &ctx->placement_ref->placement;
-    snprintf(ctx->placement_id, sizeof ctx->placement_id, "%s",
-             ctx->placement_ref->placement_id);
-    break;
-  }
-  default:
-    load_fail_code(ctx, RESHARD_INVALID_ARGUMENT,
-                   "target: set placement or placement_id");
+  /* An inline placement found by its bytes is resolved already. */
+  if (ctx->placement_ref == NULL &&
+      !resolve_target(ctx, by_content ? &fields : NULL)) {
     return;
   }
   if (by_content && ctx->binding_ref == NULL && fields.binding.value != NULL) {
