@@ -671,6 +671,12 @@ typedef struct load_ctx {
   bool plan_ran; /* reshard_plan_load was called */
 
   bool large; /* holds one of the planner's max_large places */
+  /* The request's bytes still to decode, without what the inline cache
+   * found (inline_cache.h). */
+  const uint8_t *payload;
+  size_t payload_length;
+  reshard_inline_fields fields;
+  bool by_content;
 
   /* The catalog was unreachable and the bindings came from the cache:
    * manifests must come from it too, or the call fails with `outage`. */
@@ -1441,6 +1447,86 @@ static bool resolve_target(load_ctx *ctx, const reshard_inline_fields *fields) {
   return true;
 }
 
+/* Decodes what the inline cache left of the request and checks what needs
+ * no shared state; fills ctx->status and ctx->err. Any thread. */
+static void decode_request(load_ctx *ctx) {
+  reshard_planner *planner = ctx->planner;
+  reshard_arena *arena = reshard_call_arena(ctx->call);
+  Reshard__V1__PlanLoadRequest *request =
+      (Reshard__V1__PlanLoadRequest *)reshard_wire_unpack(
+          &reshard__v1__plan_load_request__descriptor, ctx->payload,
+          ctx->payload_length, arena, &ctx->err);
+  if (request == NULL) {
+    ctx->status = ctx->err.code;
+    return;
+  }
+  ctx->request = request;
+  ctx->operation_id = request->operation_id;
+  if ((ctx->status = check_domain(request->model_domain, "model_domain",
+                                  &ctx->err)) != RESHARD_OK ||
+      (ctx->status = check_page_keys(request->page_keys, request->n_page_keys,
+                                     &planner->caps, &ctx->err)) !=
+          RESHARD_OK) {
+    return;
+  }
+  if (ctx->binding_ref == NULL) {
+    ctx->status = reshard_wire_binding_from_pb(request->binding, "binding",
+                                               arena, &ctx->binding, &ctx->err);
+    if (ctx->status != RESHARD_OK) {
+      return;
+    }
+    ctx->binding_values = reshard_binding_values(&ctx->binding);
+  }
+  reshard_limits requested;
+  reshard_wire_limits_from_pb(request->limits, &requested);
+  ctx->limits = reshard_limits_clamp(&planner->caps, &requested);
+}
+
+static void decode_work(uv_work_t *work) {
+  lower_pool_thread_priority();
+  decode_request(work->data);
+}
+
+static void continue_plan_load(load_ctx *ctx);
+
+static void decode_after_work(uv_work_t *work, int status) {
+  load_ctx *ctx = work->data;
+  if (status != 0) {
+    load_fail_code(ctx, RESHARD_UNAVAILABLE,
+                   "decoding was cancelled (shutting down)");
+    return;
+  }
+  continue_plan_load(ctx);
+}
+
+/* Loop: the request is decoded; resolve its target and look its pages
+ * up. */
+static void continue_plan_load(load_ctx *ctx) {
+  if (ctx->status != RESHARD_OK) {
+    load_fail(ctx, &ctx->err);
+    return;
+  }
+  /* An inline placement found by its bytes is resolved already. */
+  if (ctx->placement_ref == NULL &&
+      !resolve_target(ctx, ctx->by_content ? &ctx->fields : NULL)) {
+    return;
+  }
+  if (ctx->by_content && ctx->binding_ref == NULL &&
+      ctx->fields.binding.value != NULL) {
+    cache_binding(ctx, &ctx->fields);
+  }
+  const Reshard__V1__PlanLoadRequest *request = ctx->request;
+  ctx->has_dp_rank = request->target_dp_rank != NULL;
+  ctx->dp_rank = ctx->has_dp_rank ? request->target_dp_rank->value : 0;
+  ctx->effective_dp_rank = ctx->has_dp_rank || ctx->placement->part_count == 0
+                               ? ctx->dp_rank
+                               : reshard_placement_lowest_dp(ctx->placement);
+  ctx->planner->catalog->vtable->lookup_pages(
+      ctx->planner->catalog, request->model_domain,
+      (const char *const *)request->page_keys, request->n_page_keys,
+      on_pages_found, ctx);
+}
+
 static void start_plan_load(reshard_planner *planner, reshard_call *call,
                             bool large) {
   reshard_arena *arena = reshard_call_arena(call);
@@ -1468,56 +1554,23 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   size_t length;
   const uint8_t *payload = reshard_call_payload(call, &length);
   /* Inline targets seen before are not decoded again (inline_cache.h). */
-  reshard_inline_fields fields;
-  bool by_content = reshard_inline_scan(payload, length, &fields);
-  if (by_content) {
-    use_cached_targets(ctx, &fields, &payload, &length);
+  ctx->by_content = reshard_inline_scan(payload, length, &ctx->fields);
+  if (ctx->by_content) {
+    use_cached_targets(ctx, &ctx->fields, &payload, &length);
   }
-  Reshard__V1__PlanLoadRequest *request =
-      (Reshard__V1__PlanLoadRequest *)reshard_wire_unpack(
-          &reshard__v1__plan_load_request__descriptor, payload, length, arena,
-          &ctx->err);
-  if (request == NULL) {
-    load_fail(ctx, &ctx->err);
+  ctx->payload = payload;
+  ctx->payload_length = length;
+  if (!large) {
+    decode_request(ctx);
+    continue_plan_load(ctx);
     return;
   }
-  ctx->request = request;
-  ctx->operation_id = request->operation_id;
-  reshard_error err;
-  if (check_domain(request->model_domain, "model_domain", &err) != RESHARD_OK ||
-      check_page_keys(request->page_keys, request->n_page_keys, &planner->caps,
-                      &err) != RESHARD_OK ||
-      (ctx->binding_ref == NULL &&
-       reshard_wire_binding_from_pb(request->binding, "binding", arena,
-                                    &ctx->binding, &err) != RESHARD_OK)) {
-    load_fail(ctx, &err);
-    return;
+  /* Decoding a large request takes milliseconds: not on the loop. */
+  ctx->work.data = ctx;
+  if (uv_queue_work(planner->loop, &ctx->work, decode_work,
+                    decode_after_work) != 0) {
+    load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the request");
   }
-  if (ctx->binding_ref == NULL) {
-    ctx->binding_values = reshard_binding_values(&ctx->binding);
-  }
-  reshard_limits requested;
-  reshard_wire_limits_from_pb(request->limits, &requested);
-  ctx->limits = reshard_limits_clamp(&planner->caps, &requested);
-
-  /* An inline placement found by its bytes is resolved already. */
-  if (ctx->placement_ref == NULL &&
-      !resolve_target(ctx, by_content ? &fields : NULL)) {
-    return;
-  }
-  if (by_content && ctx->binding_ref == NULL && fields.binding.value != NULL) {
-    cache_binding(ctx, &fields);
-  }
-  ctx->has_dp_rank = request->target_dp_rank != NULL;
-  ctx->dp_rank = ctx->has_dp_rank ? request->target_dp_rank->value : 0;
-  ctx->effective_dp_rank = ctx->has_dp_rank || ctx->placement->part_count == 0
-                               ? ctx->dp_rank
-                               : reshard_placement_lowest_dp(ctx->placement);
-
-  planner->catalog->vtable->lookup_pages(
-      planner->catalog, request->model_domain,
-      (const char *const *)request->page_keys, request->n_page_keys,
-      on_pages_found, ctx);
 }
 
 /* A large PlanLoad finished (answered or failed): let the next one in. */
