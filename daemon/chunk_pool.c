@@ -116,8 +116,8 @@ void reshard_chunk_pool_give(reshard_chunk_pool *pool, void *block,
   bool keep = false;
   if (c >= 0 && capacity == class_size(c)) {
     uv_mutex_lock(&pool->lock);
-    keep = pool->retain_bytes - pool->kept_bytes >= capacity &&
-           pool->kept_bytes <= pool->retain_bytes;
+    keep = pool->kept_bytes <= pool->retain_bytes &&
+           pool->retain_bytes - pool->kept_bytes >= capacity;
     if (keep) {
       free_block *node = block;
       node->next = pool->free[c];

@@ -38,8 +38,8 @@ const reshard_arena_source *
 reshard_chunk_pool_source(const reshard_chunk_pool *pool);
 
 typedef struct reshard_chunk_pool_stats {
-  uint64_t takes;       /* blocks handed out */
-  uint64_t reuses;      /* of which came from the pool */
+  uint64_t takes;       /* blocks of the pool's classes handed out */
+  uint64_t reuses;      /* of which were kept ones */
   uint64_t kept_bytes;  /* free blocks held now */
   uint64_t kept_blocks; /* their number */
 } reshard_chunk_pool_stats;
