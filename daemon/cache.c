@@ -187,6 +187,10 @@ const char *reshard_cache_kind_name(reshard_cache_kind kind) {
     return "join";
   case RESHARD_CACHE_BINDINGS:
     return "bindings";
+  case RESHARD_CACHE_INLINE_PLACEMENT:
+    return "inline_placement";
+  case RESHARD_CACHE_BOUND_BINDING:
+    return "bound_binding";
   }
   return "unknown";
 }

@@ -19,9 +19,12 @@ typedef enum reshard_cache_kind {
   RESHARD_CACHE_PLACEMENT = 1,
   RESHARD_CACHE_JOIN = 2,
   RESHARD_CACHE_BINDINGS = 3,
+  /* Inline PlanLoad targets by their wire bytes (inline_cache.h). */
+  RESHARD_CACHE_INLINE_PLACEMENT = 4,
+  RESHARD_CACHE_BOUND_BINDING = 5,
 } reshard_cache_kind;
 
-#define RESHARD_CACHE_KINDS 4
+#define RESHARD_CACHE_KINDS 6
 
 typedef struct reshard_cache_stats {
   uint64_t hits[RESHARD_CACHE_KINDS];
@@ -62,7 +65,8 @@ void reshard_cache_remove(reshard_cache *cache, reshard_cache_kind kind,
 void reshard_cache_get_stats(const reshard_cache *cache,
                              reshard_cache_stats *out);
 
-/* "manifest", "placement", "join" or "bindings". */
+/* "manifest", "placement", "join", "bindings", "inline_placement" or
+ * "bound_binding". */
 const char *reshard_cache_kind_name(reshard_cache_kind kind);
 
 /* Builds the join-template key "layout_id|placement_id|dp|participant" into

@@ -4,8 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "google/protobuf/wrappers.pb-c.h"
+#include "inline_cache.h"
 #include "log.h"
 #include "plan_response.h"
 #include "planner_internal.h"
@@ -25,7 +29,36 @@ struct reshard_planner {
   uint64_t inline_max_values;
   bool cache_bindings;      /* a binding cache sits in front of the catalog */
   reshard_metrics *metrics; /* may be NULL */
+
+  reshard_inline_recent recent_bindings; /* inline_cache.h */
+  /* Large PlanLoads being decoded or planned, and those waiting their
+   * turn as raw bytes (see "Where plans run" in docs/daemon.md). */
+  unsigned large_active;
+  unsigned max_large;
+  bool dequeuing;
+  struct queued_load *queue_head, *queue_tail;
 };
+
+/* A large PlanLoad request is decoded only when fewer than one per core
+ * (planner->max_large) others are in hand: decoded, one S5 request (a
+ * paged binding of 16 384 ranges) takes about 4 MiB against its 0.6 MiB of
+ * wire bytes, and 64 of them decoded at once held 7 MiB per call in
+ * flight (docs/performance.md). Planning is CPU-bound, so more at once
+ * than there are cores only holds memory. Small requests never wait
+ * behind large ones. */
+enum { LARGE_PLAN_REQUEST_BYTES = 64 * 1024 };
+
+/* Inline targets larger than these are not cached by content: a binding
+ * of a million bytes is a paged pool that changes with every call. */
+enum {
+  INLINE_PLACEMENT_MAX_BYTES = 64 * 1024,
+  INLINE_BINDING_MAX_BYTES = 256 * 1024,
+};
+
+typedef struct queued_load {
+  struct queued_load *next;
+  reshard_call *call;
+} queued_load;
 
 /* ---- Helpers ---- */
 
@@ -606,6 +639,7 @@ typedef struct load_ctx {
   uint64_t effective_dp_rank;
   reshard_binding binding;
   uint64_t binding_values; /* sum of token_count * head_count, saturated */
+  reshard_shared_binding *binding_ref; /* validated before, by content */
   reshard_limits limits;
 
   /* Distinct manifests the bound pages name; refs held until the end. */
@@ -626,7 +660,11 @@ typedef struct load_ctx {
 
   unsigned manifest_hits, manifest_misses, join_hits, join_misses;
   uv_work_t work;
-  reshard_load_plan plan;
+  /* Planning scratch and the plan: freed as soon as the response is
+   * encoded, so a call waiting to send holds its response, not its plan. */
+  reshard_arena scratch;
+  reshard_load_plan plan;     /* only its counts outlive the scratch */
+  reshard_join **built_joins; /* per source, what the planner built */
   bool planned; /* reshard_plan_load succeeded: built joins are ours */
   reshard_status status;
   reshard_error err;
@@ -634,23 +672,50 @@ typedef struct load_ctx {
   uint64_t response_bytes; /* the encoded response, once built */
   bool plan_ran;           /* reshard_plan_load was called */
 
+  bool large; /* holds one of the planner's max_large places */
+  /* The request's bytes still to decode, without what the inline cache
+   * found (inline_cache.h). */
+  const uint8_t *payload;
+  size_t payload_length;
+  reshard_inline_fields fields;
+  bool by_content;
+
   /* The catalog was unreachable and the bindings came from the cache:
    * manifests must come from it too, or the call fails with `outage`. */
   bool from_cache;
   reshard_error outage;
 } load_ctx;
 
+static void large_done(reshard_planner *planner);
+
+static void load_release_targets(load_ctx *ctx) {
+  reshard_shared_unref(ctx->placement_ref ? &ctx->placement_ref->base : NULL);
+  reshard_shared_unref(ctx->binding_ref ? &ctx->binding_ref->base : NULL);
+  ctx->placement_ref = NULL;
+  ctx->binding_ref = NULL;
+}
+
+/* Plans with a binding decoded and validated before (takes `shared`). */
+static void use_shared_binding(load_ctx *ctx, reshard_shared_binding *shared) {
+  ctx->binding_ref = shared;
+  ctx->binding = shared->binding;
+  ctx->binding_values = shared->values;
+}
+
 static void load_release(load_ctx *ctx) {
+  if (ctx->large) {
+    ctx->large = false;
+    large_done(ctx->planner);
+  }
   for (size_t i = 0; ctx->manifests && i < ctx->manifest_count; i++) {
     reshard_shared_unref(ctx->manifests[i] ? &ctx->manifests[i]->base : NULL);
   }
   for (size_t i = 0; ctx->joins && i < ctx->source_count; i++) {
     reshard_shared_unref(ctx->joins[i] ? &ctx->joins[i]->base : NULL);
   }
-  reshard_shared_unref(ctx->placement_ref ? &ctx->placement_ref->base : NULL);
   ctx->manifests = NULL;
   ctx->joins = NULL;
-  ctx->placement_ref = NULL;
+  load_release_targets(ctx);
 }
 
 static void load_fail(load_ctx *ctx, const reshard_error *err) {
@@ -699,6 +764,26 @@ static size_t write_plan_response(void *context, uint8_t *out) {
   return reshard_plan_response_write(context, out);
 }
 
+static void encode_plan(load_ctx *ctx);
+
+/* Plans on the thread pool are the large ones; the loop answers small
+ * plans and does every call's I/O. Pool threads run at a lower priority
+ * (nice +POOL_NICE, once per thread: an unprivileged thread cannot raise
+ * it back), so on a machine with fewer cores than busy threads the kernel
+ * runs the loop first and large plans do not stall small ones; they still
+ * get the CPU the loop leaves. */
+enum { POOL_NICE = 10 };
+
+static void lower_pool_thread_priority(void) {
+  static _Thread_local bool lowered;
+  if (!lowered) {
+    lowered = true;
+    pid_t thread = (pid_t)syscall(SYS_gettid);
+    int nice_now = getpriority(PRIO_PROCESS, (id_t)thread);
+    (void)setpriority(PRIO_PROCESS, (id_t)thread, nice_now + POOL_NICE);
+  }
+}
+
 static void load_work(uv_work_t *work) {
   load_ctx *ctx = work->data;
   reshard_call *call = ctx->call;
@@ -713,14 +798,28 @@ static void load_work(uv_work_t *work) {
     return;
   }
   uint64_t start = uv_hrtime();
-  ctx->status = reshard_plan_load(&ctx->load, reshard_call_arena(call),
-                                  &ctx->plan, &ctx->err);
+  reshard_arena_init_from(&ctx->scratch, 64 * 1024,
+                          reshard_call_arena(call)->source);
+  ctx->status =
+      reshard_plan_load(&ctx->load, &ctx->scratch, &ctx->plan, &ctx->err);
   ctx->plan_us = (uv_hrtime() - start) / 1000;
   ctx->plan_ran = true;
-  if (ctx->status != RESHARD_OK) {
-    return;
+  if (ctx->status == RESHARD_OK) {
+    ctx->planned = true;
+    memcpy(ctx->built_joins, ctx->plan.built_joins,
+           ctx->source_count * sizeof *ctx->built_joins);
+    encode_plan(ctx);
   }
-  ctx->planned = true;
+  reshard_arena_destroy(&ctx->scratch);
+  ctx->plan.page_source = NULL;
+  ctx->plan.copies = NULL;
+  ctx->plan.batches = NULL;
+  ctx->plan.built_joins = NULL;
+}
+
+/* Worker thread (or loop, for small plans): the plan into the response. */
+static void encode_plan(load_ctx *ctx) {
+  reshard_call *call = ctx->call;
   if (reshard_call_expired(call)) {
     ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
                                     "deadline exceeded while planning; the "
@@ -747,6 +846,11 @@ static void load_work(uv_work_t *work) {
   ctx->response_bytes = response.size;
 }
 
+static void pool_load_work(uv_work_t *work) {
+  lower_pool_thread_priority();
+  load_work(work);
+}
+
 /* Loop: keep the join templates the planner built, then answer. */
 static void load_after_work(uv_work_t *work, int status) {
   load_ctx *ctx = work->data;
@@ -756,13 +860,13 @@ static void load_after_work(uv_work_t *work, int status) {
                                     "planning was cancelled (shutting down)");
   }
   const char *participant = ctx->binding.participant_id;
-  if (status == 0 && ctx->planned && ctx->plan.built_joins != NULL) {
+  if (status == 0 && ctx->planned) {
     for (size_t i = 0; i < ctx->source_count; i++) {
-      reshard_join *built = ctx->plan.built_joins[i];
+      reshard_join *built = ctx->built_joins[i];
       if (built == NULL) {
         continue;
       }
-      ctx->plan.built_joins[i] = NULL;
+      ctx->built_joins[i] = NULL;
       reshard_shared_join *shared = reshard_shared_join_wrap(built);
       char key[RESHARD_ID_SIZE * 2 + 512];
       size_t length = reshard_cache_join_key(
@@ -814,12 +918,14 @@ static void load_plan(load_ctx *ctx) {
       RESHARD_ARENA_NEW(arena, const char *, ctx->manifest_count);
   ctx->joins =
       RESHARD_ARENA_NEW(arena, reshard_shared_join *, ctx->manifest_count);
+  ctx->built_joins =
+      RESHARD_ARENA_NEW(arena, reshard_join *, ctx->manifest_count);
   ctx->page_source_start = RESHARD_ARENA_NEW(arena, size_t, page_count + 1);
   size_t bound = ctx->page_manifest_start[page_count];
   ctx->page_sources = RESHARD_ARENA_NEW(arena, size_t, bound);
   if (source_of == NULL || ctx->sources == NULL || ctx->source_keys == NULL ||
-      ctx->joins == NULL || ctx->page_source_start == NULL ||
-      ctx->page_sources == NULL) {
+      ctx->joins == NULL || ctx->built_joins == NULL ||
+      ctx->page_source_start == NULL || ctx->page_sources == NULL) {
     load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
@@ -887,6 +993,7 @@ static void load_plan(load_ctx *ctx) {
       .preferred_count = ctx->request->n_preferred_layout_ids,
       .limits = ctx->limits,
       .runs = ctx->request->runs,
+      .bound_binding = ctx->binding_ref ? &ctx->binding_ref->bound : NULL,
   };
   if (reshard_call_expired(ctx->call)) {
     load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,
@@ -901,7 +1008,7 @@ static void load_plan(load_ctx *ctx) {
     return;
   }
   int error =
-      uv_queue_work(planner->loop, &ctx->work, load_work, load_after_work);
+      uv_queue_work(planner->loop, &ctx->work, pool_load_work, load_after_work);
   if (error != 0) {
     load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the plan");
   }
@@ -1212,55 +1319,114 @@ static void on_pages_found(void *data, const reshard_error *err,
   load_pages(ctx, pages);
 }
 
-static void handle_plan_load(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__PlanLoadRequest *request =
-      decode(call, &reshard__v1__plan_load_request__descriptor);
-  if (request == NULL) {
+/* Looks the request's inline placement up by its bytes and, when found,
+ * its binding too; what is found is left out of the bytes still to be
+ * decoded (*payload, *length). */
+static void use_cached_targets(load_ctx *ctx,
+                               const reshard_inline_fields *fields,
+                               const uint8_t **payload, size_t *length) {
+  reshard_planner *planner = ctx->planner;
+  reshard_shared *placement = reshard_cache_get(
+      planner->cache, RESHARD_CACHE_INLINE_PLACEMENT,
+      (const char *)fields->placement.value, fields->placement.value_length);
+  if (placement == NULL) {
     return;
   }
-  reshard_arena *arena = reshard_call_arena(call);
-  load_ctx *ctx = RESHARD_ARENA_NEW(arena, load_ctx, 1);
-  if (ctx == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  ctx->call = call;
-  ctx->planner = planner;
-  ctx->request = request;
-  ctx->operation_id = request->operation_id;
-  reshard_error err;
-  if (check_domain(request->model_domain, "model_domain", &err) != RESHARD_OK ||
-      check_page_keys(request->page_keys, request->n_page_keys, &planner->caps,
-                      &err) != RESHARD_OK ||
-      reshard_wire_binding_from_pb(request->binding, "binding", arena,
-                                   &ctx->binding, &err) != RESHARD_OK) {
-    reshard_call_fail(call, &err);
-    return;
-  }
-  /* An upper bound of the plan's size before coalescing: at most one copy
-   * per bound (token, head) value. */
-  for (size_t i = 0; i < ctx->binding.range_count; i++) {
-    const reshard_binding_range *range = &ctx->binding.ranges[i];
-    uint64_t values;
-    if (!reshard_mul(range->token_count, range->head_count, &values) ||
-        !reshard_add(ctx->binding_values, values, &ctx->binding_values)) {
-      ctx->binding_values = UINT64_MAX;
-      break;
+  ctx->placement_ref = (reshard_shared_placement *)placement;
+  ctx->placement = &ctx->placement_ref->placement;
+  snprintf(ctx->placement_id, sizeof ctx->placement_id, "%s",
+           ctx->placement_ref->placement_id);
+  const reshard_wire_span *strip[2] = {&fields->placement, NULL};
+  size_t strip_count = 1;
+  if (fields->binding.value != NULL) {
+    size_t key_length;
+    const char *key = reshard_inline_binding_key(
+        fields, ctx->placement_id, reshard_call_arena(ctx->call), &key_length);
+    reshard_shared *binding =
+        key ? reshard_cache_get(planner->cache, RESHARD_CACHE_BOUND_BINDING,
+                                key, key_length)
+            : NULL;
+    if (binding != NULL) {
+      use_shared_binding(ctx, (reshard_shared_binding *)binding);
+      strip[strip_count++] = &fields->binding;
+      if (strip[1]->start < strip[0]->start) {
+        strip[1] = strip[0];
+        strip[0] = &fields->binding;
+      }
     }
   }
-  reshard_limits requested;
-  reshard_wire_limits_from_pb(request->limits, &requested);
-  ctx->limits = reshard_limits_clamp(&planner->caps, &requested);
+  size_t stripped_length;
+  uint8_t *stripped =
+      reshard_inline_strip(*payload, *length, strip, strip_count,
+                           reshard_call_arena(ctx->call), &stripped_length);
+  if (stripped != NULL) {
+    *payload = stripped;
+    *length = stripped_length;
+  } else {
+    /* Decode it all after all; the decoded target is ignored. */
+    load_release_targets(ctx);
+  }
+}
 
+/* The placement was decoded and normalized: keep it under its bytes. */
+static void cache_inline_placement(load_ctx *ctx,
+                                   const reshard_inline_fields *fields) {
+  if (fields->placement.value_length > INLINE_PLACEMENT_MAX_BYTES) {
+    return;
+  }
+  reshard_shared_placement *shared =
+      reshard_shared_placement_create(ctx->placement, ctx->placement_id);
+  if (shared != NULL) {
+    reshard_cache_put(ctx->planner->cache, RESHARD_CACHE_INLINE_PLACEMENT,
+                      (const char *)fields->placement.value,
+                      fields->placement.value_length, &shared->base);
+    reshard_shared_unref(&shared->base);
+  }
+}
+
+/* A binding seen lately is decoded and validated once more, into an entry
+ * of its own, and this call uses that entry too. */
+static void cache_binding(load_ctx *ctx, const reshard_inline_fields *fields) {
+  reshard_planner *planner = ctx->planner;
+  if (fields->binding.value_length > INLINE_BINDING_MAX_BYTES) {
+    return;
+  }
+  size_t key_length;
+  const char *key = reshard_inline_binding_key(
+      fields, ctx->placement_id, reshard_call_arena(ctx->call), &key_length);
+  if (key == NULL ||
+      !reshard_inline_seen(&planner->recent_bindings, key, key_length)) {
+    return;
+  }
+  reshard_shared_binding *shared =
+      reshard_shared_binding_create(fields, ctx->placement, &ctx->limits);
+  if (shared == NULL) {
+    return; /* the planner validates it and reports what is wrong */
+  }
+  reshard_cache_put(planner->cache, RESHARD_CACHE_BOUND_BINDING, key,
+                    key_length, &shared->base);
+  use_shared_binding(ctx, shared);
+}
+
+/* The request's target: its inline placement or a registered one. False
+ * when the call failed. `fields` is non-NULL when the placement may be
+ * kept by its bytes. */
+static bool resolve_target(load_ctx *ctx, const reshard_inline_fields *fields) {
+  const Reshard__V1__PlanLoadRequest *request = ctx->request;
+  reshard_call *call = ctx->call;
+  reshard_planner *planner = ctx->planner;
+  reshard_error err;
   switch (request->target_case) {
   case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT:
     if (decode_placement(call, request->placement, &ctx->inline_placement,
                          ctx->placement_id, &err) != RESHARD_OK) {
-      reshard_call_fail(call, &err);
-      return;
+      load_fail(ctx, &err);
+      return false;
     }
     ctx->placement = &ctx->inline_placement;
+    if (fields != NULL) {
+      cache_inline_placement(ctx, fields);
+    }
     break;
   case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID: {
     const char *id = request->placement_id;
@@ -1271,8 +1437,8 @@ static void handle_plan_load(reshard_call *call, void *data) {
                         "placement_id %.80s: not registered (call "
                         "RegisterPlacement first)",
                         id);
-      reshard_call_fail(call, &err);
-      return;
+      load_fail(ctx, &err);
+      return false;
     }
     ctx->placement_ref = (reshard_shared_placement *)hit;
     ctx->placement = &ctx->placement_ref->placement;
@@ -1281,18 +1447,89 @@ static void handle_plan_load(reshard_call *call, void *data) {
     break;
   }
   default:
-    reshard_call_fail_code(call, RESHARD_INVALID_ARGUMENT,
-                           "target: set placement or placement_id");
+    load_fail_code(ctx, RESHARD_INVALID_ARGUMENT,
+                   "target: set placement or placement_id");
+    return false;
+  }
+  return true;
+}
+
+/* Decodes what the inline cache left of the request and checks what needs
+ * no shared state; fills ctx->status and ctx->err. Any thread. */
+static void decode_request(load_ctx *ctx) {
+  reshard_planner *planner = ctx->planner;
+  reshard_arena *arena = reshard_call_arena(ctx->call);
+  Reshard__V1__PlanLoadRequest *request =
+      (Reshard__V1__PlanLoadRequest *)reshard_wire_unpack(
+          &reshard__v1__plan_load_request__descriptor, ctx->payload,
+          ctx->payload_length, arena, &ctx->err);
+  if (request == NULL) {
+    ctx->status = ctx->err.code;
     return;
   }
+  ctx->request = request;
+  ctx->operation_id = request->operation_id;
+  if ((ctx->status = check_domain(request->model_domain, "model_domain",
+                                  &ctx->err)) != RESHARD_OK ||
+      (ctx->status = check_page_keys(request->page_keys, request->n_page_keys,
+                                     &planner->caps, &ctx->err)) !=
+          RESHARD_OK) {
+    return;
+  }
+  if (ctx->binding_ref == NULL) {
+    ctx->status = reshard_wire_binding_from_pb(request->binding, "binding",
+                                               arena, &ctx->binding, &ctx->err);
+    if (ctx->status != RESHARD_OK) {
+      return;
+    }
+    ctx->binding_values = reshard_binding_values(&ctx->binding);
+  }
+  reshard_limits requested;
+  reshard_wire_limits_from_pb(request->limits, &requested);
+  ctx->limits = reshard_limits_clamp(&planner->caps, &requested);
+}
+
+static void decode_work(uv_work_t *work) {
+  lower_pool_thread_priority();
+  decode_request(work->data);
+}
+
+static void continue_plan_load(load_ctx *ctx);
+
+static void decode_after_work(uv_work_t *work, int status) {
+  load_ctx *ctx = work->data;
+  if (status != 0) {
+    load_fail_code(ctx, RESHARD_UNAVAILABLE,
+                   "decoding was cancelled (shutting down)");
+    return;
+  }
+  continue_plan_load(ctx);
+}
+
+/* Loop: the request is decoded; resolve its target and look its pages
+ * up. */
+static void continue_plan_load(load_ctx *ctx) {
+  if (ctx->status != RESHARD_OK) {
+    load_fail(ctx, &ctx->err);
+    return;
+  }
+  /* An inline placement found by its bytes is resolved already. */
+  if (ctx->placement_ref == NULL &&
+      !resolve_target(ctx, ctx->by_content ? &ctx->fields : NULL)) {
+    return;
+  }
+  if (ctx->by_content && ctx->binding_ref == NULL &&
+      ctx->fields.binding.value != NULL) {
+    cache_binding(ctx, &ctx->fields);
+  }
+  const Reshard__V1__PlanLoadRequest *request = ctx->request;
   ctx->has_dp_rank = request->target_dp_rank != NULL;
   ctx->dp_rank = ctx->has_dp_rank ? request->target_dp_rank->value : 0;
   ctx->effective_dp_rank = ctx->has_dp_rank || ctx->placement->part_count == 0
                                ? ctx->dp_rank
                                : reshard_placement_lowest_dp(ctx->placement);
-
-  planner->catalog->vtable->lookup_pages(
-      planner->catalog, request->model_domain,
+  ctx->planner->catalog->vtable->lookup_pages(
+      ctx->planner->catalog, request->model_domain,
       (const char *const *)request->page_keys, request->n_page_keys,
       on_pages_found, ctx);
 }
@@ -1340,6 +1577,100 @@ void reshard__planner_cache_manifest(reshard_planner *planner,
   cache_manifest(planner, manifest);
 }
 
+static void start_plan_load(reshard_planner *planner, reshard_call *call,
+                            bool large) {
+  reshard_arena *arena = reshard_call_arena(call);
+  load_ctx *ctx = RESHARD_ARENA_NEW(arena, load_ctx, 1);
+  if (ctx == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    if (large) {
+      large_done(planner);
+    }
+    return;
+  }
+  ctx->call = call;
+  ctx->planner = planner;
+  ctx->large = large;
+  if (reshard_call_cancelled(call)) {
+    load_fail_code(ctx, RESHARD_UNAVAILABLE,
+                   "the call was cancelled before planning");
+    return;
+  }
+  if (reshard_call_expired(call)) {
+    load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,
+                   "deadline exceeded before planning");
+    return;
+  }
+  size_t length;
+  const uint8_t *payload = reshard_call_payload(call, &length);
+  /* Inline targets seen before are not decoded again (inline_cache.h). */
+  ctx->by_content = reshard_inline_scan(payload, length, &ctx->fields);
+  if (ctx->by_content) {
+    use_cached_targets(ctx, &ctx->fields, &payload, &length);
+  }
+  ctx->payload = payload;
+  ctx->payload_length = length;
+  if (!large) {
+    decode_request(ctx);
+    continue_plan_load(ctx);
+    return;
+  }
+  /* Decoding a large request takes milliseconds: not on the loop. */
+  ctx->work.data = ctx;
+  if (uv_queue_work(planner->loop, &ctx->work, decode_work,
+                    decode_after_work) != 0) {
+    load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the request");
+  }
+}
+
+/* A large PlanLoad finished (answered or failed): let the next one in. */
+static void large_done(reshard_planner *planner) {
+  planner->large_active--;
+  if (planner->dequeuing) {
+    return; /* the loop below is running further up the stack */
+  }
+  planner->dequeuing = true;
+  while (planner->queue_head != NULL &&
+         planner->large_active < planner->max_large) {
+    queued_load *next = planner->queue_head;
+    planner->queue_head = next->next;
+    if (planner->queue_head == NULL) {
+      planner->queue_tail = NULL;
+    }
+    planner->large_active++;
+    start_plan_load(planner, next->call, true);
+  }
+  planner->dequeuing = false;
+}
+
+static void handle_plan_load(reshard_call *call, void *data) {
+  reshard_planner *planner = data;
+  size_t length;
+  reshard_call_payload(call, &length);
+  if (length < LARGE_PLAN_REQUEST_BYTES) {
+    start_plan_load(planner, call, false);
+    return;
+  }
+  if (planner->large_active < planner->max_large) {
+    planner->large_active++;
+    start_plan_load(planner, call, true);
+    return;
+  }
+  queued_load *node =
+      RESHARD_ARENA_NEW(reshard_call_arena(call), queued_load, 1);
+  if (node == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  node->call = call;
+  if (planner->queue_tail != NULL) {
+    planner->queue_tail->next = node;
+  } else {
+    planner->queue_head = node;
+  }
+  planner->queue_tail = node;
+}
+
 /* ---- Life cycle ---- */
 
 reshard_planner *reshard_planner_create(uv_loop_t *loop,
@@ -1357,6 +1688,7 @@ reshard_planner *reshard_planner_create(uv_loop_t *loop,
   planner->caps = *caps;
   planner->inline_max_values = inline_max_values;
   planner->cache_bindings = !catalog->vtable->lookups_are_local;
+  planner->max_large = uv_available_parallelism();
   return planner;
 }
 

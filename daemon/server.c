@@ -12,9 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chunk_pool.h"
 #include "log.h"
 
 enum { MAX_METHODS = 16, DEFAULT_REQUEST_SLOTS = 32 };
+
+/* Free arena blocks kept for the next calls: a few dozen calls' worth for
+ * small plans, small next to the cache budget and to what 64 calls in
+ * flight hold. Measured in docs/performance.md. */
+#define CALL_POOL_RETAIN_BYTES ((size_t)16 << 20)
 
 /* Every completion-queue tag is one of these, embedded in its owner. The
  * `next` link lets the queue thread hand tags to the loop without
@@ -122,8 +128,9 @@ struct reshard_server {
   bool shutdown_notified;
   uint64_t drain_deadline_ns;
 
-  reshard_call *calls; /* every live call */
-  uint64_t in_flight;  /* live calls that hold up the drain */
+  reshard_chunk_pool *pool; /* behind every call's arena */
+  reshard_call *calls;      /* every live call */
+  uint64_t in_flight;       /* live calls that hold up the drain */
 
   reshard_drain_fn drain_fn;
   void *drain_data;
@@ -601,7 +608,8 @@ static void on_request(reshard_server *server, request_slot *slot,
           ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
           : gpr_convert_clock_type(slot->details.deadline, GPR_CLOCK_MONOTONIC);
   atomic_init(&call->cancelled, false);
-  reshard_arena_init(&call->arena, 16 * 1024);
+  reshard_arena_init_from(&call->arena, 16 * 1024,
+                          reshard_chunk_pool_source(server->pool));
   call->recv_tag = (server_tag){NULL, TAG_RECV, 0, call};
   call->close_tag = (server_tag){NULL, TAG_CLOSE, 0, call};
   call->send_tag = (server_tag){NULL, TAG_SEND, 0, call};
@@ -892,7 +900,8 @@ reshard_server *reshard_server_create(uv_loop_t *loop,
   grpc_channel_args channel_args = {3, args};
   server->grpc = grpc_server_create(&channel_args, NULL);
   server->cq = grpc_completion_queue_create_for_next(NULL);
-  if (server->grpc == NULL || server->cq == NULL) {
+  server->pool = reshard_chunk_pool_create(CALL_POOL_RETAIN_BYTES);
+  if (server->grpc == NULL || server->cq == NULL || server->pool == NULL) {
     reshard_error_set(err, RESHARD_INTERNAL, "server: cannot create");
     reshard_server_free(server);
     return NULL;
@@ -978,6 +987,7 @@ void reshard_server_free(reshard_server *server) {
     uv_mutex_destroy(&server->lock);
   }
   free(server->slots);
+  reshard_chunk_pool_free(server->pool);
   free(server);
 }
 

@@ -480,6 +480,58 @@ reshard_wire_placement_to_pb(const reshard_placement *placement,
   return pb;
 }
 
+Reshard__V1__RuntimeBinding *
+reshard_wire_binding_to_pb(const reshard_binding *binding,
+                           reshard_arena *arena) {
+  Reshard__V1__RuntimeBinding *pb =
+      RESHARD_ARENA_NEW(arena, Reshard__V1__RuntimeBinding, 1);
+  Reshard__V1__Region *regions =
+      RESHARD_ARENA_NEW(arena, Reshard__V1__Region, binding->region_count);
+  Reshard__V1__BindingRange *ranges =
+      RESHARD_ARENA_NEW(arena, Reshard__V1__BindingRange, binding->range_count);
+  if (pb == NULL || regions == NULL || ranges == NULL) {
+    return NULL;
+  }
+  reshard__v1__runtime_binding__init(pb);
+  pb->participant_id = text(binding->participant_id);
+  pb->endpoint = text(binding->endpoint);
+  pb->n_regions = binding->region_count;
+  pb->regions =
+      RESHARD_ARENA_NEW(arena, Reshard__V1__Region *, binding->region_count);
+  pb->n_ranges = binding->range_count;
+  pb->ranges = RESHARD_ARENA_NEW(arena, Reshard__V1__BindingRange *,
+                                 binding->range_count);
+  if (pb->regions == NULL || pb->ranges == NULL) {
+    return NULL;
+  }
+  for (size_t i = 0; i < binding->region_count; i++) {
+    reshard__v1__region__init(&regions[i]);
+    regions[i].region_id = text(binding->regions[i].region_id);
+    regions[i].address = binding->regions[i].address;
+    regions[i].nbytes = binding->regions[i].nbytes;
+    pb->regions[i] = &regions[i];
+  }
+  for (size_t i = 0; i < binding->range_count; i++) {
+    const reshard_binding_range *r = &binding->ranges[i];
+    Reshard__V1__BindingRange *to = &ranges[i];
+    reshard__v1__binding_range__init(to);
+    to->global_layer_id = u32(r->global_layer_id);
+    to->component = r->component == RESHARD_COMPONENT_KEY
+                        ? RESHARD__V1__COMPONENT__KEY
+                        : RESHARD__V1__COMPONENT__VALUE;
+    to->token_start = r->token_start;
+    to->token_count = r->token_count;
+    to->head_start = u32(r->head_start);
+    to->head_count = u32(r->head_count);
+    to->region_id = text(r->region_id);
+    to->offset_bytes = r->offset_bytes;
+    to->token_stride_bytes = r->token_stride_bytes;
+    to->head_stride_bytes = r->head_stride_bytes;
+    pb->ranges[i] = to;
+  }
+  return pb;
+}
+
 Reshard__V1__PlanLoadResponse *
 reshard_wire_plan_to_pb(const reshard_load_plan *plan,
                         const reshard_wire_plan_names *names,

@@ -84,6 +84,9 @@ reshard_wire_manifest_to_pb(const reshard_manifest *manifest,
 Reshard__V1__Placement *
 reshard_wire_placement_to_pb(const reshard_placement *placement,
                              reshard_arena *arena);
+Reshard__V1__RuntimeBinding *
+reshard_wire_binding_to_pb(const reshard_binding *binding,
+                           reshard_arena *arena);
 
 /* What a PlanLoad response names besides the plan itself. */
 typedef struct reshard_wire_plan_names {

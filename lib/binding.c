@@ -387,6 +387,41 @@ static reshard_status first_unbound(validation *v,
   return RESHARD_OK;
 }
 
+/* The order compare_bound defines, by two stable radix passes (head
+ * start, then layer, component and token start packed in one key): a
+ * paged binding lists tens of thousands of ranges, and qsort's callback
+ * per comparison cost more than planning them. NULL when the fields do
+ * not fit the packed key (the caller falls back to qsort) or memory runs
+ * out. Token starts lie below the checked token span. */
+static const reshard__keyed *radix_order(const bound_with_source *items,
+                                         size_t count, uint64_t token_span,
+                                         reshard_arena *arena) {
+  enum { TOKEN_BITS = 40, LAYER_BITS = 64 - TOKEN_BITS - 1 };
+  if (token_span > (1ull << TOKEN_BITS)) {
+    return NULL;
+  }
+  reshard__keyed *keyed = RESHARD_ARENA_ARRAY(arena, reshard__keyed, count);
+  reshard__keyed *spare = RESHARD_ARENA_ARRAY(arena, reshard__keyed, count);
+  if (keyed == NULL || spare == NULL) {
+    return NULL;
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (items[i].range.layer_index >= (1ull << LAYER_BITS)) {
+      return NULL;
+    }
+    keyed[i] = (reshard__keyed){items[i].range.head_start, i};
+  }
+  reshard__keyed *by_head = reshard__sort_keyed(keyed, spare, count);
+  reshard__keyed *other = by_head == keyed ? spare : keyed;
+  for (size_t i = 0; i < count; i++) {
+    const reshard_bound_range *r = &items[by_head[i].index].range;
+    by_head[i].key = r->layer_index << (TOKEN_BITS + 1) |
+                     (uint64_t)(r->component - 1) << TOKEN_BITS |
+                     r->token_start;
+  }
+  return reshard__sort_keyed(by_head, other, count);
+}
+
 /* Proves that the ranges of one (layer, component) tile the rectangle
  * [0, span) x [head_start, head_end) exactly: pairwise disjoint (a sweep
  * over tokens with the ranges still open, at most one per head) and of
@@ -677,12 +712,18 @@ reshard_status reshard_binding_validate(
   for (size_t i = 1; i < count && in_order; i++) {
     in_order = compare_bound(&sorted[i - 1].range, &sorted[i].range) <= 0;
   }
+  const reshard__keyed *order = NULL;
   if (!in_order) {
-    qsort(sorted, count, sizeof *sorted, compare_bound_with_source);
+    order = radix_order(sorted, count, token_span, arena);
+    if (order == NULL) {
+      qsort(sorted, count, sizeof *sorted, compare_bound_with_source);
+    }
   }
   for (size_t i = 0; i < count; i++) {
-    ranges[i] = sorted[i].range;
-    v.source_index[i] = sorted[i].source;
+    const bound_with_source *next =
+        order ? &sorted[order[i].index] : &sorted[i];
+    ranges[i] = next->range;
+    v.source_index[i] = next->source;
   }
 
   /* Group boundaries, and the sweep's work bound before the sweep. */

@@ -413,11 +413,17 @@ static reshard_status plan_load(planner *plan, reshard_load_plan *out) {
   const reshard_descriptor *descriptor = &request->placement->descriptor;
   plan->head_bytes[0] = reshard_head_bytes(descriptor, RESHARD_COMPONENT_KEY);
   plan->head_bytes[1] = reshard_head_bytes(descriptor, RESHARD_COMPONENT_VALUE);
-  status = reshard_binding_validate(request->binding, descriptor, plan->part,
-                                    request->page_count, &request->limits,
-                                    plan->arena, &plan->binding, plan->err);
-  if (status) {
-    return status;
+  if (request->bound_binding != NULL) {
+    plan->binding = *request->bound_binding;
+    /* The same part, maybe in another copy of the same placement. */
+    plan->binding.part = plan->part;
+  } else {
+    status = reshard_binding_validate(request->binding, descriptor, plan->part,
+                                      request->page_count, &request->limits,
+                                      plan->arena, &plan->binding, plan->err);
+    if (status) {
+      return status;
+    }
   }
   if ((status = reshard__cursor_init(&plan->cursor, &plan->binding, plan->arena,
                                      plan->err))) {

@@ -7,14 +7,31 @@ as raw HTTP/2 POSTs: the serialized PlanLoadRequest behind gRPC's 5-byte
 prefix (flag 0, big-endian length), with `content-type: application/grpc`
 and `te: trailers`, to /reshard.v1.Planner/PlanLoad.
 
+The ceiling (SPEC §7): in the same run, at the same concurrency, the
+daemon's own grpc.health.v1.Health/Check is loaded the same way just
+before each PlanLoad run; PlanLoad's share is its rate over the Check rate
+of that pair. --repeat N measures N pairs and reports the median share.
+
+The mixed run (--mix S5): a large scenario runs on its own connections
+(--mix-clients x --mix-streams) while the main scenario is loaded again;
+the small plans' latency is reported apart from the large ones', so a
+stall of small plans behind large ones shows in their p99.
+
 h2load sees HTTP status 200 for every gRPC call, failed or not, because the
 gRPC status travels in trailers it does not read. So the daemon's own
-counters decide: reshard_requests_total{method="PlanLoad"} is read from
-the metrics endpoint before and after, and only code="OK" may grow, by
+counters decide: reshard_requests_total is read from the metrics endpoint
+before and after, and only code="OK" of PlanLoad and Check may grow, by
 exactly the number of requests sent.
 
-Memory: the daemon's resident set is read after a warm-up run and again
-after the measured run; it may grow by at most --rss-growth-mib.
+CPU: with --daemon, the daemon's CPU time (/proc/PID/stat) is read around
+each run and printed per call; unlike rates it barely moves when other
+work shares the machine.
+
+Memory: the daemon's resident set is read after the set-up, after a
+warm-up run and again after the measured runs, and sampled every 10 ms
+while they run. It may grow by at most --rss-growth-mib after the warm-up
+(flat); the peak above the set-up, over the calls in flight, is reported
+per call (and without the response, which the call must hold anyway).
 
 Only loopback targets are accepted. Every run is bounded in requests (-n)
 and in time (--time-limit).
@@ -22,10 +39,13 @@ and in time (--time-limit).
 Usage:
   scripts/load.py --daemon build/daemon/reshardd           # start one, test, stop it
   scripts/load.py --target 127.0.0.1:50051 --metrics 127.0.0.1:9464
-Options: --scenario S1-8 (default; any of S1..S5 or S1-N), --method PlanLoad
-(default) or PlanStore (the scenario's writer), --requests 5000,
---warmup 1000, --clients 4 --streams 16 (64 concurrent streams), --runs
-(ask for strided runs, SPEC §2.2 step 7).
+  scripts/load.py --daemon build/daemon/reshardd --scenario S1-1 --mix S5
+Options: --scenario S1-8 (default; any of S1..S5 or S1-N), --requests 5000,
+--warmup 1000, --clients 4 --streams 16 (64 concurrent streams),
+--repeat 1, --no-ceiling, --ceiling-requests 20000, --mix SCENARIO
+(--mix-requests 200, --mix-clients 1, --mix-streams 4), --short (a quick
+smoke run for CI), --method PlanLoad (default) or PlanStore (the scenario's
+writer), --runs (ask for strided runs, SPEC §2.2 step 7).
 Exit status: 0 when every call succeeded and memory stayed flat, 1 otherwise,
 2 on bad usage.
 """
@@ -38,9 +58,11 @@ import os
 import re
 import shutil
 import struct
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -49,8 +71,11 @@ REPO = os.path.dirname(HERE)
 E2E = os.path.join(REPO, "tests", "e2e")
 
 PLAN_LOAD_PATH = "/reshard.v1.Planner/PlanLoad"
+HEALTH_CHECK_PATH = "/grpc.health.v1.Health/Check"
+PLAN_LOAD_OK = "reshard.v1.Planner/PlanLoad OK"
 # --method: the RPC under load and the scenario request it sends.
 METHODS = {"PlanLoad": "plan_load", "PlanStore": "plan_store"}
+HEALTH_CHECK_OK = "grpc.health.v1.Health/Check OK"
 SAMPLE_RE = re.compile(r'^reshard_requests_total\{service="([^"]*)",'
                        r'method="([^"]*)",code="([^"]*)"\} (\d+)$')
 RSS_RE = re.compile(r"^process_resident_memory_bytes (\d+)$", re.M)
@@ -127,6 +152,18 @@ def rss_bytes(pid, metrics_text):
     if not m:
         raise LoadError("the metrics carry no process_resident_memory_bytes")
     return int(m.group(1))
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of every thread of `pid` so far (None when
+    the daemon is not ours to read). Unlike rates, CPU per call barely
+    moves when other work shares the machine."""
+    if pid is None:
+        return None
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / float(os.sysconf(
+        "SC_CLK_TCK"))
 
 
 def grpc_frame(message_bytes):
@@ -239,8 +276,9 @@ class Target:
 
 
 def set_up(target, requests, timeout=120, method="PlanLoad"):
-    """PublishManifest and RegisterPages with grpcio, then one PlanLoad to
-    check the request plans every page."""
+    """PublishManifest and RegisterPages with grpcio, then one call of
+    `method` to check the request plans every page (PlanLoad) or writes one
+    Part (PlanStore). Returns its stats and response size."""
     import grpc
     import reshard_e2e as e
     channel = grpc.insecure_channel(target, options=[
@@ -258,14 +296,130 @@ def set_up(target, requests, timeout=120, method="PlanLoad"):
             if len(resp.part_indexes) != 1:
                 raise LoadError("the PlanStore writes %d Parts, not 1"
                                 % len(resp.part_indexes))
-            return resp.stats
+            return resp.stats, resp.ByteSize()
         resp = planner.PlanLoad(requests.plan_load, timeout=timeout)
         if resp.hit_pages != requests.pages:
             raise LoadError("the PlanLoad hits %d of %d pages"
                             % (resp.hit_pages, requests.pages))
-        return resp.stats
+        return resp.stats, resp.ByteSize()
     finally:
         channel.close()
+
+
+class RssSampler:
+    """Samples the daemon's resident set every 10 ms while runs go on and
+    keeps the peak."""
+
+    def __init__(self, target):
+        self.target = target
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self):
+        try:
+            if self.target.pid is not None:
+                value = rss_bytes(self.target.pid, "")
+            else:
+                value = rss_bytes(None, read_metrics(self.target.metrics))
+        except (OSError, LoadError):
+            return
+        self.peak = max(self.peak, value)
+
+    def _loop(self):
+        while not self._stop.wait(0.01):
+            self._sample()
+
+    def __enter__(self):
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
+def latency_summary(values):
+    return {"p50": percentile(values, 50), "p90": percentile(values, 90),
+            "p99": percentile(values, 99),
+            "max": values[-1] if values else 0.0, "samples": len(values)}
+
+
+def h2load_counts(result):
+    return {k: result.get(k) for k in
+            ("total", "succeeded", "failed", "errored", "timeout",
+             "status_2xx", "status_other")}
+
+
+def write_frame(directory, name, message_bytes):
+    path = os.path.join(directory, name)
+    with open(path, "wb") as f:
+        f.write(grpc_frame(message_bytes))
+    return path
+
+
+def settled_counts(metrics, before, sent, timeout=5.0):
+    """The daemon counts a call when it frees it, a moment after the client
+    has its answer: read the counters until they reach what was sent (or
+    the timeout passes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = read_metrics(metrics)
+        after = request_counts(text)
+        counted = {"%s/%s %s" % k: after.get(k, 0) - before.get(k, 0)
+                   for k in after}
+        if (all(counted.get(k, 0) >= n for k, n in sent.items())
+                or time.monotonic() > deadline):
+            return text, after
+        time.sleep(0.05)
+
+
+def run_mixed(h2load, args, target, small_file, big_file, tmp,
+              small_path=PLAN_LOAD_PATH):
+    """The large scenario on its own connections, started first, and the
+    small one loaded meanwhile; each with its own latency log."""
+    small_log = os.path.join(tmp, "mixed-small.log")
+    big_log = os.path.join(tmp, "mixed-big.log")
+    big = {}
+
+    def load_big():
+        try:
+            big["result"], _ = run_h2load(
+                h2load, target.grpc, big_file, args.mix_requests,
+                args.mix_clients, args.mix_streams, 1, args.time_limit,
+                big_log)
+            big["finished"] = time.monotonic()
+        except LoadError as exc:
+            big["error"] = exc
+
+    thread = threading.Thread(target=load_big)
+    thread.start()
+    # Let the large plans occupy the daemon before the small ones start.
+    time.sleep(0.2)
+    try:
+        small, _ = run_h2load(h2load, target.grpc, small_file, args.requests,
+                              args.clients, args.streams, args.threads,
+                              args.time_limit, small_log, path=small_path)
+        small_finished = time.monotonic()
+    finally:
+        thread.join()
+    if "error" in big:
+        raise big["error"]
+    return {
+        "small": {"requests_per_second": small.get("requests_per_second", 0),
+                  "h2load": h2load_counts(small), "done": small["done"],
+                  "latency_ms": latency_summary(latencies_ms(small_log))},
+        "large": {"requests_per_second":
+                      big["result"].get("requests_per_second", 0),
+                  "h2load": h2load_counts(big["result"]),
+                  "done": big["result"]["done"],
+                  "latency_ms": latency_summary(latencies_ms(big_log))},
+        # The small run is only measured against large plans when these
+        # were still running when it ended.
+        "overlapped": big["finished"] >= small_finished,
+    }
 
 
 def run(args):
@@ -280,87 +434,160 @@ def run(args):
         sys.path.insert(0, E2E)
     import reshard_scenarios as scenarios
 
-    name, pages = scenarios.parse_variant(args.scenario)
-    requests = scenarios.build(name, pages)
+    requests = scenarios.build(*scenarios.parse_variant(args.scenario))
+    mix = (scenarios.build(*scenarios.parse_variant(args.mix))
+           if args.mix else None)
     requests.plan_load.runs = args.runs
     requests.plan_store.runs = args.runs
-    target = Target(args)
     message = getattr(requests, METHODS[args.method])
     path = "/reshard.v1.Planner/" + args.method
+    method_ok = "reshard.v1.Planner/%s OK" % args.method
+    target = Target(args)
+    streams = args.clients * args.streams
     result = {"scenario": requests.name, "method": args.method,
-              "runs": args.runs,
-              "requests": args.requests,
+              "runs": args.runs, "requests": args.requests,
               "warmup": args.warmup, "clients": args.clients,
               "streams_per_client": args.streams,
-              "concurrent_streams": args.clients * args.streams}
+              "concurrent_streams": streams, "repeat": args.repeat}
+    sent = {method_ok: 0, HEALTH_CHECK_OK: 0}
+    if mix is not None:
+        sent[PLAN_LOAD_OK] = 0
     try:
-        stats = set_up(target.grpc, requests, method=args.method)
+        stats, response_bytes = set_up(target.grpc, requests,
+                                       method=args.method)
         result["plan"] = {"copies": stats.operations, "bytes": stats.bytes,
                           "copies_before_coalescing":
                               stats.copies_before_coalescing,
-                          "runs": stats.runs}
+                          "runs": stats.runs,
+                          "response_bytes": response_bytes}
+        if mix is not None:
+            mix_stats, mix_bytes = set_up(target.grpc, mix)
+            result["mix_plan"] = {"scenario": mix.name,
+                                  "copies": mix_stats.operations,
+                                  "response_bytes": mix_bytes}
         with tempfile.TemporaryDirectory(prefix="reshard-load-") as tmp:
-            data_file = os.path.join(tmp, "planload.grpc")
-            with open(data_file, "wb") as f:
-                f.write(grpc_frame(message.SerializeToString()))
-            log_file = os.path.join(tmp, "requests.log")
-
+            data_file = write_frame(tmp, "request.grpc",
+                                    message.SerializeToString())
+            # An empty HealthCheckRequest asks about the server as a whole.
+            health_file = write_frame(tmp, "health.grpc", b"")
             before_text = read_metrics(target.metrics)
             before = request_counts(before_text)
             rss_start = rss_bytes(target.pid, before_text)
-            sent = 0
             if args.warmup > 0:
                 warm, _ = run_h2load(h2load, target.grpc, data_file,
                                      args.warmup, args.clients, args.streams,
                                      args.threads, args.time_limit,
                                      path=path)
-                sent += warm["done"]
+                sent[method_ok] += warm["done"]
             rss_warm = rss_bytes(target.pid, read_metrics(target.metrics))
-            main, text = run_h2load(h2load, target.grpc, data_file,
-                                    args.requests, args.clients, args.streams,
-                                    args.threads, args.time_limit, log_file,
-                                    path=path)
-            sent += main["done"]
-            after_text = read_metrics(target.metrics)
-            after = request_counts(after_text)
+            pairs = []
+            with RssSampler(target) as sampler:
+                for i in range(args.repeat):
+                    pair = {}
+                    if args.ceiling:
+                        cpu = cpu_seconds(target.pid)
+                        ceiling, _ = run_h2load(
+                            h2load, target.grpc, health_file,
+                            args.ceiling_requests, args.clients,
+                            args.streams, args.threads, args.time_limit,
+                            path=HEALTH_CHECK_PATH)
+                        sent[HEALTH_CHECK_OK] += ceiling["done"]
+                        pair["ceiling"] = ceiling
+                        if cpu is not None:
+                            pair["ceiling_cpu_us"] = 1e6 * (
+                                cpu_seconds(target.pid) - cpu) / ceiling["done"]
+                    log_file = os.path.join(tmp, "requests-%d.log" % i)
+                    cpu = cpu_seconds(target.pid)
+                    main, _ = run_h2load(h2load, target.grpc, data_file,
+                                         args.requests, args.clients,
+                                         args.streams, args.threads,
+                                         args.time_limit, log_file,
+                                         path=path)
+                    if cpu is not None:
+                        pair["cpu_us"] = 1e6 * (cpu_seconds(target.pid)
+                                                - cpu) / main["done"]
+                    sent[method_ok] += main["done"]
+                    pair["main"] = main
+                    pair["latency"] = latencies_ms(log_file)
+                    pairs.append(pair)
+                rss_main_peak = sampler.peak
+                mixed = None
+                if mix is not None:
+                    mix_file = write_frame(tmp, "mix.grpc",
+                                           mix.plan_load.SerializeToString())
+                    mixed = run_mixed(h2load, args, target, data_file,
+                                      mix_file, tmp, small_path=path)
+                    sent[method_ok] += mixed["small"]["done"]
+                    sent[PLAN_LOAD_OK] += mixed["large"]["done"]
+            after_text, after = settled_counts(target.metrics, before, sent)
             rss_end = rss_bytes(target.pid, after_text)
-            lat = latencies_ms(log_file)
     finally:
         target.stop()
 
+    # The figures of the pair with the median share (or the last pair).
+    def share(pair):
+        c = pair.get("ceiling", {}).get("requests_per_second", 0.0)
+        return pair["main"].get("requests_per_second", 0.0) / c if c else 0.0
+
+    ordered = sorted(pairs, key=share)
+    chosen = ordered[len(ordered) // 2]
+    main = chosen["main"]
     result.update({
         "requests_per_second": main.get("requests_per_second", 0.0),
         "seconds": main.get("seconds", 0.0),
-        "h2load": {k: main.get(k) for k in
-                   ("total", "succeeded", "failed", "errored", "timeout",
-                    "status_2xx", "status_other")},
-        "latency_ms": {"p50": percentile(lat, 50), "p90": percentile(lat, 90),
-                       "p99": percentile(lat, 99),
-                       "max": lat[-1] if lat else 0.0,
-                       "samples": len(lat)},
+        "h2load": h2load_counts(main),
+        "latency_ms": latency_summary(chosen["latency"]),
         "rss_bytes": {"start": rss_start, "after_warmup": rss_warm,
-                      "end": rss_end},
+                      "end": rss_end, "peak": sampler.peak,
+                      "peak_main": rss_main_peak},
     })
+    if args.ceiling:
+        result["ceiling_requests_per_second"] = \
+            chosen["ceiling"].get("requests_per_second", 0.0)
+        result["share"] = share(chosen)
+        result["shares"] = [share(p) for p in pairs]
+    if "cpu_us" in pairs[0]:
+        result["cpu_us_per_call"] = statistics.median(
+            p["cpu_us"] for p in pairs)
+        if args.ceiling:
+            result["ceiling_cpu_us_per_call"] = statistics.median(
+                p["ceiling_cpu_us"] for p in pairs)
+    # What one call in flight costs: the peak of the measured PlanLoad runs
+    # above the idle daemon after set-up, over the calls in flight.
+    per_call = (rss_main_peak - rss_start) / float(streams)
+    result["rss_per_call_bytes"] = per_call
+    result["rss_per_call_without_response_bytes"] = \
+        per_call - result["plan"]["response_bytes"]
+    if mixed is not None:
+        result["mixed"] = mixed
 
     problems = []
-    for key in ("failed", "errored", "timeout", "status_other"):
-        if main.get(key):
-            problems.append("h2load counted %d %s" % (main[key], key))
-    if main.get("succeeded") != args.requests:
-        problems.append("h2load: %s of %d requests succeeded"
-                        % (main.get("succeeded"), args.requests))
+    runs = [("", p["main"]) for p in pairs]
+    runs += [("ceiling ", p["ceiling"]) for p in pairs if "ceiling" in p]
+    if mixed is not None:
+        runs += [("mixed small ", mixed["small"]["h2load"]),
+                 ("mixed large ", mixed["large"]["h2load"])]
+    for label, counts in runs:
+        for key in ("failed", "errored", "timeout", "status_other"):
+            if counts.get(key):
+                problems.append("h2load %scounted %d %s"
+                                % (label, counts[key], key))
+    for p in pairs:
+        if p["main"].get("succeeded") != args.requests:
+            problems.append("h2load: %s of %d requests succeeded"
+                            % (p["main"].get("succeeded"), args.requests))
     deltas = {}
     for key in set(before) | set(after):
         d = after.get(key, 0) - before.get(key, 0)
         if d:
             deltas["%s/%s %s" % key] = d
-    ok_key = "reshard.v1.Planner/%s OK" % args.method
     result["daemon_counter_deltas"] = deltas
-    if deltas.get(ok_key, 0) != sent:
-        problems.append("the daemon counted %d %s OK, %d were sent"
-                        % (deltas.get(ok_key, 0), args.method, sent))
+    for key, count in sent.items():
+        if deltas.get(key, 0) != count:
+            problems.append("the daemon counted %d %s, %d were sent"
+                            % (deltas.get(key, 0), key, count))
     for key, d in sorted(deltas.items()):
-        if key != ok_key:
+        if key not in sent:
             problems.append("the daemon counted %d %s" % (d, key))
     growth = rss_end - rss_warm
     result["rss_growth_bytes"] = growth
@@ -374,15 +601,33 @@ def run(args):
 def report(r, out=sys.stdout):
     mib = 1024.0 * 1024.0
     lat = r["latency_ms"]
-    print("reshardd load test: %s %s%s (%d copies, %d bytes per plan), "
-          "h2load %d requests at %d concurrent streams (%d connections x %d)"
+    print("reshardd load test: %s %s%s (%d copies, %d bytes per plan, "
+          "%d-byte response), h2load %d requests at %d concurrent streams "
+          "(%d connections x %d)"
           % (r["scenario"], r["method"],
              " with runs (%d runs)" % r["plan"]["runs"] if r["runs"] else "",
              r["plan"]["copies"], r["plan"]["bytes"],
-             r["requests"], r["concurrent_streams"], r["clients"],
-             r["streams_per_client"]), file=out)
+             r["plan"]["response_bytes"], r["requests"],
+             r["concurrent_streams"], r["clients"], r["streams_per_client"]),
+          file=out)
     print("  throughput   %.1f requests/s over %.2f s"
           % (r["requests_per_second"], r["seconds"]), file=out)
+    if "share" in r:
+        print("  ceiling      Health/Check %.1f requests/s at the same "
+              "concurrency; PlanLoad share %.1f %%%s"
+              % (r["ceiling_requests_per_second"], 100.0 * r["share"],
+                 "" if r["repeat"] == 1 else
+                 " (median of %d pairs: %s)" % (r["repeat"], ", ".join(
+                     "%.1f" % (100.0 * s) for s in sorted(r["shares"])))),
+              file=out)
+    if "cpu_us_per_call" in r:
+        line = "  daemon CPU   %.1f us per PlanLoad" % r["cpu_us_per_call"]
+        if "ceiling_cpu_us_per_call" in r:
+            line += (", %.1f us per Check: CPU share %.1f %%"
+                     % (r["ceiling_cpu_us_per_call"],
+                        100.0 * r["ceiling_cpu_us_per_call"]
+                        / r["cpu_us_per_call"]))
+        print(line, file=out)
     print("  latency      p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  max %.2f ms"
           "  (%d samples)" % (lat["p50"], lat["p90"], lat["p99"], lat["max"],
                               lat["samples"]), file=out)
@@ -390,14 +635,32 @@ def report(r, out=sys.stdout):
     print("  h2load       %s succeeded, %s failed, %s errored, %s timeout, "
           "%s 2xx" % (h["succeeded"], h["failed"], h["errored"],
                       h["timeout"], h["status_2xx"]), file=out)
+    m = r.get("mixed")
+    if m is not None:
+        for label, key, name in (("mixed small ", "small", r["scenario"]),
+                                 ("mixed large ", "large",
+                                  r["mix_plan"]["scenario"])):
+            l = m[key]["latency_ms"]
+            print("  %s %s: %.1f requests/s, p50 %.2f ms  p99 %.2f ms  "
+                  "max %.2f ms  (%d samples)"
+                  % (label, name, m[key]["requests_per_second"], l["p50"],
+                     l["p99"], l["max"], l["samples"]), file=out)
+        if not m["overlapped"]:
+            print("  NOTE         the large plans finished before the small "
+                  "run ended; raise --mix-requests", file=out)
     print("  daemon       " + ", ".join(
         "%s +%d" % kv for kv in sorted(r["daemon_counter_deltas"].items())),
           file=out)
     rss = r["rss_bytes"]
     print("  memory       RSS %.1f MiB at start, %.1f MiB after the warm-up, "
-          "%.1f MiB after the run (growth %+.1f MiB)"
-          % (rss["start"] / mib, rss["after_warmup"] / mib, rss["end"] / mib,
-             r["rss_growth_bytes"] / mib), file=out)
+          "peak %.1f MiB, %.1f MiB after the run (growth %+.1f MiB)"
+          % (rss["start"] / mib, rss["after_warmup"] / mib, rss["peak"] / mib,
+             rss["end"] / mib, r["rss_growth_bytes"] / mib), file=out)
+    print("  per call     %.2f MiB per call in flight (peak of the PlanLoad "
+          "runs above the start, over %d streams); %.2f MiB without the "
+          "response"
+          % (r["rss_per_call_bytes"] / mib, r["concurrent_streams"],
+             r["rss_per_call_without_response_bytes"] / mib), file=out)
     for p in r["problems"]:
         print("  FAIL         " + p, file=out)
     print("PASS" if not r["problems"] else "FAIL", file=out)
@@ -427,6 +690,23 @@ def main(argv=None):
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="ceiling + PlanLoad pairs to measure (the "
+                             "median share is reported)")
+    parser.add_argument("--no-ceiling", dest="ceiling", action="store_false",
+                        help="do not measure the Health/Check ceiling")
+    parser.add_argument("--ceiling-requests", type=int, default=20000,
+                        help="Health/Check requests per ceiling run")
+    parser.add_argument("--mix", help="a large scenario (e.g. S5) loaded "
+                        "on its own connections during a second run of "
+                        "--scenario")
+    parser.add_argument("--mix-requests", type=int, default=200)
+    parser.add_argument("--mix-clients", type=int, default=1)
+    parser.add_argument("--mix-streams", type=int, default=4)
+    parser.add_argument("--short", action="store_true",
+                        help="a quick smoke run (CI): 300 requests, 100 "
+                             "warm-up, --mix S5 with 40 requests, no "
+                             "memory bound")
     parser.add_argument("--rss-growth-mib", type=int, default=16,
                         help="bound on RSS growth after the warm-up (0: do "
                              "not check)")
@@ -436,11 +716,20 @@ def main(argv=None):
                         "*_pb2.py modules")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
+    if args.short:
+        args.requests, args.warmup, args.ceiling_requests = 300, 100, 1000
+        args.mix = args.mix or "S5"
+        args.mix_requests = 40
+        args.rss_growth_mib = 0
     if args.target and not args.metrics:
         parser.error("--target needs --metrics (the daemon's counters decide "
                      "success)")
-    if args.requests < 1 or args.clients < 1 or args.streams < 1:
-        parser.error("--requests, --clients and --streams must be positive")
+    if (args.requests < 1 or args.clients < 1 or args.streams < 1
+            or args.repeat < 1 or args.mix_requests < 1
+            or args.ceiling_requests < 1
+            or args.mix_clients < 1 or args.mix_streams < 1):
+        parser.error("--requests, --clients, --streams, --repeat and the "
+                     "--mix-* counts must be positive")
     try:
         result = run(args)
     except LoadError as exc:

@@ -853,9 +853,30 @@ class LoadSmokeTests(unittest.TestCase):
         self.assertEqual(result["concurrent_streams"], 64)
         self.assertEqual(result["h2load"]["succeeded"], requests)
         self.assertEqual(result["problems"], [])
+        # The ceiling run loads Health/Check as many times, same run.
         self.assertEqual(
             result["daemon_counter_deltas"],
-            {"reshard.v1.Planner/PlanLoad OK": requests + warmup})
+            {"reshard.v1.Planner/PlanLoad OK": requests + warmup,
+             "grpc.health.v1.Health/Check OK": 20000})
+        self.assertGreater(result["ceiling_requests_per_second"], 0)
+        self.assertGreater(result["share"], 0)
+
+    def test_h2load_short_mixed(self):
+        """The quick mode CI runs: ceiling, share and the mixed S1-8 + S5
+        run, every call OK."""
+        import load
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "load.json")
+            code = load.main(["--daemon", e.DAEMON, "--pygen", e.PYGEN,
+                              "--short", "--json", out])
+            self.assertEqual(code, 0, "scripts/load.py --short failed")
+            with open(out) as f:
+                result = json.load(f)
+        self.assertEqual(result["problems"], [])
+        self.assertEqual(result["mixed"]["large"]["h2load"]["succeeded"], 40)
+        self.assertEqual(result["mixed"]["small"]["h2load"]["succeeded"], 300)
+        self.assertGreater(result["mixed"]["small"]["latency_ms"]["samples"],
+                           0)
 
 
 if __name__ == "__main__":

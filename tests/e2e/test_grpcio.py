@@ -437,6 +437,45 @@ class CatalogTests(DaemonTestCase):
         self.assertEqual(list(by_id.batches), list(inline.batches))
         self.verify(by_id, self.desc, binding, keys)
 
+    def test_repeated_inline_targets_plan_the_same(self):
+        """The daemon keeps inline placements and bindings by their bytes
+        (docs/performance.md): repeats, new page keys with the same memory,
+        another page count and other limits all plan as from scratch, and a
+        binding broken after its good twin was kept is still refused."""
+        keys = self.keys(4)
+        self.fleet.register(self.pub.manifest_key, keys)
+        binding = e.make_binding(self.desc, self.part, 2, mode="contiguous")
+        first = self.fleet.plan(self.pub.model_domain, keys[:2], self.reader,
+                                binding)
+        for _ in range(3):
+            again = self.fleet.plan(self.pub.model_domain, keys[:2],
+                                    self.reader, binding)
+            self.assertEqual(again.SerializeToString(),
+                             first.SerializeToString())
+        self.verify(first, self.desc, binding, keys[:2])
+        moved = self.fleet.plan(self.pub.model_domain, keys[2:], self.reader,
+                                binding)
+        self.verify(moved, self.desc, binding, keys[2:])
+        limits = pb.Limits(max_batch_operations=3)
+        small = self.fleet.plan(self.pub.model_domain, keys[:2], self.reader,
+                                binding, limits=limits)
+        self.verify(small, self.desc, binding, keys[:2], limits)
+        self.assertGreater(len(small.batches), len(first.batches))
+        longer = e.make_binding(self.desc, self.part, 4, mode="contiguous")
+        for _ in range(2):
+            whole = self.fleet.plan(self.pub.model_domain, keys, self.reader,
+                                    longer)
+            self.verify(whole, self.desc, longer, keys)
+        # Two pages' memory for four pages: the span is not tiled.
+        self.assertRpcError(Code.INVALID_ARGUMENT, self.fleet.plan,
+                            self.pub.model_domain, keys, self.reader, binding)
+        broken = e.make_binding(self.desc, self.part, 2, mode="contiguous")
+        broken.message.ranges[0].token_stride_bytes = 1
+        details = self.assertRpcError(Code.INVALID_ARGUMENT, self.fleet.plan,
+                                      self.pub.model_domain, keys[:2],
+                                      self.reader, broken)
+        self.assertIn("binding.ranges[0]", details)
+
     def test_small_batches(self):
         keys = self.keys(3)
         self.fleet.register(self.pub.manifest_key, keys)

@@ -327,6 +327,33 @@ Test(plan, reader_r0_reads_head_zero) {
   check_stats();
 }
 
+Test(plan, a_binding_validated_before_gives_the_same_plan) {
+  add_source(layout_a(), "sha256:a");
+  ADD_PAGE(0);
+  plan_ok();
+  reshard_copy first[16];
+  size_t count = fx.plan.copy_count;
+  cr_assert_leq(count, 16);
+  memcpy(first, fx.plan.copies, count * sizeof *first);
+
+  /* Validated by the caller, e.g. from a cache of identical bindings, into
+   * memory the planner must only read. */
+  reshard_bound_binding bound;
+  const reshard_placement_part *part =
+      reshard_placement_find_part(&fx.placement, fx.participant);
+  cr_assert_eq(reshard_binding_validate(&fx.binding, &fx.placement.descriptor,
+                                        part, fx.pages, &fx.request.limits,
+                                        &arena, &bound, &fx.err),
+               RESHARD_OK, "%s", fx.err.message);
+  reshard_bound_binding copy = bound;
+  fx.request.bound_binding = &bound;
+  plan_ok();
+  cr_assert_eq(fx.plan.copy_count, count);
+  cr_assert_eq(memcmp(fx.plan.copies, first, count * sizeof *first), 0);
+  cr_assert_eq(memcmp(&bound, &copy, sizeof bound), 0, "bound was written");
+  check_stats();
+}
+
 Test(plan, plhd_two_pages_copies_by_hand) {
   /* Part 1 of B holds head 1: K [0, 8), V [8, 16) per page, whole blocks.
    * Reader: K tokens 0..3 at [0, 16), V at [16, 32). Per page, K and V

@@ -7,16 +7,35 @@
 
 typedef struct reshard_arena_chunk reshard_arena_chunk;
 
+/* Where an arena's chunks come from, when not from malloc: a daemon keeps
+ * freed chunks for the next request instead of returning them to the
+ * system and page-faulting them in again. `take` returns a block of at
+ * least `size` bytes and stores its real size in *capacity, or NULL;
+ * `give` takes back a block `take` returned, with that capacity. Both are
+ * called from whichever thread allocates from or destroys the arena, so a
+ * source shared by threads does its own locking. */
+typedef struct reshard_arena_source {
+  void *(*take)(void *context, size_t size, size_t *capacity);
+  void (*give)(void *context, void *block, size_t capacity);
+  void *context;
+} reshard_arena_source;
+
 /* Embed in the owner; zero-initialise or call reshard_arena_init. */
 typedef struct reshard_arena {
   reshard_arena_chunk *head;
   size_t chunk_size;  /* default size of a new chunk */
-  size_t total_bytes; /* bytes obtained from malloc, for accounting */
+  size_t total_bytes; /* bytes obtained for chunks, for accounting */
+  const reshard_arena_source *source; /* NULL: malloc and free */
 } reshard_arena;
 
 /* Prepares an empty arena whose chunks are at least `chunk_size` bytes
  * (0 selects 64 KiB). Allocates nothing until the first request. */
 void reshard_arena_init(reshard_arena *arena, size_t chunk_size);
+
+/* Like reshard_arena_init with chunks from `source` (not owned; it must
+ * outlive the arena). */
+void reshard_arena_init_from(reshard_arena *arena, size_t chunk_size,
+                             const reshard_arena_source *source);
 
 /* Returns `size` bytes aligned to `alignment` (a power of two, at most 64),
  * owned by the arena, or NULL when memory is exhausted or size overflows.
@@ -33,7 +52,8 @@ char *reshard_arena_strdup(reshard_arena *arena, const char *text);
 char *reshard_arena_strndup(reshard_arena *arena, const char *text,
                             size_t length);
 
-/* Frees every chunk; the arena may be reused after reshard_arena_init. */
+/* Frees every chunk (to its source, if any); the arena may be reused after
+ * reshard_arena_init. */
 void reshard_arena_destroy(reshard_arena *arena);
 
 /* Like reshard_arena_calloc without the zeroing, for arrays the caller

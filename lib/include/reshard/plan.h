@@ -44,6 +44,12 @@ typedef struct reshard_load_request {
   /* Also fold each batch into strided runs (SPEC §2.2 step 7). The
    * explicit copies and batches are returned either way. */
   bool runs;
+  /* Optional: `binding` as reshard_binding_validate validated it earlier
+   * for this placement's participant part, this page_count and these
+   * limits (a caller's cache of identical bindings). The planner then
+   * skips validation and only reads it, so one may serve concurrent
+   * plans. NULL: the planner validates `binding`. */
+  const reshard_bound_binding *bound_binding;
   /* Optional: polled between pages; when it returns true the planner
    * abandons the work and fails with DEADLINE_EXCEEDED. Called on the
    * planning thread. */

@@ -1,0 +1,409 @@
+/* reshard-roundtrip: the PlanLoad round trip against a live daemon, next to
+ * the planning it contains (SPEC §7: a round trip costs at most twice the
+ * planning). It starts reshardd on 127.0.0.1:0 with the memory catalog,
+ * publishes every SPEC §6 scenario's manifest, registers its pages and asks
+ * for its plan over gRPC with the C client, once with the paged reader of
+ * §6 and once with a contiguous NHD reader (one range per layer and
+ * component, all in one region: the memory the issue's Python comparison
+ * uses). Per row it prints the median round trip (the encoded response
+ * received, not decoded), the median in-process planning time of the same
+ * request with a warm join template (as the daemon has it), both per copy,
+ * and their ratio. Figures only: it fails (exit 1) when a call fails or
+ * the daemon's plan differs from the in-process one, never on time. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "reshard/join.h"
+#include "reshard_client.h"
+#include "scenario.h"
+#include "wire.h"
+
+#ifndef RESHARD_DAEMON_PATH
+#define RESHARD_DAEMON_PATH "reshardd"
+#endif
+
+typedef enum reader_memory { READER_PAGED, READER_CONTIGUOUS } reader_memory;
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int compare_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *samples, int count) {
+  qsort(samples, (size_t)count, sizeof *samples, compare_double);
+  return samples[count / 2];
+}
+
+/* ---- The daemon ---- */
+
+typedef struct daemon_proc {
+  pid_t pid;
+  char log_path[64];
+  char target[64];
+} daemon_proc;
+
+/* Starts `path` on 127.0.0.1:0 and reads the bound address from its
+ * `msg=listening` log line. */
+static int daemon_start(const char *path, daemon_proc *d) {
+  snprintf(d->log_path, sizeof d->log_path, "/tmp/reshard-roundtrip-XXXXXX");
+  int fd = mkstemp(d->log_path);
+  if (fd < 0) {
+    perror("mkstemp");
+    return -1;
+  }
+  d->pid = fork();
+  if (d->pid < 0) {
+    perror("fork");
+    close(fd);
+    return -1;
+  }
+  if (d->pid == 0) {
+    dup2(fd, STDERR_FILENO);
+    execl(path, path, "--listen", "127.0.0.1:0", "--catalog", "memory",
+          "--cache-bytes", "256M", (char *)NULL);
+    fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
+    _exit(127);
+  }
+  close(fd);
+  for (int tries = 0; tries < 200; tries++) {
+    FILE *log = fopen(d->log_path, "r");
+    char line[1024];
+    while (log != NULL && fgets(line, sizeof line, log) != NULL) {
+      const char *at = strstr(line, "msg=listening address=");
+      if (at != NULL) {
+        at += strlen("msg=listening address=");
+        size_t n = strcspn(at, " \n");
+        if (n < sizeof d->target) {
+          memcpy(d->target, at, n);
+          d->target[n] = '\0';
+          fclose(log);
+          return 0;
+        }
+      }
+    }
+    if (log != NULL) {
+      fclose(log);
+    }
+    int status;
+    if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+      fprintf(stderr, "reshardd exited before listening (see %s)\n",
+              d->log_path);
+      d->pid = -1;
+      return -1;
+    }
+    usleep(50 * 1000);
+  }
+  fprintf(stderr, "reshardd did not listen within 10 s (see %s)\n",
+          d->log_path);
+  return -1;
+}
+
+static int daemon_stop(daemon_proc *d) {
+  int status = 0;
+  if (d->pid > 0) {
+    kill(d->pid, SIGTERM);
+    waitpid(d->pid, &status, 0);
+  }
+  unlink(d->log_path);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+/* ---- Requests ---- */
+
+/* Replaces the scenario's paged binding by one range per (layer,
+ * component) over the whole token span, NHD, all in one region. */
+static reshard_status contiguous_binding(const scenario_spec *spec,
+                                         uint64_t pages, scenario *s,
+                                         reshard_arena *arena,
+                                         reshard_error *err) {
+  const reshard_placement_part *part =
+      reshard_placement_find_part(&s->reader, s->binding.participant_id);
+  unsigned components = spec->value_dim == 0 ? 1 : 2;
+  uint64_t tokens = pages * spec->page_size;
+  uint64_t groups = part->layer_count * components;
+  reshard_binding_range *ranges =
+      RESHARD_ARENA_NEW(arena, reshard_binding_range, groups);
+  reshard_region *region = RESHARD_ARENA_NEW(arena, reshard_region, 1);
+  if (ranges == NULL || region == NULL) {
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  uint64_t offset = 0;
+  for (uint64_t l = 0; l < part->layer_count; l++) {
+    for (unsigned c = 0; c < components; c++) {
+      uint64_t hb = (c == 0 ? spec->key_dim : spec->value_dim) * spec->itemsize;
+      ranges[l * components + c] = (reshard_binding_range){
+          .global_layer_id = part->layer_ids[l],
+          .component = c == 0 ? RESHARD_COMPONENT_KEY : RESHARD_COMPONENT_VALUE,
+          .token_start = 0,
+          .token_count = tokens,
+          .head_start = part->head_start,
+          .head_count = part->head_count,
+          .region_id = "kv",
+          .offset_bytes = offset,
+          .token_stride_bytes = part->head_count * hb,
+          .head_stride_bytes = hb,
+      };
+      offset += tokens * part->head_count * hb;
+    }
+  }
+  *region = (reshard_region){"kv", 1ull << 20, offset};
+  s->binding.regions = region;
+  s->binding.region_count = 1;
+  s->binding.ranges = ranges;
+  s->binding.range_count = groups;
+  return RESHARD_OK;
+}
+
+/* Publishes the scenario's manifest and registers its pages; fills the
+ * PlanLoad request (inline placement, as an inference engine sends it). */
+static int set_up(reshard_client *client, const scenario_spec *spec,
+                  uint64_t pages, const scenario *s, reshard_arena *arena,
+                  Reshard__V1__PlanLoadRequest *plan_load) {
+  reshard_manifest manifest = {
+      .name_space = "reshard-roundtrip",
+      .model_id = spec->name,
+      .model_revision = "r1",
+      .semantic_fingerprint = "kv",
+      .layout = s->upload.layout,
+  };
+  Reshard__V1__PublishManifestRequest publish =
+      RESHARD__V1__PUBLISH_MANIFEST_REQUEST__INIT;
+  publish.manifest = reshard_wire_manifest_to_pb(&manifest, arena);
+  reshard_client_status st;
+  Reshard__V1__PublishManifestResponse *published = NULL;
+  if (publish.manifest == NULL ||
+      reshard_client_publish_manifest(client, &publish, 0, &published, &st) !=
+          RESHARD_STATUS_OK) {
+    fprintf(stderr, "%s: PublishManifest: %s\n", spec->name, st.message);
+    return -1;
+  }
+  char **page_keys = RESHARD_ARENA_NEW(arena, char *, pages);
+  for (uint64_t p = 0; page_keys != NULL && p < pages; p++) {
+    char key[64];
+    snprintf(key, sizeof key, "%.2s-page-%05llu", spec->name,
+             (unsigned long long)p);
+    page_keys[p] = reshard_arena_strdup(arena, key);
+  }
+  Reshard__V1__RegisterPagesRequest registered =
+      RESHARD__V1__REGISTER_PAGES_REQUEST__INIT;
+  registered.manifest_key =
+      reshard_arena_strdup(arena, published->manifest_key);
+  registered.n_page_keys = pages;
+  registered.page_keys = page_keys;
+  reshard__v1__plan_load_request__init(plan_load);
+  plan_load->model_domain =
+      reshard_arena_strdup(arena, published->model_domain);
+  reshard__v1__publish_manifest_response__free_unpacked(published, NULL);
+  Reshard__V1__RegisterPagesResponse *added = NULL;
+  if (page_keys == NULL ||
+      reshard_client_register_pages(client, &registered, 0, &added, &st) !=
+          RESHARD_STATUS_OK) {
+    fprintf(stderr, "%s: RegisterPages: %s\n", spec->name, st.message);
+    return -1;
+  }
+  reshard__v1__register_pages_response__free_unpacked(added, NULL);
+  plan_load->n_page_keys = pages;
+  plan_load->page_keys = page_keys;
+  plan_load->target_case = RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT;
+  plan_load->placement = reshard_wire_placement_to_pb(&s->reader, arena);
+  plan_load->binding = reshard_wire_binding_to_pb(&s->binding, arena);
+  plan_load->operation_id = "roundtrip";
+  return plan_load->placement != NULL && plan_load->binding != NULL ? 0 : -1;
+}
+
+/* ---- One row ---- */
+
+typedef struct row {
+  uint64_t copies;
+  size_t response_bytes;
+  double plan_ns;  /* median in-process planning, warm join template */
+  double round_ns; /* median round trip */
+} row;
+
+static int measure(reshard_client *client, const scenario_spec *spec,
+                   uint64_t pages, reader_memory memory, int runs, row *out) {
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_error err;
+  scenario s;
+  int result = -1;
+  double *samples = malloc(sizeof(double) * (size_t)runs);
+  reshard_join *join = NULL;
+  Reshard__V1__PlanLoadRequest request;
+  if (samples == NULL ||
+      scenario_build(spec, pages, 0, 42, &arena, &s, &err) != RESHARD_OK ||
+      (memory == READER_CONTIGUOUS &&
+       contiguous_binding(spec, pages ? pages : spec->pages, &s, &arena,
+                          &err) != RESHARD_OK)) {
+    fprintf(stderr, "%s: %s\n", spec->name, err.message);
+    goto done;
+  }
+  join = reshard_join_build(
+      &s.upload.layout,
+      reshard_placement_find_part(&s.reader, s.binding.participant_id), &err);
+  if (join == NULL) {
+    fprintf(stderr, "%s: join: %s\n", spec->name, err.message);
+    goto done;
+  }
+  s.source.join = join;
+  for (int r = 0; r < runs; r++) {
+    reshard_arena scratch;
+    reshard_arena_init(&scratch, 0);
+    reshard_load_plan plan;
+    double start = now_ns();
+    reshard_status status =
+        reshard_plan_load(&s.request, &scratch, &plan, &err);
+    samples[r] = now_ns() - start;
+    if (status == RESHARD_OK) {
+      out->copies = plan.operations;
+    }
+    reshard_arena_destroy(&scratch);
+    if (status != RESHARD_OK) {
+      fprintf(stderr, "%s: plan: %s\n", spec->name, err.message);
+      goto done;
+    }
+  }
+  out->plan_ns = median(samples, runs);
+
+  if (set_up(client, spec, s.request.page_count, &s, &arena, &request) != 0) {
+    goto done;
+  }
+  size_t length = protobuf_c_message_get_packed_size(&request.base);
+  uint8_t *bytes = reshard_arena_alloc(&arena, length, 16);
+  if (bytes == NULL) {
+    goto done;
+  }
+  protobuf_c_message_pack(&request.base, bytes);
+  /* The first call builds and caches the join template, as in production
+   * the first request of a reader shape does. */
+  for (int r = -2; r < runs; r++) {
+    reshard_client_status st;
+    uint8_t *response = NULL;
+    size_t response_length = 0;
+    double start = now_ns();
+    int code = reshard_client_call_raw(client, "/reshard.v1.Planner/PlanLoad",
+                                       bytes, length, 60000, &response,
+                                       &response_length, &st);
+    double elapsed = now_ns() - start;
+    if (code != RESHARD_STATUS_OK) {
+      fprintf(stderr, "%s: PlanLoad: %s: %s\n", spec->name,
+              reshard_status_code_name(code), st.message);
+      goto done;
+    }
+    if (r == -2) {
+      Reshard__V1__PlanLoadResponse *decoded =
+          reshard__v1__plan_load_response__unpack(NULL, response_length,
+                                                  response);
+      bool same = decoded != NULL && decoded->stats != NULL &&
+                  decoded->stats->operations == out->copies;
+      if (decoded != NULL) {
+        reshard__v1__plan_load_response__free_unpacked(decoded, NULL);
+      }
+      if (!same) {
+        fprintf(stderr, "%s: the daemon's plan differs from the local one\n",
+                spec->name);
+        free(response);
+        goto done;
+      }
+    }
+    free(response);
+    out->response_bytes = response_length;
+    if (r >= 0) {
+      samples[r] = elapsed;
+    }
+  }
+  out->round_ns = median(samples, runs);
+  result = 0;
+done:
+  reshard_join_free(join);
+  free(samples);
+  reshard_arena_destroy(&arena);
+  return result;
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: reshard-roundtrip [--daemon PATH] [--runs N] [--pages N] "
+          "[--scenario PREFIX] [--short]\n"
+          "  --short: 3 runs, 4 pages per scenario (CI keeps it running)\n");
+}
+
+int main(int argc, char **argv) {
+  const char *daemon_path = RESHARD_DAEMON_PATH;
+  const char *only = NULL;
+  int runs = 30;
+  uint64_t pages = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--short") == 0) {
+      runs = 3;
+      pages = 4;
+    } else if (i + 1 < argc && strcmp(argv[i], "--daemon") == 0) {
+      daemon_path = argv[++i];
+    } else if (i + 1 < argc && strcmp(argv[i], "--runs") == 0) {
+      runs = atoi(argv[++i]);
+    } else if (i + 1 < argc && strcmp(argv[i], "--pages") == 0) {
+      pages = strtoull(argv[++i], NULL, 10);
+    } else if (i + 1 < argc && strcmp(argv[i], "--scenario") == 0) {
+      only = argv[++i];
+    } else {
+      usage();
+      return 2;
+    }
+  }
+  if (runs < 1) {
+    runs = 1;
+  }
+  daemon_proc daemon;
+  if (daemon_start(daemon_path, &daemon) != 0) {
+    return 1;
+  }
+  reshard_client *client = reshard_client_open(daemon.target, 60000);
+  printf("reshard-roundtrip: reshardd at %s, %d calls per row, one client, "
+         "medians\n",
+         daemon.target, runs);
+  printf("%-16s %-10s %9s %11s | %10s %8s | %10s %8s | %6s\n", "scenario",
+         "reader", "copies", "response", "plan", "ns/cp", "round trip", "ns/cp",
+         "ratio");
+  int failures = client == NULL;
+  for (size_t i = 0;
+       client != NULL && i < sizeof scenario_specs / sizeof scenario_specs[0];
+       i++) {
+    const scenario_spec *spec = &scenario_specs[i];
+    if (only != NULL && strncmp(spec->name, only, strlen(only)) != 0) {
+      continue;
+    }
+    for (int m = READER_PAGED; m <= READER_CONTIGUOUS; m++) {
+      row r = {0};
+      if (measure(client, spec, pages, (reader_memory)m, runs, &r) != 0) {
+        failures++;
+        continue;
+      }
+      double copies = r.copies ? (double)r.copies : 1.0;
+      printf("%-16s %-10s %9llu %9.1fKB | %8.1fus %8.1f | %8.1fus %8.1f | "
+             "%6.2f\n",
+             spec->name, m == READER_PAGED ? "paged" : "contiguous",
+             (unsigned long long)r.copies, (double)r.response_bytes / 1e3,
+             r.plan_ns / 1e3, r.plan_ns / copies, r.round_ns / 1e3,
+             r.round_ns / copies, r.round_ns / r.plan_ns);
+      fflush(stdout);
+    }
+  }
+  reshard_client_close(client);
+  if (daemon_stop(&daemon) != 0) {
+    fprintf(stderr, "reshardd did not exit cleanly after SIGTERM\n");
+    failures++;
+  }
+  return failures ? 1 : 0;
+}

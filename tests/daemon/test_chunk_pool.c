@@ -1,0 +1,102 @@
+/* Tests daemon/chunk_pool.c: blocks are reused by size class, the pool
+ * keeps no more than its bound, and arenas run on it. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "chunk_pool.h"
+
+Test(chunk_pool, reuses_a_given_back_block_of_the_same_class) {
+  reshard_chunk_pool *pool = reshard_chunk_pool_create(1 << 20);
+  size_t capacity = 0;
+  void *block = reshard_chunk_pool_take(pool, 20000, &capacity);
+  cr_assert_not_null(block);
+  cr_assert_eq(capacity, 20480, "20000 bytes round up to 1.25 x 16 KiB");
+  memset(block, 7, capacity);
+  reshard_chunk_pool_give(pool, block, capacity);
+  size_t again = 0;
+  void *reused = reshard_chunk_pool_take(pool, 16385, &again);
+  cr_assert_eq(reused, block);
+  cr_assert_eq(again, 20480);
+  size_t other = 0;
+  void *larger = reshard_chunk_pool_take(pool, 20481, &other);
+  cr_assert_neq(larger, block);
+  cr_assert_eq(other, 24576);
+  reshard_chunk_pool_stats stats;
+  reshard_chunk_pool_get_stats(pool, &stats);
+  cr_assert_eq(stats.takes, 3);
+  cr_assert_eq(stats.reuses, 1);
+  reshard_chunk_pool_give(pool, reused, again);
+  reshard_chunk_pool_give(pool, larger, other);
+  reshard_chunk_pool_free(pool);
+}
+
+Test(chunk_pool, keeps_at_most_its_bound) {
+  reshard_chunk_pool *pool = reshard_chunk_pool_create(100000);
+  void *blocks[4];
+  size_t capacity[4];
+  for (int i = 0; i < 4; i++) {
+    blocks[i] = reshard_chunk_pool_take(pool, 32768, &capacity[i]);
+    cr_assert_eq(capacity[i], 32768);
+    cr_assert_not_null(blocks[i]);
+  }
+  for (int i = 0; i < 4; i++) {
+    reshard_chunk_pool_give(pool, blocks[i], capacity[i]);
+  }
+  reshard_chunk_pool_stats stats;
+  reshard_chunk_pool_get_stats(pool, &stats);
+  cr_assert_eq(stats.kept_blocks, 3, "3 x 32 KiB fit under 100 000 bytes");
+  cr_assert_leq(stats.kept_bytes, 100000);
+  reshard_chunk_pool_free(pool);
+}
+
+Test(chunk_pool, serves_blocks_beyond_the_largest_class_unpooled) {
+  reshard_chunk_pool *pool = reshard_chunk_pool_create(1u << 30);
+  size_t capacity = 0;
+  size_t size = ((size_t)64 << 20) + 1;
+  void *block = reshard_chunk_pool_take(pool, size, &capacity);
+  cr_assert_not_null(block);
+  cr_assert_eq(capacity, size);
+  reshard_chunk_pool_give(pool, block, capacity);
+  reshard_chunk_pool_stats stats;
+  reshard_chunk_pool_get_stats(pool, &stats);
+  cr_assert_eq(stats.kept_blocks, 0);
+  reshard_chunk_pool_free(pool);
+}
+
+Test(chunk_pool, backs_an_arena) {
+  reshard_chunk_pool *pool = reshard_chunk_pool_create(1 << 20);
+  for (int round = 0; round < 2; round++) {
+    reshard_arena arena;
+    reshard_arena_init_from(&arena, 16 * 1024, reshard_chunk_pool_source(pool));
+    for (int i = 0; i < 100; i++) {
+      char *text = reshard_arena_strdup(&arena, "a page key");
+      cr_assert_str_eq(text, "a page key");
+    }
+    cr_assert_not_null(reshard_arena_alloc(&arena, 200000, 64));
+    reshard_arena_destroy(&arena);
+  }
+  reshard_chunk_pool_stats stats;
+  reshard_chunk_pool_get_stats(pool, &stats);
+  cr_assert_eq(stats.reuses, stats.takes / 2,
+               "the second arena reuses every block of the first");
+  reshard_chunk_pool_free(pool);
+}
+
+Test(chunk_pool, rounds_up_to_a_quarter_octave) {
+  reshard_chunk_pool *pool = reshard_chunk_pool_create(0);
+  static const size_t cases[][2] = {
+      {1, 16384},       {16384, 16384},
+      {16385, 20480},   {24577, 28672},
+      {28673, 32768},   {65537, 81920},
+      {100000, 114688}, {(size_t)64 << 20, (size_t)64 << 20},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    size_t capacity = 0;
+    void *block = reshard_chunk_pool_take(pool, cases[i][0], &capacity);
+    cr_assert_not_null(block);
+    cr_assert_eq(capacity, cases[i][1], "%zu bytes: class %zu, want %zu",
+                 cases[i][0], capacity, cases[i][1]);
+    reshard_chunk_pool_give(pool, block, capacity);
+  }
+  reshard_chunk_pool_free(pool);
+}
