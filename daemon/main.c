@@ -14,6 +14,7 @@
 #include "catalog.h"
 #include "catalog_timed.h"
 #include "config.h"
+#include "decode.h"
 #include "health.h"
 #include "log.h"
 #include "metrics.h"
@@ -238,6 +239,8 @@ int main(int argc, char **argv) {
                             ? GPR_LOG_SEVERITY_INFO
                             : GPR_LOG_SEVERITY_ERROR);
   grpc_init();
+  /* Every request is decoded under the same caps its handler applies. */
+  reshard_decode_set_caps(&a.config.limits);
 
   reshard_server_options options = {
       .listen = a.config.listen,
