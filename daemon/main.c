@@ -247,6 +247,12 @@ int main(int argc, char **argv) {
       .max_request_bytes = a.config.max_request_bytes,
       .drain_timeout_ms = a.config.drain_timeout_ms,
       .metrics = a.metrics,
+      .max_inflight_bytes = a.config.max_inflight_bytes,
+      .default_deadline_ms = a.config.default_deadline_ms,
+      .max_concurrent_streams = (unsigned)a.config.max_concurrent_streams,
+      .keepalive_time_ms = a.config.keepalive_time_ms,
+      .keepalive_timeout_ms = a.config.keepalive_timeout_ms,
+      .max_connection_idle_ms = a.config.max_connection_idle_ms,
   };
   a.server = reshard_server_create(&a.loop, &options, &err);
   if (a.server != NULL) {

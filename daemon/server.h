@@ -57,6 +57,14 @@ typedef struct reshard_server_options {
   uint64_t drain_timeout_ms;  /* bound on in-flight calls after drain */
   unsigned request_slots;     /* outstanding request_call; 0 picks 32 */
   reshard_metrics *metrics;   /* calls are counted here; may be NULL */
+  /* Resource bounds (SPEC §3.5, docs/security.md); 0 means the default
+   * named, except where "off" is said. */
+  uint64_t max_inflight_bytes;     /* 0: unlimited (off) */
+  uint64_t default_deadline_ms;    /* unary calls sent without one; 0: off */
+  unsigned max_concurrent_streams; /* per connection; 0 picks 100 */
+  uint64_t keepalive_time_ms;      /* ping an idle connection; 0 picks 60 s */
+  uint64_t keepalive_timeout_ms;   /* close when unanswered; 0 picks 20 s */
+  uint64_t max_connection_idle_ms; /* close without calls; 0 picks 5 min */
 } reshard_server_options;
 
 /* Creates the server on `loop` (grpc_init must have been called). Returns
@@ -98,6 +106,8 @@ typedef struct reshard_server_stats {
   uint64_t calls_finished;
   uint64_t calls_by_code[17]; /* indexed by grpc_status_code */
   uint64_t in_flight;
+  uint64_t inflight_bytes;   /* charged against --max-inflight-bytes */
+  uint64_t inflight_waiting; /* calls waiting for room */
 } reshard_server_stats;
 void reshard_server_get_stats(const reshard_server *server,
                               reshard_server_stats *out);
