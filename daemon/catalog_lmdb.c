@@ -113,6 +113,12 @@ static reshard_status lmdb_error(const lmdb_catalog *c, reshard_error *err,
         " bytes holds",
         c->path, what, c->map_size);
   }
+  if (rc == ENOSPC || rc == EDQUOT) {
+    /* The client can retry elsewhere or later; nothing of ours broke. */
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "catalog lmdb:%s: the disk is full (%s): %s",
+                             c->path, mdb_strerror(rc), what);
+  }
   return reshard_error_set(err, RESHARD_INTERNAL, "catalog lmdb:%s: %s: %s",
                            c->path, what, mdb_strerror(rc));
 }
@@ -942,7 +948,7 @@ static int make_dirs(const char *path) {
   for (char *p = copy + 1; *p; p++) {
     if (*p == '/') {
       *p = '\0';
-      if (mkdir(copy, 0755) != 0 && errno != EEXIST) {
+      if (mkdir(copy, 0700) != 0 && errno != EEXIST) {
         int saved = errno;
         free(copy);
         return saved;
@@ -950,7 +956,8 @@ static int make_dirs(const char *path) {
       *p = '/';
     }
   }
-  int rc = mkdir(copy, 0755) != 0 && errno != EEXIST ? errno : 0;
+  /* The catalog is readable by the daemon's user only (SPEC §3.5). */
+  int rc = mkdir(copy, 0700) != 0 && errno != EEXIST ? errno : 0;
   free(copy);
   return rc;
 }
@@ -1177,7 +1184,7 @@ reshard_status reshard_catalog_lmdb_open(uv_loop_t *loop, const char *path,
     rc = mdb_env_set_mapsize(c->env, (size_t)map_size);
   }
   if (rc == 0) {
-    rc = mdb_env_open(c->env, path, MDB_NOTLS, 0644);
+    rc = mdb_env_open(c->env, path, MDB_NOTLS, 0600);
   }
   if (rc != 0) {
     mdb_env_close(c->env);

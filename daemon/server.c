@@ -553,12 +553,32 @@ static void start_handler(reshard_call *call) {
   call->method->fn(call, call->method->data);
 }
 
+static void start_recv(reshard_call *call) {
+  grpc_op recv_op;
+  memset(&recv_op, 0, sizeof recv_op);
+  recv_op.op = GRPC_OP_RECV_MESSAGE;
+  recv_op.data.recv_message.recv_message = &call->recv_buffer;
+  if (start_batch(call, &recv_op, 1, &call->recv_tag) != GRPC_CALL_OK) {
+    finish(call, GRPC_STATUS_INTERNAL, "cannot receive the request");
+    return;
+  }
+  call->awaiting_request = true;
+}
+
 static void on_admitted(reshard_inflight_waiter *waiter) {
   reshard_call *call =
       (reshard_call *)((char *)waiter - offsetof(reshard_call, waiter));
   call->charged = waiter->bytes;
   publish_inflight(call->server);
-  start_handler(call);
+  start_recv(call);
+}
+
+/* What a call is charged before its request is read: the largest request
+ * twice (gRPC's buffer and our copy) and decoding scratch. gRPC reads no
+ * more of a stream than its flow-control window until the request is
+ * asked for, so calls waiting here hold almost nothing. */
+static uint64_t admission_bytes(const reshard_server *server) {
+  return 4 * server->options.max_request_bytes + CALL_BASE_BYTES;
 }
 
 static void on_recv(reshard_call *call, int success) {
@@ -612,14 +632,18 @@ static void on_recv(reshard_call *call, int success) {
     call->holds_drain = true;
     call->server->in_flight++;
   }
-  uint64_t bytes = 2 * (uint64_t)length + CALL_BASE_BYTES;
-  if (!reshard_inflight_acquire(&call->server->inflight, &call->waiter, bytes,
-                                on_admitted)) {
-    publish_inflight(call->server);
-    return; /* on_admitted, or the sweep at the deadline */
+  if (call->charged != 0) {
+    /* Now the size is known: keep the request, its copy and room to
+     * decode it (what decoding really takes is charged when the call
+     * finishes), and give the rest back to calls waiting. */
+    uint64_t keep = 4 * (uint64_t)length + CALL_BASE_BYTES;
+    if (keep < call->charged) {
+      uint64_t excess = call->charged - keep;
+      call->charged = keep;
+      reshard_inflight_release(&call->server->inflight, excess);
+      publish_inflight(call->server);
+    }
   }
-  call->charged = bytes;
-  publish_inflight(call->server);
   start_handler(call);
 }
 
@@ -627,6 +651,13 @@ static void on_close(reshard_call *call) {
   call->pending--;
   if (call->close_cancelled) {
     atomic_store_explicit(&call->cancelled, true, memory_order_relaxed);
+  }
+  if (call->waiter.queued && !call->finished) {
+    /* Gone while waiting for room: give its place up now. */
+    reshard_inflight_cancel(&call->server->inflight, &call->waiter);
+    publish_inflight(call->server);
+    finish(call, GRPC_STATUS_CANCELLED, "the client went away while waiting");
+    return;
   }
   if (call->method != NULL &&
       (call->method->flags & RESHARD_METHOD_STREAMING) && !call->finished) {
@@ -708,8 +739,6 @@ static void on_sweep(uv_timer_t *timer) {
       /* nothing to do */
     } else if (call->waiter.queued && reshard_call_expired(call)) {
       reshard_inflight_cancel(&server->inflight, &call->waiter);
-      grpc_byte_buffer_destroy(call->recv_buffer);
-      call->recv_buffer = NULL;
       publish_inflight(server);
       finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
              "in-flight memory limit (--max-inflight-bytes) still full at "
@@ -816,15 +845,20 @@ static void on_request(reshard_server *server, request_slot *slot,
            "deadline exceeded before the call started");
     return;
   }
-  grpc_op recv_op;
-  memset(&recv_op, 0, sizeof recv_op);
-  recv_op.op = GRPC_OP_RECV_MESSAGE;
-  recv_op.data.recv_message.recv_message = &call->recv_buffer;
-  if (start_batch(call, &recv_op, 1, &call->recv_tag) != GRPC_CALL_OK) {
-    finish(call, GRPC_STATUS_INTERNAL, "cannot receive the request");
+  /* Health checks are tiny and must answer under any load. */
+  if (call->method->flags & RESHARD_METHOD_WHILE_DRAINING) {
+    start_recv(call);
     return;
   }
-  call->awaiting_request = true;
+  uint64_t bytes = admission_bytes(server);
+  if (reshard_inflight_acquire(&server->inflight, &call->waiter, bytes,
+                               on_admitted)) {
+    call->charged = bytes;
+    start_recv(call);
+  }
+  /* Otherwise on_admitted runs, or the sweep ends the call at its
+   * deadline. */
+  publish_inflight(server);
 }
 
 static void arm_slot(reshard_server *server, request_slot *slot) {
@@ -944,11 +978,7 @@ static void begin_shutdown(reshard_server *server) {
                      (call->method->flags & RESHARD_METHOD_STREAMING);
     if (!call->finished &&
         (streaming || call->awaiting_request || call->waiter.queued)) {
-      if (call->waiter.queued) {
-        reshard_inflight_cancel(&server->inflight, &call->waiter);
-        grpc_byte_buffer_destroy(call->recv_buffer);
-        call->recv_buffer = NULL;
-      }
+      reshard_inflight_cancel(&server->inflight, &call->waiter);
       finish(call, GRPC_STATUS_UNAVAILABLE, "reshardd is shutting down");
     }
     call = next;
