@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "log.h"
 
@@ -104,6 +105,14 @@ typedef struct lmdb_catalog {
 
 /* ---- Errors ---- */
 
+/* LMDB reports a short write (what a full disk gives pwrite) as EIO; the
+ * filesystem tells whether that is what happened. */
+static bool disk_full(const char *path) {
+  struct statvfs fs;
+  return statvfs(path, &fs) == 0 &&
+         (uint64_t)fs.f_bavail * fs.f_frsize < 1024 * 1024;
+}
+
 static reshard_status lmdb_error(const lmdb_catalog *c, reshard_error *err,
                                  int rc, const char *what) {
   if (rc == MDB_MAP_FULL) {
@@ -113,7 +122,7 @@ static reshard_status lmdb_error(const lmdb_catalog *c, reshard_error *err,
         " bytes holds",
         c->path, what, c->map_size);
   }
-  if (rc == ENOSPC || rc == EDQUOT) {
+  if (rc == ENOSPC || rc == EDQUOT || (rc == EIO && disk_full(c->path))) {
     /* The client can retry elsewhere or later; nothing of ours broke. */
     return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
                              "catalog lmdb:%s: the disk is full (%s): %s",
