@@ -509,7 +509,7 @@ def calls_in_flight(out, binary):
         results.extend(done.stdout.split())
 
     attack(out, daemon, "32 concurrent 4 MiB calls, 32 MiB in-flight budget",
-           many, bound=budget + 64 * MiB)
+           many, bound=budget + 32 * MiB)
     codes = sorted(set(results))
     out.check("calls in flight: every call answered", codes == ["OK"] and
               len(results) == 32, "codes %s" % results)
