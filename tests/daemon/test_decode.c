@@ -30,6 +30,9 @@ static void teardown(void) {
 TestSuite(decode, .init = setup, .fini = teardown);
 
 static void put(wire *w, const void *bytes, size_t n) {
+  if (n == 0) {
+    return;
+  }
   if (w->length + n > w->capacity) {
     w->capacity = (w->length + n) * 2;
     w->data = realloc(w->data, w->capacity);

@@ -163,7 +163,8 @@ class RawConnection:
 # ---- the daemon ----
 
 
-DAEMONS = []
+DAEMONS = []  # every daemon started, for the final checks
+SANITIZER_REPORT = re.compile(r"ERROR: (Address|Leak)Sanitizer|runtime error:")
 
 
 class Daemon:
@@ -173,7 +174,7 @@ class Daemon:
                             catalog, "--metrics-listen", "127.0.0.1:0"] +
             list(args),
             stderr=subprocess.PIPE, text=True, cwd=cwd)
-        DAEMONS.append(self.proc)
+        DAEMONS.append(self)
         self.lines = []
         self.address = self.metrics = None
         ready = threading.Event()
@@ -258,11 +259,12 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
-            return self.proc.wait(timeout)
+            self.exit_code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            return None
+            self.exit_code = None
+        return self.exit_code
 
 
 class HealthProbe:
@@ -763,10 +765,17 @@ def main(argv=None):
             fn(out, args.reshardd)
         except Exception as error:  # noqa: BLE001 - report and go on
             out.check(fn.__name__, False, "raised %r" % (error,))
-    for proc in DAEMONS:  # those a failed class left running
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    codes = []
+    for daemon in DAEMONS:
+        if daemon.proc.poll() is None:  # a failed class left it running
+            daemon.stop()
+        time.sleep(0.1)  # the stderr pump takes the last lines
+        codes.append(daemon.exit_code)
+    reports = [line for daemon in DAEMONS for line in daemon.lines
+               if SANITIZER_REPORT.search(line)]
+    out.check("every daemon exited 0 after SIGTERM, no sanitizer report",
+              all(code == 0 for code in codes) and not reports,
+              "exit codes %s; %s" % (codes, reports[:3]))
     print("%d passed, %d failed" % (out.passed, out.failed))
     sys.stdout.flush()
     # grpcio's threads can hold a normal interpreter exit.
