@@ -51,7 +51,7 @@ static const option options[] = {
      "how long in-flight calls may run after SIGTERM (default 20s)"},
     {"max-request-bytes", "RESHARDD_MAX_REQUEST_BYTES", OPTION_SIZE,
      FIELD(max_request_bytes), "SIZE",
-     "largest request message accepted (default 64M)"},
+     "largest request message accepted (default 16M)"},
     {"inline-plan-max-values", "RESHARDD_INLINE_PLAN_MAX_VALUES", OPTION_NUMBER,
      FIELD(inline_plan_max_values), "N",
      "plan PlanLoads binding at most N (token, head) values on the loop "

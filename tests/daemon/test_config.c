@@ -40,7 +40,7 @@ Test(config, defaults) {
   cr_assert_eq(config.log_level, RESHARD_LOG_INFO);
   cr_assert_null(config.metrics_listen);
   cr_assert_eq(config.drain_timeout_ms, 20000);
-  cr_assert_eq(config.max_request_bytes, 64ull << 20);
+  cr_assert_eq(config.max_request_bytes, 16ull << 20);
   cr_assert_eq(config.inline_plan_max_values, 4096);
   reshard_limits defaults = reshard_limits_default();
   cr_assert_eq(memcmp(&config.limits, &defaults, sizeof defaults), 0);

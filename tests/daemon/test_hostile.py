@@ -396,10 +396,10 @@ def identity_blowup(out, binary):
 
 
 def tiny_elements(out, binary):
-    """16 MiB requests of empty elements: ranges, page keys, unknown
-    fields."""
+    """12 MiB requests (under the default --max-request-bytes) of empty
+    elements: ranges, page keys, unknown fields."""
     daemon = Daemon(binary)
-    size = 16 * MiB
+    size = 12 * MiB
     cases = [
         ("empty binding ranges", "PlanLoad",
          field(6, b"\x22\x00" * (size // 2)), "max_ranges"),
