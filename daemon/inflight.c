@@ -6,8 +6,10 @@ void reshard_inflight_init(reshard_inflight *inflight, uint64_t limit) {
   *inflight = (reshard_inflight){.limit = limit};
 }
 
+/* Room for `bytes` now, or every byte in use is held by calls waiting (so
+ * nothing running would ever give room back). */
 static bool fits(const reshard_inflight *inflight, uint64_t bytes) {
-  return inflight->limit == 0 || inflight->used == 0 ||
+  return inflight->limit == 0 || inflight->used <= inflight->held_waiting ||
          (bytes <= inflight->limit &&
           inflight->used <= inflight->limit - bytes);
 }
@@ -24,9 +26,14 @@ static void unlink_waiter(reshard_inflight *inflight,
   } else {
     inflight->tail = waiter->prev;
   }
+  if (inflight->last_holding == waiter) {
+    inflight->last_holding =
+        waiter->prev != NULL && waiter->prev->held != 0 ? waiter->prev : NULL;
+  }
   waiter->prev = waiter->next = NULL;
   waiter->queued = false;
   inflight->waiting--;
+  inflight->held_waiting -= waiter->held;
 }
 
 /* Admits from the head while the head fits. */
@@ -41,23 +48,37 @@ static void admit_waiters(reshard_inflight *inflight) {
 
 bool reshard_inflight_acquire(reshard_inflight *inflight,
                               reshard_inflight_waiter *waiter, uint64_t bytes,
-                              reshard_inflight_admit_fn admit) {
+                              uint64_t held, reshard_inflight_admit_fn admit) {
   waiter->bytes = bytes;
+  waiter->held = held;
   waiter->admit = admit;
   if (inflight->head == NULL && fits(inflight, bytes)) {
     reshard_inflight_charge(inflight, bytes);
     return true;
   }
-  waiter->next = NULL;
-  waiter->prev = inflight->tail;
-  if (inflight->tail != NULL) {
-    inflight->tail->next = waiter;
+  /* Calls holding bytes go after those holding bytes, ahead of the rest. */
+  reshard_inflight_waiter *after =
+      held != 0 ? inflight->last_holding : inflight->tail;
+  waiter->prev = after;
+  waiter->next = after != NULL ? after->next : inflight->head;
+  if (waiter->next != NULL) {
+    waiter->next->prev = waiter;
+  } else {
+    inflight->tail = waiter;
+  }
+  if (after != NULL) {
+    after->next = waiter;
   } else {
     inflight->head = waiter;
   }
-  inflight->tail = waiter;
+  if (held != 0) {
+    inflight->last_holding = waiter;
+  }
   waiter->queued = true;
   inflight->waiting++;
+  inflight->held_waiting += held;
+  /* The bytes this call holds may be the last ones in use. */
+  admit_waiters(inflight);
   return false;
 }
 
@@ -66,11 +87,8 @@ void reshard_inflight_cancel(reshard_inflight *inflight,
   if (!waiter->queued) {
     return;
   }
-  bool was_head = inflight->head == waiter;
   unlink_waiter(inflight, waiter);
-  if (was_head) {
-    admit_waiters(inflight);
-  }
+  admit_waiters(inflight);
 }
 
 void reshard_inflight_charge(reshard_inflight *inflight, uint64_t bytes) {

@@ -8,10 +8,14 @@
  * the scratch to decode and plan it), may charge more once it knows (its
  * response), and releases everything when it is freed. Order is strict:
  * a small call never overtakes a large one waiting ahead of it, so a
- * large call cannot starve. A call larger than the whole limit is
- * admitted when nothing else is in flight, so one oversized request is
- * served alone rather than never (its size is bounded by
- * --max-request-bytes). */
+ * large call cannot starve. A call that already holds bytes may wait for
+ * more (its plan); such calls queue ahead of calls holding nothing, so no
+ * new call starts while started ones wait to finish. To keep calls
+ * holding and waiting from blocking each other for good, the head of the
+ * queue is admitted whenever every byte in use is held by waiting calls,
+ * even past the limit: a call larger than the whole limit runs alone
+ * rather than never, and what is in use passes the limit by at most what
+ * the waiting calls hold. */
 #ifndef RESHARD_INFLIGHT_H
 #define RESHARD_INFLIGHT_H
 
@@ -26,26 +30,32 @@ typedef void (*reshard_inflight_admit_fn)(reshard_inflight_waiter *waiter);
 struct reshard_inflight_waiter {
   reshard_inflight_waiter *prev, *next;
   uint64_t bytes;
+  uint64_t held; /* charged to this call already, while it waits */
   reshard_inflight_admit_fn admit;
   bool queued;
 };
 
 typedef struct reshard_inflight {
   uint64_t limit;
-  uint64_t used;    /* bytes charged by admitted calls */
-  uint64_t waiting; /* calls queued */
+  uint64_t used;         /* bytes charged by admitted calls */
+  uint64_t waiting;      /* calls queued */
+  uint64_t held_waiting; /* bytes held by queued calls */
   reshard_inflight_waiter *head, *tail;
+  reshard_inflight_waiter *last_holding; /* last queued with held != 0 */
 } reshard_inflight;
 
 /* `limit` 0 means unlimited. */
 void reshard_inflight_init(reshard_inflight *inflight, uint64_t limit);
 
-/* Asks for `bytes`. Returns true when they are charged now; otherwise
- * queues `waiter` and returns false, and `admit` runs later (from
- * reshard_inflight_release) unless reshard_inflight_cancel runs first. */
+/* Asks for `bytes` for a call already holding `held` of the bytes in use.
+ * Returns true when they are charged now; otherwise queues `waiter` and
+ * returns false, and `admit` runs once they are charged (possibly before
+ * this returns, when the call's own holding was all that was in use, or
+ * later from reshard_inflight_release or _cancel) unless
+ * reshard_inflight_cancel takes the waiter out first. */
 bool reshard_inflight_acquire(reshard_inflight *inflight,
                               reshard_inflight_waiter *waiter, uint64_t bytes,
-                              reshard_inflight_admit_fn admit);
+                              uint64_t held, reshard_inflight_admit_fn admit);
 
 /* Takes a queued waiter out of the queue (its deadline passed); waiters
  * behind it may now be admitted. A waiter not queued is left alone. */

@@ -102,6 +102,8 @@ struct reshard_call {
   bool holds_drain;             /* counted in server->in_flight */
   reshard_inflight_waiter waiter;
   uint64_t charged; /* bytes charged against --max-inflight-bytes */
+  reshard_call_ready_fn ready_fn; /* set while a reservation is pending */
+  void *ready_data;
 
   grpc_byte_buffer *recv_buffer;
   grpc_byte_buffer *send_buffer;  /* the response, owned until TAG_SEND */
@@ -591,11 +593,69 @@ static void admitted(reshard_call *call, uint64_t bytes) {
   start_recv(call);
 }
 
+/* Ends a pending reservation: charges it (err NULL) or reports why not. */
+static void reservation_done(reshard_call *call, const reshard_error *err) {
+  reshard_call_ready_fn ready = call->ready_fn;
+  call->ready_fn = NULL;
+  if (err == NULL) {
+    call->charged += call->waiter.bytes;
+  }
+  publish_inflight(call->server);
+  ready(call, err, call->ready_data);
+}
+
 static void on_admitted(reshard_inflight_waiter *waiter) {
   reshard_call *call =
       (reshard_call *)((char *)waiter - offsetof(reshard_call, waiter));
+  if (call->ready_fn != NULL) {
+    reservation_done(call, NULL);
+    return;
+  }
   admitted(call, waiter->bytes);
   publish_inflight(call->server);
+}
+
+void reshard_call_reserve(reshard_call *call, uint64_t bytes,
+                          reshard_call_ready_fn ready, void *data) {
+  assert(call->ready_fn == NULL && !call->waiter.queued);
+  call->ready_fn = ready;
+  call->ready_data = data;
+  if (call->charged == 0) {
+    /* Exempt from the budget (health): never held back. */
+    call->waiter.bytes = 0;
+    reservation_done(call, NULL);
+    return;
+  }
+  /* More than the whole budget is never asked: such a call runs alone. */
+  uint64_t limit = call->server->inflight.limit;
+  if (limit != 0 && bytes > limit) {
+    bytes = limit;
+  }
+  if (reshard_inflight_acquire(&call->server->inflight, &call->waiter, bytes,
+                               call->charged, on_admitted)) {
+    reservation_done(call, NULL);
+    return;
+  }
+  publish_inflight(call->server);
+}
+
+/* Ends a call waiting for room with `code`: through its handler when the
+ * handler asked (it owns state to release), else directly. */
+static void end_waiting(reshard_call *call, grpc_status_code code,
+                        const char *message) {
+  reshard_inflight_cancel(&call->server->inflight, &call->waiter);
+  publish_inflight(call->server);
+  if (call->ready_fn != NULL) {
+    reshard_error err;
+    reshard_error_set(&err,
+                      code == GRPC_STATUS_UNAVAILABLE
+                          ? RESHARD_UNAVAILABLE
+                          : RESHARD_RESOURCE_EXHAUSTED,
+                      "%s", message);
+    reservation_done(call, &err);
+    return;
+  }
+  finish(call, code, message);
 }
 
 /* What a call holds for a request of `length` bytes: gRPC's buffer, our
@@ -684,9 +744,8 @@ static void on_close(reshard_call *call) {
   }
   if (call->waiter.queued && !call->finished) {
     /* Gone while waiting for room: give its place up now. */
-    reshard_inflight_cancel(&call->server->inflight, &call->waiter);
-    publish_inflight(call->server);
-    finish(call, GRPC_STATUS_CANCELLED, "the client went away while waiting");
+    end_waiting(call, GRPC_STATUS_CANCELLED,
+                "the client went away while waiting");
     return;
   }
   if (call->method != NULL &&
@@ -768,11 +827,9 @@ static void on_sweep(uv_timer_t *timer) {
     if (call->finished) {
       /* nothing to do */
     } else if (call->waiter.queued && reshard_call_expired(call)) {
-      reshard_inflight_cancel(&server->inflight, &call->waiter);
-      publish_inflight(server);
-      finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
-             "in-flight memory limit (--max-inflight-bytes) still full at "
-             "the call's deadline");
+      end_waiting(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                  "in-flight memory limit (--max-inflight-bytes) still full "
+                  "at the call's deadline");
     } else if (call->awaiting_request &&
                (now >= call->request_deadline_ns ||
                 (server->inflight.waiting != 0 && call->admitted_ns != 0 &&
@@ -886,7 +943,7 @@ static void on_request(reshard_server *server, request_slot *slot,
     return;
   }
   uint64_t bytes = admission_bytes(server);
-  if (reshard_inflight_acquire(&server->inflight, &call->waiter, bytes,
+  if (reshard_inflight_acquire(&server->inflight, &call->waiter, bytes, 0,
                                on_admitted)) {
     admitted(call, bytes);
   }
@@ -1010,9 +1067,9 @@ static void begin_shutdown(reshard_server *server) {
     reshard_call *next = call->next;
     bool streaming = call->method != NULL &&
                      (call->method->flags & RESHARD_METHOD_STREAMING);
-    if (!call->finished &&
-        (streaming || call->awaiting_request || call->waiter.queued)) {
-      reshard_inflight_cancel(&server->inflight, &call->waiter);
+    if (!call->finished && call->waiter.queued) {
+      end_waiting(call, GRPC_STATUS_UNAVAILABLE, "reshardd is shutting down");
+    } else if (!call->finished && (streaming || call->awaiting_request)) {
       finish(call, GRPC_STATUS_UNAVAILABLE, "reshardd is shutting down");
     }
     call = next;

@@ -134,6 +134,22 @@ bool reshard_call_cancelled(const reshard_call *call);
 /* Microseconds since the call arrived. Safe from any thread. */
 uint64_t reshard_call_elapsed_us(const reshard_call *call);
 
+/* Runs once a reservation is decided: `err` is NULL when the bytes are
+ * charged; otherwise the call could not get them (its deadline passed
+ * while it waited, the client went away, the server is shutting down) and
+ * the handler finishes it, e.g. with reshard_call_fail(call, err). */
+typedef void (*reshard_call_ready_fn)(reshard_call *call,
+                                      const reshard_error *err, void *data);
+
+/* Charges `bytes` more to the call under --max-inflight-bytes before the
+ * handler spends them (a plan): `ready` runs at once when there is room,
+ * else later, in arrival order with every other call waiting. Handlers
+ * call it at most once at a time, on the loop; whatever happens, `ready`
+ * runs exactly once. Without a limit, or for calls exempt from it (health),
+ * `ready` runs at once. */
+void reshard_call_reserve(reshard_call *call, uint64_t bytes,
+                          reshard_call_ready_fn ready, void *data);
+
 /* Packs `message` as the call's response. Safe from the one thread that
  * owns the call at the time (a worker while planning), because it touches
  * only the call's own fields. Returns RESOURCE_EXHAUSTED when out of

@@ -518,6 +518,70 @@ def calls_in_flight(out, binary):
     daemon.stop()
 
 
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def plan_many(address, count, pygen):
+    """Worker process: publishes S1 with 128 pages (131 072 copies per
+    plan, a 1.4 MB response), then `count` concurrent PlanLoads; prints each
+    status code."""
+    os.environ["RESHARD_E2E_PYGEN"] = pygen
+    sys.path[:0] = [os.path.join(REPO, "tests", "e2e"),
+                    os.path.join(REPO, "scripts")]
+    import grpc
+    import load
+    import reshard_scenarios
+    requests = reshard_scenarios.build("S1", 128)
+    load.set_up(address, requests)
+    channel = grpc.insecure_channel(
+        address, options=[("grpc.max_receive_message_length", -1)])
+    fn = channel.unary_unary(PLANNER + "PlanLoad",
+                             request_serializer=lambda b: b,
+                             response_deserializer=lambda b: b)
+    payload = requests.plan_load.SerializeToString()
+    codes = []
+
+    def one():
+        try:
+            fn(payload, timeout=60)
+            codes.append("OK")
+        except grpc.RpcError as error:
+            codes.append(error.code().name)
+
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(" ".join(codes))
+
+
+def concurrent_plans(out, binary, pygen):
+    """32 concurrent plans of 131 072 copies under --max-inflight-bytes
+    64M: each plan's memory is granted before it is planned."""
+    if pygen is None:
+        print("skip  concurrent plans: no generated Python messages (--pygen)")
+        return
+    budget = 64 * MiB
+    daemon = Daemon(binary, "--max-inflight-bytes", "64M")
+    results = []
+
+    def many():
+        done = subprocess.run(
+            [sys.executable, __file__, "--worker", "plan_many", "--address",
+             daemon.address, "--count", "32", "--pygen", pygen],
+            capture_output=True, text=True, timeout=180)
+        results.extend(done.stdout.split())
+        if not results:
+            print(done.stderr[-2000:])
+
+    attack(out, daemon, "32 concurrent plans of 131 072 copies, 64 MiB "
+           "in-flight budget", many, bound=budget + 32 * MiB)
+    out.check("concurrent plans: every plan answered",
+              results == ["OK"] * 32, "codes %s" % sorted(set(results)))
+    daemon.stop()
+
+
 def idle_streams(out, binary):
     """10 connections x 100 HEADERS-only streams end at the default
     deadline as DEADLINE_EXCEEDED; a connection opening more streams than
@@ -725,8 +789,9 @@ def publish_manifest(daemon):
 
 
 CLASSES = [repeated_singular, identity_blowup, tiny_elements,
-           compression_bomb, calls_in_flight, idle_streams, descriptors,
-           half_headers, cancelled, signals, lmdb_files, disk_full]
+           compression_bomb, calls_in_flight, concurrent_plans, idle_streams,
+           descriptors, half_headers, cancelled, signals, lmdb_files,
+           disk_full]
 
 
 def main(argv=None):
@@ -738,8 +803,13 @@ def main(argv=None):
     parser.add_argument("--address")
     parser.add_argument("--count", type=int)
     parser.add_argument("--method")
+    parser.add_argument("--pygen", help="generated Python messages of the "
+                        "e2e tests (build/tests/e2e/pygen)")
     parser.add_argument("--payload")
     args = parser.parse_args(argv)
+    if args.worker == "plan_many":
+        plan_many(args.address, args.count, args.pygen)
+        return 0
     if args.worker == "forget_many":
         forget_many(args.address, args.count)
         return 0
@@ -762,7 +832,10 @@ def main(argv=None):
         if args.only and args.only != fn.__name__:
             continue
         try:
-            fn(out, args.reshardd)
+            if fn is concurrent_plans:
+                fn(out, args.reshardd, args.pygen)
+            else:
+                fn(out, args.reshardd)
         except Exception as error:  # noqa: BLE001 - report and go on
             out.check(fn.__name__, False, "raised %r" % (error,))
     codes = []
