@@ -26,8 +26,8 @@ enum {
    * waiting for their request under the default deadline, and calls
    * waiting for in-flight room. */
   SWEEP_MS = 100,
-  /* Charged to every admitted call besides twice its request (the
-   * received message and its copy): arena chunks, decoding scratch. */
+  /* Charged to every admitted call besides its request's bytes (see
+   * request_bytes): the first arena chunks. */
   CALL_BASE_BYTES = 64 * 1024,
   /* An admitted call holds room for the largest request; one whose
    * request has not arrived this long after admission gives it back

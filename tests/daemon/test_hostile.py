@@ -468,15 +468,22 @@ def compression_bomb(out, binary):
 
 def forget_many(address, count):
     """Worker process: `count` concurrent 4 MiB ForgetPages of pages nobody
-    registered (OK, removed 0); prints each status code."""
-    import grpc
-    channel = grpc.insecure_channel(
-        address, options=[("grpc.max_send_message_length", -1)])
-    fn = channel.unary_unary(PLANNER + "ForgetPages",
-                             request_serializer=lambda b: b,
-                             response_deserializer=lambda b: b)
+    registered (OK, removed 0)."""
     keys = [("k%06d" % i).ljust(120, "x").encode() for i in range(32000)]
     payload = field(1, DOMAIN.encode()) + b"".join(field(2, k) for k in keys)
+    concurrent_calls(address, "ForgetPages", payload, count)
+
+
+def concurrent_calls(address, method, payload, count):
+    """Sends `payload` to `method` `count` times at once; prints each
+    status code."""
+    import grpc
+    channel = grpc.insecure_channel(
+        address, options=[("grpc.max_send_message_length", -1),
+                          ("grpc.max_receive_message_length", -1)])
+    fn = channel.unary_unary(PLANNER + method,
+                             request_serializer=lambda b: b,
+                             response_deserializer=lambda b: b)
     codes = []
 
     def one():
@@ -514,7 +521,8 @@ def calls_in_flight(out, binary):
            many, bound=budget + 32 * MiB)
     codes = sorted(set(results))
     out.check("calls in flight: every call answered", codes == ["OK"] and
-              len(results) == 32, "codes %s" % results)
+              len(results) == 32, "%d answered, codes %s" % (len(results),
+                                                              codes))
     daemon.stop()
 
 
@@ -528,32 +536,12 @@ def plan_many(address, count, pygen):
     os.environ["RESHARD_E2E_PYGEN"] = pygen
     sys.path[:0] = [os.path.join(REPO, "tests", "e2e"),
                     os.path.join(REPO, "scripts")]
-    import grpc
     import load
     import reshard_scenarios
     requests = reshard_scenarios.build("S1", 128)
     load.set_up(address, requests)
-    channel = grpc.insecure_channel(
-        address, options=[("grpc.max_receive_message_length", -1)])
-    fn = channel.unary_unary(PLANNER + "PlanLoad",
-                             request_serializer=lambda b: b,
-                             response_deserializer=lambda b: b)
-    payload = requests.plan_load.SerializeToString()
-    codes = []
-
-    def one():
-        try:
-            fn(payload, timeout=60)
-            codes.append("OK")
-        except grpc.RpcError as error:
-            codes.append(error.code().name)
-
-    threads = [threading.Thread(target=one) for _ in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    print(" ".join(codes))
+    concurrent_calls(address, "PlanLoad",
+                     requests.plan_load.SerializeToString(), count)
 
 
 def concurrent_plans(out, binary, pygen):
@@ -578,7 +566,8 @@ def concurrent_plans(out, binary, pygen):
     attack(out, daemon, "32 concurrent plans of 131 072 copies, 64 MiB "
            "in-flight budget", many, bound=budget + 32 * MiB)
     out.check("concurrent plans: every plan answered",
-              results == ["OK"] * 32, "codes %s" % sorted(set(results)))
+              results == ["OK"] * 32, "%d answered, codes %s" %
+              (len(results), sorted(set(results))))
     daemon.stop()
 
 
@@ -773,7 +762,6 @@ def publish_manifest(daemon):
     layout = field(1, descriptor) + b"\x10\x02" + field(3, shard)
     manifest = (field(1, b"ns") + field(2, b"m") + field(3, b"r") +
                 field(4, b"f") + field(5, layout))
-    import grpc
     fn = daemon.channel.unary_unary(PLANNER + "PublishManifest",
                                     request_serializer=lambda b: b,
                                     response_deserializer=lambda b: b)
