@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode.h"
 #include "google/protobuf/wrappers.pb-c.h"
 #include "log.h"
 #include "plan_response.h"
@@ -506,6 +507,10 @@ static reshard_status decode_placement(reshard_call *call,
   reshard_arena *arena = reshard_call_arena(call);
   reshard_status status =
       reshard_wire_placement_from_pb(pb, "placement", arena, out, err);
+  if (status == RESHARD_OK) {
+    /* The caps the request was decoded under (the planner's). */
+    status = reshard_placement_check_limits(out, reshard_decode_caps(), err);
+  }
   if (status == RESHARD_OK) {
     status = reshard_placement_normalize(out, arena, err);
   }
