@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "log.h"
 
@@ -104,6 +105,14 @@ typedef struct lmdb_catalog {
 
 /* ---- Errors ---- */
 
+/* LMDB reports a short write (what a full disk gives pwrite) as EIO; the
+ * filesystem tells whether that is what happened. */
+static bool disk_full(const char *path) {
+  struct statvfs fs;
+  return statvfs(path, &fs) == 0 &&
+         (uint64_t)fs.f_bavail * fs.f_frsize < 1024 * 1024;
+}
+
 static reshard_status lmdb_error(const lmdb_catalog *c, reshard_error *err,
                                  int rc, const char *what) {
   if (rc == MDB_MAP_FULL) {
@@ -112,6 +121,12 @@ static reshard_status lmdb_error(const lmdb_catalog *c, reshard_error *err,
         "catalog lmdb:%s: full: %s needs more than the LMDB map of %" PRIu64
         " bytes holds",
         c->path, what, c->map_size);
+  }
+  if (rc == ENOSPC || rc == EDQUOT || (rc == EIO && disk_full(c->path))) {
+    /* The client can retry elsewhere or later; nothing of ours broke. */
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "catalog lmdb:%s: the disk is full (%s): %s",
+                             c->path, mdb_strerror(rc), what);
   }
   return reshard_error_set(err, RESHARD_INTERNAL, "catalog lmdb:%s: %s: %s",
                            c->path, what, mdb_strerror(rc));
@@ -942,7 +957,7 @@ static int make_dirs(const char *path) {
   for (char *p = copy + 1; *p; p++) {
     if (*p == '/') {
       *p = '\0';
-      if (mkdir(copy, 0755) != 0 && errno != EEXIST) {
+      if (mkdir(copy, 0700) != 0 && errno != EEXIST) {
         int saved = errno;
         free(copy);
         return saved;
@@ -950,7 +965,8 @@ static int make_dirs(const char *path) {
       *p = '/';
     }
   }
-  int rc = mkdir(copy, 0755) != 0 && errno != EEXIST ? errno : 0;
+  /* The catalog is readable by the daemon's user only (SPEC §3.5). */
+  int rc = mkdir(copy, 0700) != 0 && errno != EEXIST ? errno : 0;
   free(copy);
   return rc;
 }
@@ -1177,7 +1193,7 @@ reshard_status reshard_catalog_lmdb_open(uv_loop_t *loop, const char *path,
     rc = mdb_env_set_mapsize(c->env, (size_t)map_size);
   }
   if (rc == 0) {
-    rc = mdb_env_open(c->env, path, MDB_NOTLS, 0644);
+    rc = mdb_env_open(c->env, path, MDB_NOTLS, 0600);
   }
   if (rc != 0) {
     mdb_env_close(c->env);

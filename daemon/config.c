@@ -51,11 +51,30 @@ static const option options[] = {
      "how long in-flight calls may run after SIGTERM (default 20s)"},
     {"max-request-bytes", "RESHARDD_MAX_REQUEST_BYTES", OPTION_SIZE,
      FIELD(max_request_bytes), "SIZE",
-     "largest request message accepted (default 64M)"},
+     "largest request message accepted (default 16M)"},
     {"inline-plan-max-values", "RESHARDD_INLINE_PLAN_MAX_VALUES", OPTION_NUMBER,
      FIELD(inline_plan_max_values), "N",
      "plan PlanLoads binding at most N (token, head) values on the loop "
      "instead of the thread pool (default 4096; 0: always the pool)"},
+    {"max-inflight-bytes", "RESHARDD_MAX_INFLIGHT_BYTES", OPTION_SIZE,
+     FIELD(max_inflight_bytes), "SIZE",
+     "memory calls in flight may hold; others wait (default 1G)"},
+    {"default-deadline", "RESHARDD_DEFAULT_DEADLINE", OPTION_DURATION,
+     FIELD(default_deadline_ms), "DURATION",
+     "deadline of calls sent without one (default 60s; 0: none)"},
+    {"max-concurrent-streams", "RESHARDD_MAX_CONCURRENT_STREAMS", OPTION_COUNT,
+     FIELD(max_concurrent_streams), "N",
+     "concurrent calls per connection (default 100)"},
+    {"keepalive-time", "RESHARDD_KEEPALIVE_TIME", OPTION_DURATION,
+     FIELD(keepalive_time_ms), "DURATION",
+     "ping a connection quiet this long (default 60s)"},
+    {"keepalive-timeout", "RESHARDD_KEEPALIVE_TIMEOUT", OPTION_DURATION,
+     FIELD(keepalive_timeout_ms), "DURATION",
+     "close a connection whose ping goes unanswered this long "
+     "(default 20s)"},
+    {"max-connection-idle", "RESHARDD_MAX_CONNECTION_IDLE", OPTION_DURATION,
+     FIELD(max_connection_idle_ms), "DURATION",
+     "close a connection without calls after this long (default 5m)"},
     {"max-layout-parts", "RESHARDD_MAX_LAYOUT_PARTS", OPTION_COUNT,
      LIMIT(max_layout_parts), "N", "parts per layout (default 100000)"},
     {"max-layout-fragments", "RESHARDD_MAX_LAYOUT_FRAGMENTS", OPTION_COUNT,
@@ -368,6 +387,12 @@ reshard_status reshard_config_parse(reshard_config *config, int argc,
   config->drain_timeout_ms = RESHARD_DEFAULT_DRAIN_TIMEOUT_MS;
   config->max_request_bytes = RESHARD_DEFAULT_MAX_REQUEST_BYTES;
   config->inline_plan_max_values = RESHARD_DEFAULT_INLINE_PLAN_MAX_VALUES;
+  config->max_inflight_bytes = RESHARD_DEFAULT_MAX_INFLIGHT_BYTES;
+  config->default_deadline_ms = RESHARD_DEFAULT_DEADLINE_MS;
+  config->max_concurrent_streams = RESHARD_DEFAULT_MAX_CONCURRENT_STREAMS;
+  config->keepalive_time_ms = RESHARD_DEFAULT_KEEPALIVE_TIME_MS;
+  config->keepalive_timeout_ms = RESHARD_DEFAULT_KEEPALIVE_TIMEOUT_MS;
+  config->max_connection_idle_ms = RESHARD_DEFAULT_MAX_CONNECTION_IDLE_MS;
   config->limits = reshard_limits_default();
 
   if (getenv_fn != NULL) {
@@ -430,6 +455,18 @@ reshard_status reshard_config_parse(reshard_config *config, int argc,
   /* Cross-field rules. */
   if (config->limits.max_batch_operations > config->limits.max_operations) {
     config->limits.max_batch_operations = config->limits.max_operations;
+  }
+  if (config->keepalive_time_ms == 0 || config->keepalive_timeout_ms == 0 ||
+      config->max_connection_idle_ms == 0) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "--keepalive-time, --keepalive-timeout and "
+                             "--max-connection-idle: must be at least 1ms");
+  }
+  if (config->max_concurrent_streams > INT32_MAX) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "--max-concurrent-streams: %" PRIu64
+                             " exceeds 2147483647",
+                             config->max_concurrent_streams);
   }
   if (config->max_request_bytes > INT32_MAX) {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,

@@ -18,10 +18,23 @@
 #define RESHARD_DEFAULT_CATALOG "lmdb:./reshardd-data"
 #define RESHARD_DEFAULT_CACHE_BYTES (256ull << 20)
 #define RESHARD_DEFAULT_DRAIN_TIMEOUT_MS 20000ull
-#define RESHARD_DEFAULT_MAX_REQUEST_BYTES (64ull << 20)
+/* A call reads its request only once room for the largest one (four
+ * times this: gRPC's buffer, our copy, the decoded form) is free under
+ * --max-inflight-bytes; 16 MiB leaves 15 concurrent reads in the default
+ * 1 GiB (measured: at 64 MiB, 3 reads at once cost S1-8 PlanLoad 15 % of
+ * its throughput) and holds any request the default caps admit in
+ * practice (65 536 page keys of 200 bytes and 100 000 ranges). */
+#define RESHARD_DEFAULT_MAX_REQUEST_BYTES (16ull << 20)
 /* PlanLoads whose binding covers at most this many (token, head) values are
  * planned on the loop thread; see docs/daemon.md for the measurement. */
 #define RESHARD_DEFAULT_INLINE_PLAN_MAX_VALUES 4096ull
+/* Resource bounds of SPEC §3.5; docs/security.md says why each. */
+#define RESHARD_DEFAULT_MAX_INFLIGHT_BYTES (1ull << 30)
+#define RESHARD_DEFAULT_DEADLINE_MS 60000ull
+#define RESHARD_DEFAULT_MAX_CONCURRENT_STREAMS 100ull
+#define RESHARD_DEFAULT_KEEPALIVE_TIME_MS 60000ull
+#define RESHARD_DEFAULT_KEEPALIVE_TIMEOUT_MS 20000ull
+#define RESHARD_DEFAULT_MAX_CONNECTION_IDLE_MS 300000ull
 
 /* Strings point into argv or the environment (or are static defaults); the
  * struct owns nothing. */
@@ -34,7 +47,13 @@ typedef struct reshard_config {
   uint64_t drain_timeout_ms;
   uint64_t max_request_bytes;
   uint64_t inline_plan_max_values; /* 0: every plan on the thread pool */
-  reshard_limits limits;           /* server caps of SPEC §2.3 */
+  uint64_t max_inflight_bytes;
+  uint64_t default_deadline_ms; /* 0: calls without a deadline keep none */
+  uint64_t max_concurrent_streams;
+  uint64_t keepalive_time_ms;
+  uint64_t keepalive_timeout_ms;
+  uint64_t max_connection_idle_ms;
+  reshard_limits limits; /* server caps of SPEC §2.3 */
   bool help;
   bool version;
   bool check_config; /* --check-config: validate, print, exit */

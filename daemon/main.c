@@ -8,12 +8,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <uv.h>
 
+#include "accept_guard.h"
 #include "cache.h"
 #include "catalog.h"
 #include "catalog_timed.h"
 #include "config.h"
+#include "decode.h"
 #include "health.h"
 #include "log.h"
 #include "metrics.h"
@@ -33,13 +36,19 @@ typedef struct app {
   reshard_server *server;
   reshard_health *health;
   reshard_planner *planner;
-  uv_signal_t sigterm, sigint;
+  uv_signal_t signals[6]; /* see SIGNALS */
   bool signals_open;
   reshard_metrics *metrics; /* NULL without --metrics-listen */
   reshard_metrics_http *metrics_http;
   uv_timer_t metrics_timer; /* publishes the cache figures */
   bool metrics_timer_open;
 } app;
+
+/* SIGTERM, SIGINT and SIGQUIT drain (a second one cuts the drain short);
+ * SIGHUP, SIGUSR1 and SIGUSR2 are logged and change nothing, so a stray
+ * one never kills the daemon without its drain (docs/security.md). */
+static const int SIGNALS[6] = {SIGTERM, SIGINT,  SIGQUIT,
+                               SIGHUP,  SIGUSR1, SIGUSR2};
 
 /* How often the loop publishes the cache's figures for scrapes. */
 enum { METRICS_PUBLISH_MS = 1000 };
@@ -96,8 +105,9 @@ static void on_server_closed(void *data) {
     a->metrics_timer_open = false;
   }
   if (a->signals_open) {
-    uv_close((uv_handle_t *)&a->sigterm, on_closed_handle);
-    uv_close((uv_handle_t *)&a->sigint, on_closed_handle);
+    for (size_t i = 0; i < sizeof SIGNALS / sizeof SIGNALS[0]; i++) {
+      uv_close((uv_handle_t *)&a->signals[i], on_closed_handle);
+    }
     a->signals_open = false;
   }
 }
@@ -109,15 +119,61 @@ static void on_drain(void *data) {
   publish_metrics(a);
 }
 
+static const char *signal_name(int signum) {
+  switch (signum) {
+  case SIGTERM:
+    return "SIGTERM";
+  case SIGINT:
+    return "SIGINT";
+  case SIGQUIT:
+    return "SIGQUIT";
+  case SIGHUP:
+    return "SIGHUP";
+  case SIGUSR1:
+    return "SIGUSR1";
+  default:
+    return "SIGUSR2";
+  }
+}
+
 static void on_signal(uv_signal_t *handle, int signum) {
   app *a = handle->data;
+  bool drains = signum == SIGTERM || signum == SIGINT || signum == SIGQUIT;
   reshard_log_line line;
   if (reshard_log_begin(&line, RESHARD_LOG_INFO, "signal")) {
-    reshard_log_str(&line, "signal", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    reshard_log_str(&line, "signal", signal_name(signum));
     reshard_log_bool(&line, "draining", reshard_server_draining(a->server));
+    if (!drains) {
+      reshard_log_str(&line, "action",
+                      "none (only SIGTERM, SIGINT and "
+                      "SIGQUIT stop the daemon)");
+    }
     reshard_log_end(&line);
   }
-  reshard_server_drain(a->server, on_server_closed, a);
+  if (drains) {
+    reshard_server_drain(a->server, on_server_closed, a);
+  }
+}
+
+/* Idle connections cost a descriptor each; the soft limit (often 1024)
+ * is raised to the hard one so the daemon runs out much later. */
+static void raise_fd_limit(void) {
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 ||
+      limit.rlim_cur >= limit.rlim_max) {
+    return;
+  }
+  uint64_t soft = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  reshard_log_line line;
+  bool raised = setrlimit(RLIMIT_NOFILE, &limit) == 0;
+  if (reshard_log_begin(&line, raised ? RESHARD_LOG_DEBUG : RESHARD_LOG_WARN,
+                        raised ? "raised the descriptor limit"
+                               : "cannot raise the descriptor limit")) {
+    reshard_log_u64(&line, "soft", soft);
+    reshard_log_u64(&line, "hard", limit.rlim_max);
+    reshard_log_end(&line);
+  }
 }
 
 /* The listen address with the bound port in place of the requested one. */
@@ -203,6 +259,8 @@ int main(int argc, char **argv) {
   }
   reshard_log_set_level(a.config.log_level);
   signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit();
+  reshard_accept_guard_init();
 
   if (uv_loop_init(&a.loop) != 0) {
     reshard_log_msg(RESHARD_LOG_ERROR, "cannot create the event loop", NULL);
@@ -238,12 +296,20 @@ int main(int argc, char **argv) {
                             ? GPR_LOG_SEVERITY_INFO
                             : GPR_LOG_SEVERITY_ERROR);
   grpc_init();
+  /* Every request is decoded under the same caps its handler applies. */
+  reshard_decode_set_caps(&a.config.limits);
 
   reshard_server_options options = {
       .listen = a.config.listen,
       .max_request_bytes = a.config.max_request_bytes,
       .drain_timeout_ms = a.config.drain_timeout_ms,
       .metrics = a.metrics,
+      .max_inflight_bytes = a.config.max_inflight_bytes,
+      .default_deadline_ms = a.config.default_deadline_ms,
+      .max_concurrent_streams = (unsigned)a.config.max_concurrent_streams,
+      .keepalive_time_ms = a.config.keepalive_time_ms,
+      .keepalive_timeout_ms = a.config.keepalive_timeout_ms,
+      .max_connection_idle_ms = a.config.max_connection_idle_ms,
   };
   a.server = reshard_server_create(&a.loop, &options, &err);
   if (a.server != NULL) {
@@ -285,11 +351,11 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  uv_signal_init(&a.loop, &a.sigterm);
-  uv_signal_init(&a.loop, &a.sigint);
-  a.sigterm.data = a.sigint.data = &a;
-  uv_signal_start(&a.sigterm, on_signal, SIGTERM);
-  uv_signal_start(&a.sigint, on_signal, SIGINT);
+  for (size_t i = 0; i < sizeof SIGNALS / sizeof SIGNALS[0]; i++) {
+    uv_signal_init(&a.loop, &a.signals[i]);
+    a.signals[i].data = &a;
+    uv_signal_start(&a.signals[i], on_signal, SIGNALS[i]);
+  }
   a.signals_open = true;
 
   char address[300];

@@ -48,6 +48,7 @@ struct reshard_metrics {
   counter cache_budget;
 
   atomic_bool draining;
+  counter inflight_bytes, inflight_waiting;
 };
 
 static const struct {
@@ -246,6 +247,14 @@ void reshard_metrics_publish_cache(reshard_metrics *metrics,
 void reshard_metrics_set_draining(reshard_metrics *metrics, bool draining) {
   if (metrics != NULL) {
     atomic_store_explicit(&metrics->draining, draining, memory_order_relaxed);
+  }
+}
+
+void reshard_metrics_set_inflight(reshard_metrics *metrics, uint64_t bytes,
+                                  uint64_t waiting) {
+  if (metrics != NULL) {
+    put(&metrics->inflight_bytes, bytes);
+    put(&metrics->inflight_waiting, waiting);
   }
 }
 
@@ -568,6 +577,15 @@ bool reshard_metrics_format(const reshard_metrics *m,
       atomic_load_explicit((atomic_bool *)&m->draining, memory_order_relaxed)
           ? 1
           : 0);
+  header(out, "reshard_inflight_bytes", "gauge",
+         "Bytes held by calls in flight, counted against "
+         "--max-inflight-bytes.");
+  text_printf(out, "reshard_inflight_bytes %" PRIu64 "\n",
+              get(&m->inflight_bytes));
+  header(out, "reshard_inflight_waiting_calls", "gauge",
+         "Calls waiting for room under --max-inflight-bytes.");
+  text_printf(out, "reshard_inflight_waiting_calls %" PRIu64 "\n",
+              get(&m->inflight_waiting));
   format_calls(m, out);
   format_plans(m, out);
   format_catalog(m, out);

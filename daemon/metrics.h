@@ -119,6 +119,11 @@ void reshard_metrics_publish_cache(reshard_metrics *metrics,
 /* Records whether the daemon is draining (SIGTERM received). */
 void reshard_metrics_set_draining(reshard_metrics *metrics, bool draining);
 
+/* The in-flight memory bound's figures (loop thread; may be NULL):
+ * bytes charged by calls in flight and calls waiting for room. */
+void reshard_metrics_set_inflight(reshard_metrics *metrics, uint64_t bytes,
+                                  uint64_t waiting);
+
 /* ---- Exposition (any thread) ---- */
 
 /* Process figures the HTTP thread reads from the kernel at scrape time;

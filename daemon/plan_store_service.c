@@ -155,6 +155,9 @@ static void store_after_work(uv_work_t *work, int status) {
   }
 }
 
+static void store_dispatch(reshard_call *call, const reshard_error *err,
+                           void *data);
+
 /* The manifest is resolved: attach a cached join and plan. */
 static void store_plan(store_ctx *ctx) {
   const reshard_shared_manifest *manifest = ctx->manifest;
@@ -190,6 +193,24 @@ static void store_plan(store_ctx *ctx) {
       .limits = reshard_limits_clamp(ctx->env.caps, &requested),
       .runs = ctx->request->runs,
   };
+  /* The plan's memory is asked from --max-inflight-bytes before it is
+   * spent, as for loads. */
+  reshard_call_reserve(
+      ctx->call,
+      reshard__planner_plan_reservation(ctx->binding_values,
+                                        ctx->store.limits.max_operations),
+      store_dispatch, ctx);
+}
+
+/* Plans on the loop or the pool once the plan's memory is granted. */
+static void store_dispatch(reshard_call *call, const reshard_error *err,
+                           void *data) {
+  (void)call;
+  store_ctx *ctx = data;
+  if (err != NULL) {
+    store_fail(ctx, err);
+    return;
+  }
   ctx->work.data = ctx;
   if (ctx->binding_values <= ctx->env.inline_max_values) {
     /* Small plans cost less than the hop to the pool and back. */

@@ -31,6 +31,11 @@ typedef struct reshard__planner_env {
 
 reshard__planner_env reshard__planner_env_of(reshard_planner *planner);
 
+/* The bytes a plan (load or store) may hold, asked from
+ * --max-inflight-bytes with reshard_call_reserve before planning starts. */
+uint64_t reshard__planner_plan_reservation(uint64_t binding_values,
+                                           uint64_t max_operations);
+
 /* Decodes the call's request as `type`; on failure the call is failed and
  * NULL returned. */
 void *reshard__planner_decode(reshard_call *call,

@@ -57,6 +57,14 @@ typedef struct reshard_server_options {
   uint64_t drain_timeout_ms;  /* bound on in-flight calls after drain */
   unsigned request_slots;     /* outstanding request_call; 0 picks 32 */
   reshard_metrics *metrics;   /* calls are counted here; may be NULL */
+  /* Resource bounds (SPEC §3.5, docs/security.md); 0 means the default
+   * named, except where "off" is said. */
+  uint64_t max_inflight_bytes;     /* 0: unlimited (off) */
+  uint64_t default_deadline_ms;    /* unary calls sent without one; 0: off */
+  unsigned max_concurrent_streams; /* per connection; 0 picks 100 */
+  uint64_t keepalive_time_ms;      /* ping an idle connection; 0 picks 60 s */
+  uint64_t keepalive_timeout_ms;   /* close when unanswered; 0 picks 20 s */
+  uint64_t max_connection_idle_ms; /* close without calls; 0 picks 5 min */
 } reshard_server_options;
 
 /* Creates the server on `loop` (grpc_init must have been called). Returns
@@ -98,6 +106,8 @@ typedef struct reshard_server_stats {
   uint64_t calls_finished;
   uint64_t calls_by_code[17]; /* indexed by grpc_status_code */
   uint64_t in_flight;
+  uint64_t inflight_bytes;   /* charged against --max-inflight-bytes */
+  uint64_t inflight_waiting; /* calls waiting for room */
 } reshard_server_stats;
 void reshard_server_get_stats(const reshard_server *server,
                               reshard_server_stats *out);
@@ -123,6 +133,22 @@ bool reshard_call_cancelled(const reshard_call *call);
 
 /* Microseconds since the call arrived. Safe from any thread. */
 uint64_t reshard_call_elapsed_us(const reshard_call *call);
+
+/* Runs once a reservation is decided: `err` is NULL when the bytes are
+ * charged; otherwise the call could not get them (its deadline passed
+ * while it waited, the client went away, the server is shutting down) and
+ * the handler finishes it, e.g. with reshard_call_fail(call, err). */
+typedef void (*reshard_call_ready_fn)(reshard_call *call,
+                                      const reshard_error *err, void *data);
+
+/* Charges `bytes` more to the call under --max-inflight-bytes before the
+ * handler spends them (a plan): `ready` runs at once when there is room,
+ * else later, in arrival order with every other call waiting. Handlers
+ * call it at most once at a time, on the loop; whatever happens, `ready`
+ * runs exactly once. Without a limit, or for calls exempt from it (health),
+ * `ready` runs at once. */
+void reshard_call_reserve(reshard_call *call, uint64_t bytes,
+                          reshard_call_ready_fn ready, void *data);
 
 /* Packs `message` as the call's response. Safe from the one thread that
  * owns the call at the time (a worker while planning), because it touches

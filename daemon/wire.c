@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "decode.h"
 #include "google/protobuf/wrappers.pb-c.h"
 
 /* Field paths are short ("binding.ranges[99999].component"); a longer one
@@ -23,41 +24,12 @@ ProtobufCAllocator reshard_wire_allocator(reshard_arena *arena) {
   return allocator;
 }
 
-/* Remembers whether the arena ran dry, to tell exhaustion from garbage. */
-typedef struct unpack_allocator {
-  reshard_arena *arena;
-  bool failed;
-} unpack_allocator;
-
-static void *unpack_alloc(void *data, size_t size) {
-  unpack_allocator *state = data;
-  void *memory = reshard_arena_alloc(state->arena, size, 16);
-  if (memory == NULL) {
-    state->failed = true;
-  }
-  return memory;
-}
-
 ProtobufCMessage *reshard_wire_unpack(const ProtobufCMessageDescriptor *type,
                                       const uint8_t *data, size_t length,
                                       reshard_arena *arena,
                                       reshard_error *err) {
-  unpack_allocator state = {arena, false};
-  ProtobufCAllocator allocator = {unpack_alloc, arena_free, &state};
-  ProtobufCMessage *message =
-      protobuf_c_message_unpack(type, &allocator, length, data);
-  if (message == NULL) {
-    if (state.failed) {
-      reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
-                        "request: out of memory decoding %s (%zu bytes)",
-                        type->name, length);
-    } else {
-      reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                        "request: malformed %s message (%zu bytes)", type->name,
-                        length);
-    }
-  }
-  return message;
+  return reshard_decode(type, data, length, reshard_decode_budget(length),
+                        reshard_decode_caps(), arena, err);
 }
 
 uint8_t *reshard_wire_pack(const ProtobufCMessage *message,

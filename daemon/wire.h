@@ -28,9 +28,11 @@
  * messages it decoded are never passed to *_free_unpacked. */
 ProtobufCAllocator reshard_wire_allocator(reshard_arena *arena);
 
-/* Decodes `length` bytes as a message of `descriptor` into `arena`. On
- * malformed input returns NULL with INVALID_ARGUMENT naming the message
- * type; RESOURCE_EXHAUSTED when the arena cannot grow. */
+/* Decodes `length` bytes as a message of `descriptor` into `arena` through
+ * reshard_decode (decode.h), under the budget of a request that size and
+ * the process's decode caps. On malformed input returns NULL with
+ * INVALID_ARGUMENT naming the message type; RESOURCE_EXHAUSTED naming the
+ * limit or budget a request would pass. Every RPC decodes through this. */
 ProtobufCMessage *reshard_wire_unpack(const ProtobufCMessageDescriptor *type,
                                       const uint8_t *data, size_t length,
                                       reshard_arena *arena, reshard_error *err);

@@ -12,6 +12,13 @@ void reshard__json_init(reshard__json *w, reshard_error *err) {
   w->err = err;
 }
 
+void reshard__json_set_sink(reshard__json *w, reshard__json_sink fn,
+                            void *context) {
+  assert(w->length == 0 && w->flushed == 0 && "sink set after writing");
+  w->sink = fn;
+  w->sink_context = context;
+}
+
 void reshard__json_free(reshard__json *w) {
   free(w->data);
   w->data = NULL;
@@ -27,6 +34,12 @@ static bool json_failed(const reshard__json *w) {
 static bool json_reserve(reshard__json *w, size_t extra) {
   if (json_failed(w)) {
     return false;
+  }
+  if (w->sink != NULL && w->length > 0 &&
+      w->length + extra >= RESHARD__JSON_FLUSH) {
+    w->sink(w->sink_context, w->data, w->length);
+    w->flushed += w->length;
+    w->length = 0;
   }
   size_t need;
   if (__builtin_add_overflow(w->length, extra, &need) ||
@@ -71,7 +84,8 @@ static void json_append_char(reshard__json *w, char c) {
 static void json_before_value(reshard__json *w) {
   if (w->depth == 0) {
     /* A top-level value: the writer holds exactly one. */
-    assert(w->length == 0 && "canonical JSON holds one top-level value");
+    assert(w->length + w->flushed == 0 &&
+           "canonical JSON holds one top-level value");
     return;
   }
   reshard__json_level *level = &w->levels[w->depth - 1];

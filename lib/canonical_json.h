@@ -40,6 +40,13 @@ typedef struct reshard__json_level {
   const char *last_key; /* for the ordering assertion; NULL before the first */
 } reshard__json_level;
 
+/* Text goes to a sink, when one is set, in pieces of about this size. */
+#define RESHARD__JSON_FLUSH (64 * 1024)
+
+/* Receives written text in order (see reshard__json_set_sink). */
+typedef void (*reshard__json_sink)(void *context, const char *bytes,
+                                   size_t length);
+
 /* Embed in the caller (usually on the stack); initialise with
  * reshard__json_init and release with reshard__json_free on every path. */
 typedef struct reshard__json {
@@ -50,11 +57,23 @@ typedef struct reshard__json {
   reshard_error *err;    /* receives the first failure; may be NULL */
   size_t depth;
   reshard__json_level levels[RESHARD__JSON_MAX_DEPTH];
+  reshard__json_sink sink; /* NULL: the whole text stays in `data` */
+  void *sink_context;
+  size_t flushed; /* bytes handed to the sink */
 } reshard__json;
 
 /* Prepares an empty writer; allocates nothing. `err` (may be NULL) is filled
  * with the first failure and must outlive the writer. */
 void reshard__json_init(reshard__json *w, reshard_error *err);
+
+/* Streams the text to `fn` as it is written instead of keeping it whole:
+ * whenever the buffer would pass RESHARD__JSON_FLUSH bytes, what it holds
+ * is handed over, so the writer's memory stays bounded by that plus one
+ * value, whatever the shape's size (identities hash a placement this way).
+ * reshard__json_finish then returns only the tail not yet handed over.
+ * Set before anything is written. */
+void reshard__json_set_sink(reshard__json *w, reshard__json_sink fn,
+                            void *context);
 
 /* Frees the buffer. Safe on a writer that failed or wrote nothing. */
 void reshard__json_free(reshard__json *w);

@@ -247,22 +247,49 @@ void reshard__json_placement(reshard__json *w,
   reshard__json_free(&descriptor);
 }
 
-/* Finishes `w`, hashes its text and writes the lowercase hex digest. Frees
- * the writer on every path. */
-static reshard_status finish_digest(reshard__json *w,
+/* Hashes canonical JSON as it is written: the writer hands its text to
+ * SHA-256 every RESHARD__JSON_FLUSH bytes, so no identity's text is ever
+ * held whole (a placement repeats its descriptor in every part). */
+typedef struct digest_writer {
+  reshard__json w;
+  EVP_MD_CTX *ctx;
+  bool failed;
+} digest_writer;
+
+static void digest_sink(void *context, const char *bytes, size_t length) {
+  digest_writer *d = context;
+  if (EVP_DigestUpdate(d->ctx, bytes, length) != 1) {
+    d->failed = true;
+  }
+}
+
+static void digest_begin(digest_writer *d, reshard_error *err) {
+  reshard__json_init(&d->w, err);
+  d->failed = false;
+  d->ctx = EVP_MD_CTX_new();
+  if (d->ctx == NULL || EVP_DigestInit_ex(d->ctx, EVP_sha256(), NULL) != 1) {
+    reshard__json_fail(&d->w, RESHARD_INTERNAL, "SHA-256 is unavailable");
+    return;
+  }
+  reshard__json_set_sink(&d->w, digest_sink, d);
+}
+
+/* Finishes the text, hashes what is left and writes the lowercase hex
+ * digest. Frees the writer on every path. */
+static reshard_status finish_digest(digest_writer *d,
                                     char out[RESHARD_DIGEST_HEX_LEN + 1]) {
   static const char hex[] = "0123456789abcdef";
   const char *text;
   size_t length;
   out[0] = '\0';
-  reshard_status status = reshard__json_finish(w, &text, &length);
+  reshard_status status = reshard__json_finish(&d->w, &text, &length);
   if (status == RESHARD_OK) {
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int digest_length = 0;
-    if (EVP_Digest(text, length, digest, &digest_length, EVP_sha256(), NULL) !=
-            1 ||
+    if (d->failed || EVP_DigestUpdate(d->ctx, text, length) != 1 ||
+        EVP_DigestFinal_ex(d->ctx, digest, &digest_length) != 1 ||
         digest_length * 2 != RESHARD_DIGEST_HEX_LEN) {
-      status = reshard_error_set(w->err, RESHARD_INTERNAL,
+      status = reshard_error_set(d->w.err, RESHARD_INTERNAL,
                                  "SHA-256 of the canonical JSON failed");
     } else {
       for (unsigned int i = 0; i < digest_length; i++) {
@@ -272,7 +299,8 @@ static reshard_status finish_digest(reshard__json *w,
       out[RESHARD_DIGEST_HEX_LEN] = '\0';
     }
   }
-  reshard__json_free(w);
+  EVP_MD_CTX_free(d->ctx);
+  reshard__json_free(&d->w);
   return status;
 }
 
@@ -285,10 +313,10 @@ static reshard_status layout_digest(const reshard_layout *layout,
                                     const char *path,
                                     char out[RESHARD_DIGEST_HEX_LEN + 1],
                                     reshard_error *err) {
-  reshard__json w;
-  reshard__json_init(&w, err);
-  reshard__json_layout(&w, layout, path);
-  return finish_digest(&w, out);
+  digest_writer d;
+  digest_begin(&d, err);
+  reshard__json_layout(&d.w, layout, path);
+  return finish_digest(&d, out);
 }
 
 reshard_status reshard_layout_digest(const reshard_layout *layout,
@@ -312,10 +340,10 @@ reshard_status reshard_layout_id(const reshard_layout *layout,
 reshard_status reshard_model_domain(const reshard_manifest *manifest,
                                     char out[RESHARD_DIGEST_HEX_LEN + 1],
                                     reshard_error *err) {
-  reshard__json w;
-  reshard__json_init(&w, err);
-  reshard__json_model_domain(&w, manifest, "manifest");
-  return finish_digest(&w, out);
+  digest_writer d;
+  digest_begin(&d, err);
+  reshard__json_model_domain(&d.w, manifest, "manifest");
+  return finish_digest(&d, out);
 }
 
 reshard_status reshard_manifest_key(const reshard_manifest *manifest,
@@ -339,11 +367,11 @@ reshard_status reshard_topology_id(const reshard_placement *placement,
                                    char out[RESHARD_ID_SIZE],
                                    reshard_error *err) {
   char digest[RESHARD_DIGEST_HEX_LEN + 1];
-  reshard__json w;
+  digest_writer d;
   out[0] = '\0';
-  reshard__json_init(&w, err);
-  reshard__json_topology(&w, placement, "placement");
-  reshard_status status = finish_digest(&w, digest);
+  digest_begin(&d, err);
+  reshard__json_topology(&d.w, placement, "placement");
+  reshard_status status = finish_digest(&d, digest);
   if (status == RESHARD_OK) {
     prefix_id(digest, out);
   }
@@ -360,10 +388,10 @@ reshard_status reshard_placement_id(const reshard_placement *placement,
   if (status != RESHARD_OK) {
     return status;
   }
-  reshard__json w;
-  reshard__json_init(&w, err);
-  reshard__json_placement(&w, placement, topology_id, "placement");
-  status = finish_digest(&w, digest);
+  digest_writer d;
+  digest_begin(&d, err);
+  reshard__json_placement(&d.w, placement, topology_id, "placement");
+  status = finish_digest(&d, digest);
   if (status == RESHARD_OK) {
     prefix_id(digest, out);
   }

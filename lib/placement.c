@@ -288,6 +288,42 @@ static reshard_status check_tiling(const reshard_placement *placement,
   return RESHARD_OK;
 }
 
+reshard_status
+reshard_placement_check_limits(const reshard_placement *placement,
+                               const reshard_limits *caps, reshard_error *err) {
+  if (placement->part_count > caps->max_layout_parts) {
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "placement.parts: %zu parts exceed the limit "
+                             "max_layout_parts of %llu",
+                             placement->part_count,
+                             (unsigned long long)caps->max_layout_parts);
+  }
+  uint64_t fragments = caps->max_layout_fragments;
+  uint64_t repeated;
+  if (!reshard_mul(placement->part_count, placement->descriptor.layer_count,
+                   &repeated) ||
+      repeated > fragments) {
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "placement: %zu parts × %zu descriptor layers "
+                             "exceed the limit max_layout_fragments of %llu",
+                             placement->part_count,
+                             placement->descriptor.layer_count,
+                             (unsigned long long)fragments);
+  }
+  uint64_t layers = 0;
+  for (size_t i = 0; i < placement->part_count; i++) {
+    if (!reshard_add(layers, placement->parts[i].layer_count, &layers) ||
+        layers > fragments) {
+      return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                               "placement.parts: more than %llu layer ids in "
+                               "all parts exceed the limit "
+                               "max_layout_fragments",
+                               (unsigned long long)fragments);
+    }
+  }
+  return RESHARD_OK;
+}
+
 reshard_status reshard_placement_normalize(reshard_placement *placement,
                                            reshard_arena *scratch,
                                            reshard_error *err) {

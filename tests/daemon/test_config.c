@@ -40,7 +40,7 @@ Test(config, defaults) {
   cr_assert_eq(config.log_level, RESHARD_LOG_INFO);
   cr_assert_null(config.metrics_listen);
   cr_assert_eq(config.drain_timeout_ms, 20000);
-  cr_assert_eq(config.max_request_bytes, 64ull << 20);
+  cr_assert_eq(config.max_request_bytes, 16ull << 20);
   cr_assert_eq(config.inline_plan_max_values, 4096);
   reshard_limits defaults = reshard_limits_default();
   cr_assert_eq(memcmp(&config.limits, &defaults, sizeof defaults), 0);
@@ -317,4 +317,41 @@ Test(config, check_config_validates_everything_and_prints_it) {
   fclose(out);
   cr_assert(strstr(text, "\nmetrics-listen=\n") != NULL, "%s", text);
   free(text);
+}
+
+Test(config, resource_bounds) {
+  reshard_config config;
+  reshard_error err;
+  char *defaults[] = {"reshardd"};
+  cr_assert_eq(parse(&config, NULL, 1, defaults, &err), RESHARD_OK);
+  cr_assert_eq(config.max_inflight_bytes, 1ull << 30);
+  cr_assert_eq(config.default_deadline_ms, 60000);
+  cr_assert_eq(config.max_concurrent_streams, 100);
+  cr_assert_eq(config.keepalive_time_ms, 60000);
+  cr_assert_eq(config.keepalive_timeout_ms, 20000);
+  cr_assert_eq(config.max_connection_idle_ms, 300000);
+
+  char *set[] = {"reshardd",
+                 "--max-inflight-bytes=64M",
+                 "--default-deadline=0",
+                 "--max-concurrent-streams=8",
+                 "--keepalive-time=1s",
+                 "--keepalive-timeout=500ms",
+                 "--max-connection-idle=2m"};
+  cr_assert_eq(parse(&config, NULL, 7, set, &err), RESHARD_OK, "%s",
+               err.message);
+  cr_assert_eq(config.max_inflight_bytes, 64ull << 20);
+  cr_assert_eq(config.default_deadline_ms, 0);
+  cr_assert_eq(config.max_concurrent_streams, 8);
+  cr_assert_eq(config.keepalive_time_ms, 1000);
+  cr_assert_eq(config.keepalive_timeout_ms, 500);
+  cr_assert_eq(config.max_connection_idle_ms, 120000);
+
+  char *zero_keepalive[] = {"reshardd", "--keepalive-time=0"};
+  cr_assert_eq(parse(&config, NULL, 2, zero_keepalive, &err),
+               RESHARD_INVALID_ARGUMENT);
+  cr_assert(strstr(err.message, "--keepalive-time"), "%s", err.message);
+  char *zero_streams[] = {"reshardd", "--max-concurrent-streams=0"};
+  cr_assert_eq(parse(&config, NULL, 2, zero_streams, &err),
+               RESHARD_INVALID_ARGUMENT);
 }

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "reshard/identity.h"
@@ -674,3 +675,64 @@ Test(canonical_json, unsorted_keys_abort_in_debug_builds, .signal = SIGABRT) {
   reshard__json_free(&w);
 }
 #endif
+
+/* Collects what a streaming writer hands over. */
+typedef struct collected {
+  char *text;
+  size_t length;
+  size_t pieces;
+} collected;
+
+static void collect(void *context, const char *bytes, size_t length) {
+  collected *c = context;
+  c->text = realloc(c->text, c->length + length + 1);
+  cr_assert_not_null(c->text);
+  memcpy(c->text + c->length, bytes, length);
+  c->length += length;
+  c->text[c->length] = '\0';
+  c->pieces++;
+}
+
+Test(canonical_json, a_sink_gets_the_same_text_in_bounded_pieces) {
+  /* A placement of 2 000 parts: ~600 KB of text, the descriptor repeated
+   * in every part. */
+  enum { PARTS = 2000 };
+  static reshard_placement_part parts[PARTS];
+  static char ids[PARTS][8];
+  for (int i = 0; i < PARTS; i++) {
+    snprintf(ids[i], sizeof ids[i], "p%04d", i);
+    parts[i] = golden_parts[0];
+    parts[i].participant_id = ids[i];
+  }
+  reshard_placement placement = golden_placement(parts);
+  placement.part_count = PARTS;
+
+  reshard__json whole;
+  reshard__json_init(&whole, NULL);
+  reshard__json_placement(&whole, &placement, GOLDEN_TOPOLOGY_ID, "p");
+  const char *expected;
+  size_t expected_length;
+  cr_assert_eq(reshard__json_finish(&whole, &expected, &expected_length),
+               RESHARD_OK);
+
+  collected c = {NULL, 0, 0};
+  reshard__json streamed;
+  reshard__json_init(&streamed, NULL);
+  reshard__json_set_sink(&streamed, collect, &c);
+  reshard__json_placement(&streamed, &placement, GOLDEN_TOPOLOGY_ID, "p");
+  const char *tail;
+  size_t tail_length;
+  cr_assert_eq(reshard__json_finish(&streamed, &tail, &tail_length),
+               RESHARD_OK);
+  collect(&c, tail, tail_length);
+
+  cr_assert_gt(expected_length, 8 * RESHARD__JSON_FLUSH);
+  cr_assert_eq(c.length, expected_length);
+  cr_assert(memcmp(c.text, expected, expected_length) == 0);
+  /* Handed over in pieces; never more than a piece and a value held. */
+  cr_assert_gt(c.pieces, 8);
+  cr_assert_leq(streamed.capacity, 2 * RESHARD__JSON_FLUSH);
+  free(c.text);
+  reshard__json_free(&streamed);
+  reshard__json_free(&whole);
+}

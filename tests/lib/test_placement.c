@@ -620,3 +620,33 @@ Test(placement, rejects_a_layer_owned_by_two_pp_stages) {
   ASSERT_FAILS(normalize(&p, &err), err, RESHARD_INVALID_ARGUMENT,
                "placement.parts:", "dp rank 0 layer 1");
 }
+
+/* ---- layout caps ------------------------------------------------------- */
+
+Test(placement, layout_caps_bound_parts_layer_ids_and_their_product) {
+  /* TP2 over 4 layers: 2 parts, 8 layer ids, 2 × 4 descriptor layers. */
+  reshard_placement p = tp2();
+  reshard_limits caps = reshard_limits_default();
+  reshard_error err = {0};
+  cr_assert_eq(reshard_placement_check_limits(&p, &caps, &err), RESHARD_OK,
+               "%s", err.message);
+
+  caps.max_layout_parts = 1;
+  ASSERT_FAILS(reshard_placement_check_limits(&p, &caps, &err), err,
+               RESHARD_RESOURCE_EXHAUSTED, "placement.parts",
+               "max_layout_parts of 1");
+
+  caps = reshard_limits_default();
+  caps.max_layout_fragments = 7;
+  ASSERT_FAILS(reshard_placement_check_limits(&p, &caps, &err), err,
+               RESHARD_RESOURCE_EXHAUSTED, "2 parts × 4 descriptor layers",
+               "max_layout_fragments of 7");
+
+  /* The product fits, the layer ids of the parts do not. */
+  p.parts[0].layer_count = 4;
+  p.parts[1].layer_count = 4;
+  p.descriptor.layer_count = 3;
+  caps.max_layout_fragments = 7;
+  ASSERT_FAILS(reshard_placement_check_limits(&p, &caps, &err), err,
+               RESHARD_RESOURCE_EXHAUSTED, "more than 7 layer ids");
+}

@@ -8,6 +8,7 @@
 
 #include "reshard/descriptor.h"
 #include "reshard/error.h"
+#include "reshard/limits.h"
 
 typedef struct reshard_rank {
   uint64_t dp, pp, tp;
@@ -44,6 +45,15 @@ typedef struct reshard_arena reshard_arena;
 reshard_status reshard_placement_normalize(reshard_placement *placement,
                                            reshard_arena *scratch,
                                            reshard_error *err);
+
+/* Holds a placement to the layout caps of `caps` (SPEC §2.3) before its
+ * validation or identity costs anything: parts at most max_layout_parts;
+ * layer ids over all parts, and parts × descriptor layers (the identity
+ * repeats the descriptor in every part), at most max_layout_fragments.
+ * RESOURCE_EXHAUSTED naming the limit; nothing is allocated. */
+reshard_status
+reshard_placement_check_limits(const reshard_placement *placement,
+                               const reshard_limits *caps, reshard_error *err);
 
 /* The lowest DP rank among the parts. Requires at least one part. */
 uint64_t reshard_placement_lowest_dp(const reshard_placement *placement);
