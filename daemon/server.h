@@ -26,6 +26,7 @@
 #ifndef RESHARD_SERVER_H
 #define RESHARD_SERVER_H
 
+#include <grpc/grpc_security.h>
 #include <protobuf-c/protobuf-c.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -57,6 +58,9 @@ typedef struct reshard_server_options {
   uint64_t drain_timeout_ms;  /* bound on in-flight calls after drain */
   unsigned request_slots;     /* outstanding request_call; 0 picks 32 */
   reshard_metrics *metrics;   /* calls are counted here; may be NULL */
+  /* TLS (daemon/tls.h) for the listener; NULL serves plaintext. Owned by
+   * the caller, released after reshard_server_free. */
+  grpc_server_credentials *credentials;
 } reshard_server_options;
 
 /* Creates the server on `loop` (grpc_init must have been called). Returns
