@@ -160,10 +160,13 @@ def parse_h2load(stdout):
 
 
 def run_h2load(h2load, target, data_file, requests, clients, streams,
-               threads, time_limit, log_file=None):
+               threads, time_limit, log_file=None, tls=False):
     host, port = split_host_port(target)
-    url = "http://%s:%d%s" % (("[%s]" % host) if ":" in host else host, port,
-                              PLAN_LOAD_PATH)
+    # Over TLS h2load negotiates h2 by ALPN; it does not verify the server
+    # (set_up did, with --tls-ca) and cannot present a client certificate.
+    url = "%s://%s:%d%s" % ("https" if tls else "http",
+                            ("[%s]" % host) if ":" in host else host, port,
+                            PLAN_LOAD_PATH)
     argv = [h2load, "-n", str(requests), "-c", str(clients), "-m",
             str(streams), "-t", str(threads), "-d", data_file,
             "-H", "content-type: application/grpc", "-H", "te: trailers",
@@ -234,14 +237,19 @@ class Target:
                                 % (code, self.daemon.log_text()))
 
 
-def set_up(target, requests, timeout=120):
+def set_up(target, requests, timeout=120, tls_ca=None):
     """PublishManifest and RegisterPages with grpcio, then one PlanLoad to
     check the request plans every page."""
     import grpc
     import reshard_e2e as e
-    channel = grpc.insecure_channel(target, options=[
-        ("grpc.max_receive_message_length", -1),
-        ("grpc.max_send_message_length", -1)])
+    options = [("grpc.max_receive_message_length", -1),
+               ("grpc.max_send_message_length", -1)]
+    if tls_ca:
+        with open(tls_ca, "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        channel = grpc.secure_channel(target, creds, options=options)
+    else:
+        channel = grpc.insecure_channel(target, options=options)
     try:
         planner = e.Planner(channel)
         pub = planner.PublishManifest(requests.publish, timeout=timeout)
@@ -278,7 +286,7 @@ def run(args):
               "streams_per_client": args.streams,
               "concurrent_streams": args.clients * args.streams}
     try:
-        stats = set_up(target.grpc, requests)
+        stats = set_up(target.grpc, requests, tls_ca=args.tls_ca)
         result["plan"] = {"copies": stats.operations, "bytes": stats.bytes,
                           "copies_before_coalescing":
                               stats.copies_before_coalescing}
@@ -295,12 +303,14 @@ def run(args):
             if args.warmup > 0:
                 warm, _ = run_h2load(h2load, target.grpc, data_file,
                                      args.warmup, args.clients, args.streams,
-                                     args.threads, args.time_limit)
+                                     args.threads, args.time_limit,
+                                     tls=bool(args.tls_ca))
                 sent += warm["done"]
             rss_warm = rss_bytes(target.pid, read_metrics(target.metrics))
             main, text = run_h2load(h2load, target.grpc, data_file,
                                     args.requests, args.clients, args.streams,
-                                    args.threads, args.time_limit, log_file)
+                                    args.threads, args.time_limit, log_file,
+                                    tls=bool(args.tls_ca))
             sent += main["done"]
             after_text = read_metrics(target.metrics)
             after = request_counts(after_text)
@@ -409,6 +419,10 @@ def main(argv=None):
     parser.add_argument("--pygen", help="directory of the generated "
                         "*_pb2.py modules")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--tls-ca", help="the daemon serves TLS (started "
+                        "with --daemon-flag=--tls-cert=... and "
+                        "--daemon-flag=--tls-key=...): verify it with this "
+                        "CA and load it over https")
     args = parser.parse_args(argv)
     if args.target and not args.metrics:
         parser.error("--target needs --metrics (the daemon's counters decide "

@@ -912,6 +912,29 @@ class LoadSmokeTests(unittest.TestCase):
             result["daemon_counter_deltas"],
             {"reshard.v1.Planner/PlanLoad OK": requests + warmup})
 
+    def test_h2load_tls_smoke(self):
+        """The TLS variant: h2load over https against --tls-cert."""
+        import load
+        from reshard_certs import CertAuthority
+        with tempfile.TemporaryDirectory() as tmp:
+            ca = CertAuthority(tmp)
+            cert, key = ca.issue("server")
+            out = os.path.join(tmp, "load.json")
+            code = load.main([
+                "--daemon", e.DAEMON, "--pygen", e.PYGEN, "--scenario",
+                "S1-8", "--requests", "500", "--warmup", "100", "--clients",
+                "2", "--streams", "8", "--time-limit", "240",
+                "--rss-growth-mib", "0", "--tls-ca", ca.pem,
+                "--daemon-flag=--tls-cert=" + cert,
+                "--daemon-flag=--tls-key=" + key, "--json", out])
+            self.assertEqual(code, 0, "scripts/load.py --tls-ca failed")
+            with open(out) as f:
+                result = json.load(f)
+        self.assertEqual(result["h2load"]["succeeded"], 500)
+        self.assertEqual(result["problems"], [])
+        self.assertEqual(result["daemon_counter_deltas"],
+                         {"reshard.v1.Planner/PlanLoad OK": 600})
+
 
 if __name__ == "__main__":
     unittest.main()
