@@ -29,9 +29,12 @@ if [ "$mode" = runtime ]; then
 fi
 # Metrics: libmicrohttpd-dev. Deploy and load tests: nghttp2-client (h2load),
 # prometheus (scraped for real in CI), python3-yaml (manifest checks).
+# Security (docs/security.md): openssl makes the tests' certificates; clang
+# and libclang-rt-14-dev build the libFuzzer targets (scripts/fuzz.sh).
 # shellcheck disable=SC2086
 $SUDO apt-get install -y --no-install-recommends \
   libmicrohttpd-dev nghttp2-client prometheus python3-yaml \
+  openssl clang libclang-rt-14-dev \
   $RUNTIME_PACKAGES \
   build-essential cmake pkg-config clang-format \
   libssl-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libprotobuf-dev \

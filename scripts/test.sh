@@ -20,6 +20,14 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 
 git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
 
+# Fuzzing (docs/security.md): every libFuzzer target for 50 s, from the
+# committed seeds and regressions; any finding fails the run.
+./scripts/fuzz.sh 50
+
+# Soak (docs/security.md): one minute of mixed load against a live daemon;
+# resident memory, descriptors and threads must not grow past their bounds.
+/usr/bin/python3 scripts/soak.py --daemon build/daemon/reshardd --duration 60
+
 ./build/bench/reshard-bench 20
 
 # Catalog figures (docs/catalog.md): publishes and registrations per second,
