@@ -1357,8 +1357,7 @@ reshard_status reshard_catalog_redis_open(uv_loop_t *loop, const char *spec,
   if (!reshard_table_init(&r->verified, 64)) {
     reshard_redis_url_wipe(&r->credentials);
     free(r);
-    return reshard_error_set(err, RESHARD_INTERNAL, "catalog %s: out of memory",
-                             r->spec);
+    return reshard_error_set(err, RESHARD_INTERNAL, "catalog: out of memory");
   }
   r->base.vtable = &redis_vtable;
   r->base.loop = loop;
