@@ -138,7 +138,7 @@ class TlsTests(SecurityCase):
         self.assertEqual(code, 0, err)
         self.assertIn("SERVING", out)
         code, out, err = reshardctl("health", env={
-            "RESHARDCTL_TARGET": "localhost:%d" % daemon.port,
+            "RESHARDCTL_TARGET": daemon.target,
             "RESHARDCTL_TLS_CA": self.ca.pem})
         self.assertEqual(code, 0, err)
         code, _, err = reshardctl("--target", daemon.target, "health")
