@@ -5,7 +5,6 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,8 +45,6 @@ struct reshard_tls {
   bool fresh;             /* current not yet handed to gRPC */
   file_identity rejected[FILE_COUNT]; /* a change already refused */
   bool has_rejected;
-  atomic_ulong reloads;
-  atomic_ulong reload_failures;
 };
 
 static bool same_identity(const file_identity *a, const file_identity *b) {
@@ -197,39 +194,32 @@ fetch_config(void *data, grpc_ssl_server_certificate_config **config) {
   grpc_ssl_certificate_config_reload_status result =
       GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_UNCHANGED;
   uv_mutex_lock(&tls->lock);
-  if (!tls->fresh) {
-    file_identity now[FILE_COUNT];
-    reshard_error err;
-    bool unchanged = true;
-    for (int i = 0; i < FILE_COUNT; i++) {
-      if (stat_file(tls->path[i], file_flags[i], &now[i], &err) != RESHARD_OK) {
-        /* Mid-rotation, or gone: keep serving what we have. */
-        memset(now, 0, sizeof now);
-        unchanged = true;
-        break;
-      }
-      unchanged =
-          unchanged && same_identity(&now[i], &tls->current.identity[i]);
-    }
-    bool known_bad = tls->has_rejected && same_identities(now, tls->rejected);
-    if (!unchanged && !known_bad) {
-      pem_set next;
-      if (load(tls, &next, &err) == RESHARD_OK) {
-        pem_set_clear(&tls->current);
-        tls->current = next;
-        tls->fresh = true;
-        tls->has_rejected = false;
-        atomic_fetch_add(&tls->reloads, 1);
-        reshard_log_msg(RESHARD_LOG_INFO, "tls certificate reloaded", NULL);
-      } else {
-        memcpy(tls->rejected, now, sizeof now);
-        tls->has_rejected = true;
-        atomic_fetch_add(&tls->reload_failures, 1);
-        reshard_log_msg(RESHARD_LOG_WARN,
-                        "tls files changed but cannot be used; keeping the "
-                        "previous certificate",
-                        err.message);
-      }
+  file_identity now[FILE_COUNT];
+  reshard_error err;
+  bool readable = true, unchanged = true;
+  for (int i = 0; i < FILE_COUNT && readable; i++) {
+    readable =
+        stat_file(tls->path[i], file_flags[i], &now[i], &err) == RESHARD_OK;
+    unchanged = unchanged && same_identity(&now[i], &tls->current.identity[i]);
+  }
+  /* A file missing mid-rotation keeps what we serve; so does a change
+   * already refused. */
+  if (!tls->fresh && readable && !unchanged &&
+      !(tls->has_rejected && same_identities(now, tls->rejected))) {
+    pem_set next;
+    if (load(tls, &next, &err) == RESHARD_OK) {
+      pem_set_clear(&tls->current);
+      tls->current = next;
+      tls->fresh = true;
+      tls->has_rejected = false;
+      reshard_log_msg(RESHARD_LOG_INFO, "tls certificate reloaded", NULL);
+    } else {
+      memcpy(tls->rejected, now, sizeof now);
+      tls->has_rejected = true;
+      reshard_log_msg(RESHARD_LOG_WARN,
+                      "tls files changed but cannot be used; keeping the "
+                      "previous certificate",
+                      err.message);
     }
   }
   if (tls->fresh) {
@@ -286,14 +276,6 @@ grpc_server_credentials *reshard_tls_server_credentials(reshard_tls *tls) {
           fetch_config, tls);
   return options ? grpc_ssl_server_credentials_create_with_options(options)
                  : NULL;
-}
-
-unsigned long reshard_tls_reloads(reshard_tls *tls) {
-  return atomic_load(&tls->reloads);
-}
-
-unsigned long reshard_tls_reload_failures(reshard_tls *tls) {
-  return atomic_load(&tls->reload_failures);
 }
 
 void reshard_tls_free(reshard_tls *tls) {

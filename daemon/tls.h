@@ -34,12 +34,6 @@ reshard_tls *reshard_tls_create(const reshard_tls_files *files,
  * `tls` alive until the gRPC server using them is destroyed. */
 grpc_server_credentials *reshard_tls_server_credentials(reshard_tls *tls);
 
-/* How many times changed files were loaded after the first load, and how
- * many times a change was rejected (unreadable, mismatched pair) and the
- * previous certificate kept. Any thread. */
-unsigned long reshard_tls_reloads(reshard_tls *tls);
-unsigned long reshard_tls_reload_failures(reshard_tls *tls);
-
 /* Frees `tls`; NULL is accepted. */
 void reshard_tls_free(reshard_tls *tls);
 
