@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "grpc/health/v1/health.pb-c.h"
 #include "reshard/arena.h"
 #include "reshard/identity.h"
 #include "reshard/plan.h"
@@ -176,6 +177,7 @@ static const struct {
     {&reshard__v1__plan_upload_request__descriptor, plan_upload},
     {&reshard__v1__plan_load_request__descriptor, plan_load},
     {&reshard__v1__plan_store_request__descriptor, plan_store},
+    {&grpc__health__v1__health_check_request__descriptor, decoded},
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -18,7 +18,7 @@ CORPUS = os.path.join(HERE, "corpus")
 # The order of fuzz_rpc.c's rpcs[] table.
 RPC = {"PublishManifest": 0, "GetManifest": 1, "RegisterPages": 2,
        "ForgetPages": 3, "RegisterPlacement": 4, "PlanUpload": 5,
-       "PlanLoad": 6, "PlanStore": 7}
+       "PlanLoad": 6, "PlanStore": 7, "Health.Check": 8}
 # fuzz_reshardctl_json.c's types[].
 JSON_TYPES = {"manifest.json": 0, "placement.json": 1,
               "plan-upload.json": 2, "plan.json": 3}
@@ -55,6 +55,8 @@ def main():
     write("rpc", "get", bytes([RPC["GetManifest"]]) +
           pb.GetManifestRequest(manifest_key="kv/a/manifests/b")
           .SerializeToString())
+    write("rpc", "health", bytes([RPC["Health.Check"]]) + b"\x0a\x12"
+          b"reshard.v1.Planner")
     write("rpc", "forget", bytes([RPC["ForgetPages"]]) +
           pb.ForgetPagesRequest(model_domain="d", page_keys=["p"])
           .SerializeToString())
