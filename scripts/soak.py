@@ -216,8 +216,9 @@ def main(argv=None):
             shutil.rmtree(tmp, ignore_errors=True)
 
     mib = 1 << 20
-    print("reshardd soak: %.0f s, %d workers, %d calls (%s)"
-          % (args.duration, args.workers, sum(soak.counts.values()),
+    print("reshardd soak: %.0f s after a %.0f s warm-up, %d workers, %d calls "
+          "in all (%s)"
+          % (args.duration, warmup, args.workers, sum(soak.counts.values()),
              ", ".join("%s %d" % kv for kv in sorted(soak.counts.items()))))
     print("  %-10s %12s %12s %12s" % ("", "at start", "after warm-up",
                                        "at the end"))
