@@ -12,6 +12,7 @@
 #include <grpc/support/time.h>
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,26 +59,116 @@ static int set_status(reshard_client_status *st, int code, const char *fmt,
   return code;
 }
 
-reshard_client *reshard_client_open(const char *target,
-                                    int64_t default_timeout_ms) {
-  reshard_client *client = calloc(1, sizeof *client);
-  if (client == NULL)
+/* Reads a whole PEM file; NULL (and st set) when it cannot. */
+static char *read_pem(const char *path, const char *what,
+                      reshard_client_status *st) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    set_status(st, GRPC_STATUS_INVALID_ARGUMENT, "%s %s: cannot open", what,
+               path);
     return NULL;
+  }
+  size_t cap = 4096, len = 0;
+  char *text = malloc(cap);
+  while (text != NULL) {
+    len += fread(text + len, 1, cap - 1 - len, f);
+    if (len < cap - 1 || ferror(f))
+      break;
+    char *grown = realloc(text, cap * 2);
+    if (grown == NULL) {
+      free(text);
+      text = NULL;
+      break;
+    }
+    text = grown;
+    cap *= 2;
+  }
+  bool failed = text == NULL || ferror(f);
+  fclose(f);
+  if (failed) {
+    free(text);
+    set_status(st, GRPC_STATUS_INVALID_ARGUMENT, "%s %s: cannot read", what,
+               path);
+    return NULL;
+  }
+  text[len] = '\0';
+  return text;
+}
+
+/* TLS channel credentials from the files `tls` names. */
+static grpc_channel_credentials *tls_credentials(const reshard_client_tls *tls,
+                                                 reshard_client_status *st) {
+  if ((tls->cert_file == NULL) != (tls->key_file == NULL)) {
+    set_status(st, GRPC_STATUS_INVALID_ARGUMENT,
+               "--tls-cert and --tls-key: give both or neither");
+    return NULL;
+  }
+  char *roots = NULL, *cert = NULL, *key = NULL;
+  grpc_channel_credentials *creds = NULL;
+  if (tls->ca_file != NULL &&
+      (roots = read_pem(tls->ca_file, "--tls-ca", st)) == NULL)
+    goto done;
+  if (tls->cert_file != NULL &&
+      ((cert = read_pem(tls->cert_file, "--tls-cert", st)) == NULL ||
+       (key = read_pem(tls->key_file, "--tls-key", st)) == NULL))
+    goto done;
+  grpc_ssl_pem_key_cert_pair pair = {key, cert};
+  creds = grpc_ssl_credentials_create(roots, cert ? &pair : NULL, NULL, NULL);
+  if (creds == NULL)
+    set_status(st, GRPC_STATUS_INTERNAL, "cannot create TLS credentials");
+done:
+  free(roots);
+  free(cert);
+  if (key != NULL) {
+    memset(key, 0, strlen(key));
+    free(key);
+  }
+  return creds;
+}
+
+reshard_client *reshard_client_open_tls(const char *target,
+                                        int64_t default_timeout_ms,
+                                        const reshard_client_tls *tls,
+                                        reshard_client_status *st) {
+  reshard_client *client = calloc(1, sizeof *client);
+  if (client == NULL) {
+    set_status(st, GRPC_STATUS_INTERNAL, "out of memory");
+    return NULL;
+  }
   grpc_init();
+  grpc_channel_credentials *creds =
+      tls ? tls_credentials(tls, st) : grpc_insecure_credentials_create();
+  if (creds == NULL) {
+    free(client);
+    grpc_shutdown();
+    return NULL;
+  }
   /* Plans can be far larger than gRPC's 4 MiB default receive limit. */
-  grpc_arg arg;
-  memset(&arg, 0, sizeof arg);
-  arg.type = GRPC_ARG_INTEGER;
-  arg.key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  arg.value.integer = -1;
-  grpc_channel_args args = {1, &arg};
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-  client->channel = grpc_channel_create(target, creds, &args);
+  grpc_arg args[2];
+  memset(args, 0, sizeof args);
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[0].value.integer = -1;
+  size_t arg_count = 1;
+  if (tls != NULL && tls->server_name != NULL) {
+    args[1].type = GRPC_ARG_STRING;
+    args[1].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+    args[1].value.string = (char *)tls->server_name;
+    arg_count = 2;
+  }
+  grpc_channel_args channel_args = {arg_count, args};
+  client->channel = grpc_channel_create(target, creds, &channel_args);
   grpc_channel_credentials_release(creds);
   client->cq = grpc_completion_queue_create_for_pluck(NULL);
   client->default_timeout_ms =
       default_timeout_ms > 0 ? default_timeout_ms : 10000;
   return client;
+}
+
+reshard_client *reshard_client_open(const char *target,
+                                    int64_t default_timeout_ms) {
+  reshard_client_status st;
+  return reshard_client_open_tls(target, default_timeout_ms, NULL, &st);
 }
 
 void reshard_client_close(reshard_client *client) {

@@ -71,6 +71,26 @@ const char *reshard_status_code_name(int code);
 reshard_client *reshard_client_open(const char *target,
                                     int64_t default_timeout_ms);
 
+/* TLS for a client (SPEC §3.5). Every member may be NULL. */
+typedef struct reshard_client_tls {
+  const char *ca_file;     /* PEM roots the server must chain to; NULL:
+                              the system's roots */
+  const char *cert_file;   /* PEM certificate for mutual TLS, with key_file */
+  const char *key_file;    /* its PEM private key */
+  const char *server_name; /* the name to verify the server's certificate
+                              against instead of the target's host */
+} reshard_client_tls;
+
+/* Like reshard_client_open(), over TLS when `tls` is not NULL. The files
+ * are read now: a file that cannot be read, or a certificate without its
+ * key, returns NULL with st->code INVALID_ARGUMENT (3) and a message
+ * naming the file; running out of memory returns NULL with INTERNAL.
+ * `st` must not be NULL. */
+reshard_client *reshard_client_open_tls(const char *target,
+                                        int64_t default_timeout_ms,
+                                        const reshard_client_tls *tls,
+                                        reshard_client_status *st);
+
 /* Closes the channel and frees the client. NULL is accepted. */
 void reshard_client_close(reshard_client *client);
 

@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +30,9 @@ enum {
 #define DEFAULT_TARGET "127.0.0.1:50051"
 
 static const char usage_text[] =
-    "usage: reshardctl [--target HOST:PORT] [--timeout SECONDS] COMMAND "
-    "[ARGS]\n"
+    "usage: reshardctl [--target HOST:PORT] [--timeout SECONDS]\n"
+    "                  [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]\n"
+    "                  [--tls-server-name NAME] COMMAND [ARGS]\n"
     "\n"
     "commands:\n"
     "  publish FILE.json                  publish a StoreManifest\n"
@@ -50,6 +53,11 @@ static const char usage_text[] =
     "FILE may be - for standard input. The target defaults to "
     "$RESHARDCTL_TARGET,\n"
     "then " DEFAULT_TARGET "; the timeout (per call) to 10 seconds.\n"
+    "TLS is used when --tls-ca or --tls-cert is given: --tls-ca verifies the\n"
+    "server (default: the system's roots), --tls-cert/--tls-key present a\n"
+    "client certificate (mutual TLS), --tls-server-name checks the server's\n"
+    "certificate for that name instead of the target's host. Each reads\n"
+    "$RESHARDCTL_TLS_CA, _CERT, _KEY, _SERVER_NAME when not given.\n"
     "Exit codes: 0 ok, 1 RPC error, 2 usage or JSON error, 3 not serving.\n";
 
 static int usage_error(const char *fmt, ...) {
@@ -132,6 +140,7 @@ static int print_message_json(const ProtobufCMessage *msg) {
 typedef struct options {
   const char *target;
   int64_t timeout_ms;
+  reshard_client_tls tls;
 } options;
 
 static int cmd_publish(reshard_client *c, int argc, char **argv) {
@@ -402,42 +411,73 @@ static bool parse_timeout(const char *s, int64_t *ms) {
   return true;
 }
 
+#define TIMEOUT SIZE_MAX
+
+/* A global option with a value, and the variable it defaults from. */
+typedef struct global_option {
+  const char *flag;
+  const char *env;
+  size_t offset; /* of the const char * in `options`; TIMEOUT for
+                    --timeout */
+} global_option;
+
+static const global_option global_options[] = {
+    {"--target", "RESHARDCTL_TARGET", offsetof(options, target)},
+    {"--timeout", NULL, TIMEOUT},
+    {"--tls-ca", "RESHARDCTL_TLS_CA", offsetof(options, tls.ca_file)},
+    {"--tls-cert", "RESHARDCTL_TLS_CERT", offsetof(options, tls.cert_file)},
+    {"--tls-key", "RESHARDCTL_TLS_KEY", offsetof(options, tls.key_file)},
+    {"--tls-server-name", "RESHARDCTL_TLS_SERVER_NAME",
+     offsetof(options, tls.server_name)},
+};
+
 int main(int argc, char **argv) {
   options opt;
-  opt.target = getenv("RESHARDCTL_TARGET");
-  if (opt.target == NULL || *opt.target == '\0')
-    opt.target = DEFAULT_TARGET;
+  memset(&opt, 0, sizeof opt);
   opt.timeout_ms = 10000;
+  for (size_t k = 0; k < sizeof global_options / sizeof *global_options; k++) {
+    const global_option *g = &global_options[k];
+    const char *value = g->offset != TIMEOUT ? getenv(g->env) : NULL;
+    if (value != NULL && *value != '\0')
+      *(const char **)((char *)&opt + g->offset) = value;
+  }
+  if (opt.target == NULL)
+    opt.target = DEFAULT_TARGET;
 
   int i = 1;
   for (; i < argc && argv[i][0] == '-' && argv[i][1] != '\0'; i++) {
     const char *a = argv[i];
-    const char *value = NULL;
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       fputs(usage_text, stdout);
       return EXIT_OK;
     }
-    if (strcmp(a, "--target") == 0 || strcmp(a, "--timeout") == 0) {
-      if (i + 1 >= argc)
-        return usage_error("%s needs a value", a);
-      value = argv[++i];
-    } else if (strncmp(a, "--target=", 9) == 0) {
-      value = a + 9;
-      a = "--target";
-    } else if (strncmp(a, "--timeout=", 10) == 0) {
-      value = a + 10;
-      a = "--timeout";
-    } else {
-      return usage_error("unknown option %s", a);
+    const global_option *g = NULL;
+    const char *value = NULL;
+    for (size_t k = 0; k < sizeof global_options / sizeof *global_options;
+         k++) {
+      size_t n = strlen(global_options[k].flag);
+      if (strncmp(a, global_options[k].flag, n) == 0 &&
+          (a[n] == '\0' || a[n] == '=')) {
+        g = &global_options[k];
+        value = a[n] == '=' ? a + n + 1 : NULL;
+      }
     }
-    if (strcmp(a, "--target") == 0) {
-      if (*value == '\0')
-        return usage_error("--target must not be empty");
-      opt.target = value;
-    } else if (!parse_timeout(value, &opt.timeout_ms)) {
-      return usage_error("--timeout must be a positive number of seconds, "
-                         "not \"%s\"",
-                         value);
+    if (g == NULL)
+      return usage_error("unknown option %s", a);
+    if (value == NULL) {
+      if (i + 1 >= argc)
+        return usage_error("%s needs a value", g->flag);
+      value = argv[++i];
+    }
+    if (g->offset == TIMEOUT) {
+      if (!parse_timeout(value, &opt.timeout_ms))
+        return usage_error("--timeout must be a positive number of seconds, "
+                           "not \"%s\"",
+                           value);
+    } else if (*value == '\0') {
+      return usage_error("%s must not be empty", g->flag);
+    } else {
+      *(const char **)((char *)&opt + g->offset) = value;
     }
   }
   if (i >= argc)
@@ -449,10 +489,14 @@ int main(int argc, char **argv) {
   if (cmd == NULL)
     return usage_error("unknown command \"%s\"", argv[i]);
 
-  reshard_client *client = reshard_client_open(opt.target, opt.timeout_ms);
+  bool tls = opt.tls.ca_file != NULL || opt.tls.cert_file != NULL ||
+             opt.tls.key_file != NULL;
+  reshard_client_status st;
+  reshard_client *client = reshard_client_open_tls(opt.target, opt.timeout_ms,
+                                                   tls ? &opt.tls : NULL, &st);
   if (client == NULL) {
-    fputs("error: out of memory\n", stderr);
-    return EXIT_RPC;
+    fprintf(stderr, "error: %s\n", st.message);
+    return st.code == 3 ? EXIT_USAGE : EXIT_RPC;
   }
   int rc = cmd->run(client, argc - i - 1, argv + i + 1);
   reshard_client_close(client);

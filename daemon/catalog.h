@@ -141,6 +141,14 @@ bool reshard_catalog_grow(void **array, size_t *capacity, size_t need,
 reshard_status reshard_catalog_open(uv_loop_t *loop, const char *spec,
                                     reshard_catalog **out, reshard_error *err);
 
+/* The same, with `redis_password` (may be NULL) as the Redis catalog's
+ * password in place of the URL's (--redis-password-file). */
+reshard_status reshard_catalog_open_with_password(uv_loop_t *loop,
+                                                  const char *spec,
+                                                  const char *redis_password,
+                                                  reshard_catalog **out,
+                                                  reshard_error *err);
+
 /* The memory backend (catalog_memory.c): everything in this process, lost
  * at exit. For tests and for trying the daemon out. */
 reshard_status reshard_catalog_memory_open(uv_loop_t *loop,

@@ -20,13 +20,16 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -99,6 +102,7 @@ typedef struct lmdb_catalog {
   bool writer_done;
   uint64_t commits;
   uint64_t writes;
+  int dir_fd; /* holds flock(LOCK_EX) on the directory: one daemon only */
 
   char path[];
 } lmdb_catalog;
@@ -125,8 +129,9 @@ static reshard_status lmdb_error(const lmdb_catalog *c, reshard_error *err,
   if (rc == ENOSPC || rc == EDQUOT || (rc == EIO && disk_full(c->path))) {
     /* The client can retry elsewhere or later; nothing of ours broke. */
     return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
-                             "catalog lmdb:%s: the disk is full (%s): %s",
-                             c->path, mdb_strerror(rc), what);
+                             "catalog lmdb:%s: %s: the disk is full (%s); "
+                             "nothing of this request was stored",
+                             c->path, what, mdb_strerror(rc));
   }
   return reshard_error_set(err, RESHARD_INTERNAL, "catalog lmdb:%s: %s: %s",
                            c->path, what, mdb_strerror(rc));
@@ -495,12 +500,18 @@ static void writer_main(void *arg) {
 
 /* ---- Loop thread: queueing writes and delivering results ---- */
 
+/* Closes the environment, then lets the directory go to another daemon. */
+static void close_env(lmdb_catalog *c) {
+  mdb_env_close(c->env);
+  close(c->dir_fd);
+}
+
 static void finish_close(uv_handle_t *handle) {
   lmdb_catalog *c = handle->data;
   if (c->read_txn != NULL) {
     mdb_txn_abort(c->read_txn);
   }
-  mdb_env_close(c->env);
+  close_env(c);
   uv_cond_destroy(&c->wake);
   uv_mutex_destroy(&c->lock);
   reshard_catalog_close_cb cb = c->close_cb;
@@ -1159,6 +1170,28 @@ static void log_opened(lmdb_catalog *c, bool fresh, int dead_readers) {
   reshard_log_end(&line);
 }
 
+/* LMDB lets processes share an environment, but a daemon's caches assume
+ * that only it writes the catalog: a second reshardd on the same directory
+ * is refused. flock on the directory itself leaves LMDB's own fcntl locks
+ * on lock.mdb alone, and the kernel drops it when the holder dies. */
+static reshard_status lock_dir(const char *path, int *fd, reshard_error *err) {
+  *fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (*fd < 0) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "catalog lmdb:%s: %s", path, strerror(errno));
+  }
+  if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+    int error = errno;
+    close(*fd);
+    return reshard_error_set(
+        err, RESHARD_UNAVAILABLE,
+        "catalog lmdb:%s: %s; one reshardd per catalog directory", path,
+        error == EWOULDBLOCK ? "in use by another reshardd process"
+                             : strerror(error));
+  }
+  return RESHARD_OK;
+}
+
 reshard_status reshard_catalog_lmdb_open(uv_loop_t *loop, const char *path,
                                          uint64_t map_size,
                                          reshard_catalog **out,
@@ -1183,8 +1216,14 @@ reshard_status reshard_catalog_lmdb_open(uv_loop_t *loop, const char *path,
   }
   memcpy(c->path, path, path_length + 1);
   c->map_size = map_size;
+  status = lock_dir(path, &c->dir_fd, err);
+  if (status != RESHARD_OK) {
+    free(c);
+    return status;
+  }
   int rc = mdb_env_create(&c->env);
   if (rc != 0) {
+    close(c->dir_fd);
     free(c);
     return reshard_error_set(err, RESHARD_INTERNAL, "catalog lmdb:%s: %s", path,
                              mdb_strerror(rc));
@@ -1196,7 +1235,7 @@ reshard_status reshard_catalog_lmdb_open(uv_loop_t *loop, const char *path,
     rc = mdb_env_open(c->env, path, MDB_NOTLS, 0600);
   }
   if (rc != 0) {
-    mdb_env_close(c->env);
+    close_env(c);
     free(c);
     if (rc == MDB_INVALID) {
       return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
@@ -1209,6 +1248,14 @@ reshard_status reshard_catalog_lmdb_open(uv_loop_t *loop, const char *path,
       return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
                                "catalog lmdb:%s: written by another LMDB "
                                "version (%s); refusing to use it",
+                               path, mdb_strerror(rc));
+    }
+    if (rc == EROFS || rc == EACCES) {
+      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                               "catalog lmdb:%s: the directory is not "
+                               "writable (%s); reshardd writes its catalog "
+                               "there: make it writable or choose another "
+                               "--catalog",
                                path, mdb_strerror(rc));
     }
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
@@ -1233,7 +1280,7 @@ reshard_status reshard_catalog_lmdb_open(uv_loop_t *loop, const char *path,
     status = open_dbs(c, fresh, err);
   }
   if (status != RESHARD_OK) {
-    mdb_env_close(c->env);
+    close_env(c);
     free(c);
     return status;
   }
@@ -1241,14 +1288,14 @@ reshard_status reshard_catalog_lmdb_open(uv_loop_t *loop, const char *path,
   c->base.loop = loop;
   c->async.data = c;
   if (uv_mutex_init(&c->lock) != 0) {
-    mdb_env_close(c->env);
+    close_env(c);
     free(c);
     return reshard_error_set(err, RESHARD_INTERNAL,
                              "catalog lmdb:%s: cannot create a mutex", path);
   }
   if (uv_cond_init(&c->wake) != 0) {
     uv_mutex_destroy(&c->lock);
-    mdb_env_close(c->env);
+    close_env(c);
     free(c);
     return reshard_error_set(err, RESHARD_INTERNAL,
                              "catalog lmdb:%s: cannot create a condition",
@@ -1257,7 +1304,7 @@ reshard_status reshard_catalog_lmdb_open(uv_loop_t *loop, const char *path,
   if (uv_async_init(loop, &c->async, on_async) != 0) {
     uv_cond_destroy(&c->wake);
     uv_mutex_destroy(&c->lock);
-    mdb_env_close(c->env);
+    close_env(c);
     free(c);
     return reshard_error_set(err, RESHARD_INTERNAL,
                              "catalog lmdb:%s: cannot create an async handle",

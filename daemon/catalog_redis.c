@@ -31,6 +31,7 @@
 #include <sys/socket.h>
 
 #include "log.h"
+#include "redis_url.h"
 #include "table.h"
 
 #define VERIFIED_MAX 4096
@@ -91,10 +92,11 @@ static void free_verified(reshard_table_node *node, void *data) {
 
 struct redis_catalog {
   reshard_catalog base;
-  char spec[300];
+  char spec[300]; /* the address without credentials: what messages show */
   char host[256];
   int port;
   int db;
+  reshard_redis_url credentials; /* sent with AUTH on every connection */
 
   conn_state state;
   redisAsyncContext *ac;
@@ -361,6 +363,22 @@ static void became_ready(redis_catalog *r) {
   update_ref(r);
 }
 
+static void on_auth(redisAsyncContext *ac, void *reply_ptr, void *privdata) {
+  redis_catalog *r = privdata;
+  redisReply *reply = reply_ptr;
+  if (r->ac != ac || reply == NULL) {
+    return; /* on_select sees the lost connection */
+  }
+  if (reply->type == REDIS_REPLY_ERROR) {
+    /* Redis' AUTH errors name no secret ("WRONGPASS invalid
+     * username-password pair..."). */
+    char message[160];
+    snprintf(message, sizeof message, "AUTH: %s", reply->str);
+    set_error(r, message);
+    drop_connection(r);
+  }
+}
+
 static void on_select(redisAsyncContext *ac, void *reply_ptr, void *privdata) {
   redis_catalog *r = privdata;
   redisReply *reply = reply_ptr;
@@ -422,7 +440,25 @@ static void connect_to(redis_catalog *r, const char *ip) {
   r->ac = ac;
   r->state = CONN_CONNECTING;
   r->attempt_ms = now_ms(r);
-  /* SELECT is the handshake: it also makes hiredis finish the connect. */
+  /* AUTH, then SELECT, is the handshake: it also makes hiredis finish the
+   * connect. Pipelined: SELECT's reply says when the connection is ready. */
+  if (r->credentials.password[0] != '\0') {
+    const char *auth[3] = {"AUTH"};
+    size_t auth_lengths[3] = {4};
+    int n = 1;
+    if (r->credentials.user[0] != '\0') {
+      auth[n] = r->credentials.user;
+      auth_lengths[n++] = strlen(r->credentials.user);
+    }
+    auth[n] = r->credentials.password;
+    auth_lengths[n++] = strlen(r->credentials.password);
+    if (redisAsyncCommandArgv(ac, on_auth, r, n, auth, auth_lengths) !=
+        REDIS_OK) {
+      set_error(r, "cannot send AUTH");
+      drop_connection(r);
+      return;
+    }
+  }
   char db[16];
   int n = snprintf(db, sizeof db, "%d", r->db);
   const char *argv[] = {"SELECT", db};
@@ -1159,6 +1195,7 @@ static void on_timer_closed(uv_handle_t *handle) {
   reshard_table_destroy(&r->verified);
   reshard_catalog_close_cb cb = r->close_cb;
   void *data = r->close_data;
+  reshard_redis_url_wipe(&r->credentials);
   free(r);
   if (cb != NULL) {
     cb(data);
@@ -1288,28 +1325,40 @@ static bool parse_spec(const char *spec, char *host, size_t host_size,
 }
 
 reshard_status reshard_catalog_redis_open(uv_loop_t *loop, const char *spec,
+                                          const char *password,
                                           reshard_catalog **out,
                                           reshard_error *err) {
   *out = NULL;
   redis_catalog *r = calloc(1, sizeof *r);
   if (r == NULL) {
-    return reshard_error_set(err, RESHARD_INTERNAL, "catalog %s: out of memory",
-                             spec);
+    return reshard_error_set(err, RESHARD_INTERNAL, "catalog: out of memory");
   }
-  if (strlen(spec) >= sizeof r->spec ||
-      !parse_spec(spec, r->host, sizeof r->host, &r->port, &r->db)) {
+  /* Messages show the address only, never the credentials. */
+  if (!reshard_redis_url_split(spec, &r->credentials) ||
+      strlen(r->credentials.address) >= sizeof r->spec ||
+      !parse_spec(r->credentials.address, r->host, sizeof r->host, &r->port,
+                  &r->db) ||
+      (password != NULL &&
+       strlen(password) >= sizeof r->credentials.password)) {
+    bool secret = strchr(spec, '@') != NULL;
+    reshard_redis_url_wipe(&r->credentials);
     free(r);
-    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "--catalog \"%s\": not redis://HOST:PORT[/DB] "
-                             "(port 1..65535)",
-                             spec);
+    return reshard_error_set(
+        err, RESHARD_INVALID_ARGUMENT,
+        "--catalog \"%s\": not redis://[[USER]:PASSWORD@]HOST:PORT[/DB] "
+        "(port 1..65535; a password below 512 bytes)",
+        secret ? "(not shown: it holds credentials)" : spec);
   }
+  if (password != NULL) {
+    snprintf(r->credentials.password, sizeof r->credentials.password, "%s",
+             password);
+  }
+  snprintf(r->spec, sizeof r->spec, "%s", r->credentials.address);
   if (!reshard_table_init(&r->verified, 64)) {
+    reshard_redis_url_wipe(&r->credentials);
     free(r);
-    return reshard_error_set(err, RESHARD_INTERNAL, "catalog %s: out of memory",
-                             spec);
+    return reshard_error_set(err, RESHARD_INTERNAL, "catalog: out of memory");
   }
-  snprintf(r->spec, sizeof r->spec, "%s", spec);
   r->base.vtable = &redis_vtable;
   r->base.loop = loop;
   r->backoff_ms = RESHARD_CATALOG_REDIS_BACKOFF_MIN_MS;

@@ -28,10 +28,17 @@
  * connection: its operations fail with UNAVAILABLE and it reconnects. */
 #define RESHARD_CATALOG_REDIS_TIMEOUT_MS 5000
 
-/* Opens the catalog named by `spec` ("redis://HOST:PORT[/DB]") on `loop`
- * and starts connecting; never waits for Redis. INVALID_ARGUMENT for a
- * malformed spec, INTERNAL when memory runs out. */
+/* Opens the catalog named by `spec`
+ * ("redis://[[USER]:PASSWORD@]HOST:PORT[/DB]") on `loop` and starts
+ * connecting; never waits for Redis. `password` (may be NULL) replaces the
+ * URL's. With a password every connection, first or reconnect, begins with
+ * AUTH; an AUTH refusal fails operations with UNAVAILABLE like any other
+ * connection failure. Messages and logs name the catalog by its address
+ * without credentials. INVALID_ARGUMENT for a malformed spec (the message
+ * does not repeat a spec holding credentials), INTERNAL when memory runs
+ * out. */
 reshard_status reshard_catalog_redis_open(uv_loop_t *loop, const char *spec,
+                                          const char *password,
                                           reshard_catalog **out,
                                           reshard_error *err);
 

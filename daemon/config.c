@@ -1,12 +1,16 @@
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include "redis_url.h"
 
 typedef enum option_kind {
   OPTION_LISTEN,
@@ -17,6 +21,8 @@ typedef enum option_kind {
   OPTION_METRICS,
   OPTION_DURATION,
   OPTION_NUMBER, /* like COUNT, but 0 is allowed */
+  OPTION_PATH,   /* a file name, not empty */
+  OPTION_SWITCH, /* a bare flag; the variable takes true/false, 1/0 */
 } option_kind;
 
 typedef struct option {
@@ -36,9 +42,23 @@ static const option options[] = {
     {"listen", "RESHARDD_LISTEN", OPTION_LISTEN, FIELD(listen), "ADDR",
      "gRPC listen address, HOST:PORT or unix:PATH "
      "(default " RESHARD_DEFAULT_LISTEN "; port 0 picks a free port)"},
+    {"tls-cert", "RESHARDD_TLS_CERT", OPTION_PATH, FIELD(tls_cert), "FILE",
+     "serve gRPC over TLS with this PEM certificate chain (re-read when it "
+     "changes)"},
+    {"tls-key", "RESHARDD_TLS_KEY", OPTION_PATH, FIELD(tls_key), "FILE",
+     "the PEM private key of --tls-cert"},
+    {"tls-client-ca", "RESHARDD_TLS_CLIENT_CA", OPTION_PATH,
+     FIELD(tls_client_ca), "FILE",
+     "require client certificates signed by these PEM CAs (mutual TLS)"},
+    {"allow-insecure-remote", "RESHARDD_ALLOW_INSECURE_REMOTE", OPTION_SWITCH,
+     FIELD(allow_insecure_remote), "",
+     "allow plaintext gRPC or metrics on a non-loopback address"},
     {"catalog", "RESHARDD_CATALOG", OPTION_CATALOG, FIELD(catalog), "SPEC",
-     "lmdb:PATH | redis://HOST:PORT[/DB] | memory "
+     "lmdb:PATH | redis://[[USER]:PASSWORD@]HOST:PORT[/DB] | memory "
      "(default " RESHARD_DEFAULT_CATALOG "; memory is for tests)"},
+    {"redis-password-file", "RESHARDD_REDIS_PASSWORD_FILE", OPTION_PATH,
+     FIELD(redis_password_file), "FILE",
+     "the Redis catalog's password (AUTH on every connection)"},
     {"cache-bytes", "RESHARDD_CACHE_BYTES", OPTION_SIZE, FIELD(cache_bytes),
      "SIZE", "in-memory cache budget (default 256M)"},
     {"log-level", "RESHARDD_LOG_LEVEL", OPTION_LOG_LEVEL, FIELD(log_level),
@@ -217,6 +237,34 @@ bool reshard_parse_listen(const char *text, bool allow_unix) {
   return parse_port(colon + 1);
 }
 
+/* "redis://HOST:PORT[/DB]" without credentials, DB a decimal number. */
+static bool redis_address_valid(const char *text) {
+  const char *hostport = text + 8;
+  const char *slash = strchr(hostport, '/');
+  size_t length = slash ? (size_t)(slash - hostport) : strlen(hostport);
+  char buffer[256];
+  if (length == 0 || length >= sizeof buffer) {
+    return false;
+  }
+  memcpy(buffer, hostport, length);
+  buffer[length] = '\0';
+  if (!reshard_parse_listen(buffer, false)) {
+    return false;
+  }
+  if (slash != NULL) {
+    const char *db = slash + 1;
+    if (*db == '\0' || strlen(db) > 9) {
+      return false;
+    }
+    for (; *db; db++) {
+      if (!isdigit((unsigned char)*db)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 bool reshard_parse_catalog(const char *text) {
   if (text == NULL) {
     return false;
@@ -228,31 +276,41 @@ bool reshard_parse_catalog(const char *text) {
     return text[5] != '\0';
   }
   if (strncmp(text, "redis://", 8) == 0) {
-    /* HOST:PORT, optionally /DB with DB a decimal number. */
-    const char *hostport = text + 8;
-    const char *slash = strchr(hostport, '/');
-    size_t length = slash ? (size_t)(slash - hostport) : strlen(hostport);
-    char buffer[256];
-    if (length == 0 || length >= sizeof buffer) {
-      return false;
-    }
-    memcpy(buffer, hostport, length);
-    buffer[length] = '\0';
-    if (!reshard_parse_listen(buffer, false)) {
-      return false;
-    }
-    if (slash != NULL) {
-      const char *db = slash + 1;
-      if (*db == '\0' || strlen(db) > 9) {
-        return false;
-      }
-      for (; *db; db++) {
-        if (!isdigit((unsigned char)*db)) {
-          return false;
-        }
-      }
-    }
+    reshard_redis_url url;
+    bool valid =
+        reshard_redis_url_split(text, &url) && redis_address_valid(url.address);
+    reshard_redis_url_wipe(&url);
+    return valid;
+  }
+  return false;
+}
+
+bool reshard_listen_is_local(const char *text) {
+  if (strncmp(text, "unix:", 5) == 0) {
     return true;
+  }
+  char host[256];
+  const char *start = text, *end = strrchr(text, ':');
+  if (text[0] == '[') {
+    start = text + 1;
+    end = strchr(text, ']');
+  }
+  if (end == NULL || (size_t)(end - start) >= sizeof host) {
+    return false;
+  }
+  memcpy(host, start, (size_t)(end - start));
+  host[end - start] = '\0';
+  if (strcasecmp(host, "localhost") == 0) {
+    return true;
+  }
+  struct in_addr v4;
+  if (inet_pton(AF_INET, host, &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  struct in6_addr v6;
+  if (inet_pton(AF_INET6, host, &v6) == 1) {
+    return IN6_IS_ADDR_LOOPBACK(&v6) ||
+           (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
   }
   return false;
 }
@@ -305,10 +363,18 @@ static reshard_status apply(reshard_config *config, const option *opt,
     return RESHARD_OK;
   case OPTION_CATALOG:
     if (!reshard_parse_catalog(value)) {
+      if (strchr(value, '@') != NULL) {
+        /* Never echo what may be a password. */
+        return reshard_error_set(
+            err, RESHARD_INVALID_ARGUMENT,
+            "%s: not a catalog (redis://[[USER]:PASSWORD@]HOST:PORT[/DB]; "
+            "the value is not shown, it holds credentials)",
+            source);
+      }
       return reshard_error_set(
           err, RESHARD_INVALID_ARGUMENT,
           "%s: \"%s\" is not a catalog (memory, lmdb:PATH or "
-          "redis://HOST:PORT[/DB])",
+          "redis://[[USER]:PASSWORD@]HOST:PORT[/DB])",
           source, value);
     }
     *(const char **)field = value;
@@ -348,6 +414,26 @@ static reshard_status apply(reshard_config *config, const option *opt,
     }
     *(uint64_t *)field = number;
     return RESHARD_OK;
+  case OPTION_PATH:
+    if (value[0] == '\0') {
+      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                               "%s: needs a file name", source);
+    }
+    *(const char **)field = value;
+    return RESHARD_OK;
+  case OPTION_SWITCH:
+    if (strcasecmp(value, "true") == 0 || strcmp(value, "1") == 0 ||
+        strcasecmp(value, "yes") == 0) {
+      *(bool *)field = true;
+    } else if (strcasecmp(value, "false") == 0 || strcmp(value, "0") == 0 ||
+               strcasecmp(value, "no") == 0) {
+      *(bool *)field = false;
+    } else {
+      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                               "%s: \"%s\" is not true or false", source,
+                               value);
+    }
+    return RESHARD_OK;
   case OPTION_LOG_LEVEL: {
     reshard_log_level level;
     if (!reshard_log_level_parse(value, &level)) {
@@ -362,6 +448,57 @@ static reshard_status apply(reshard_config *config, const option *opt,
   }
   return reshard_error_set(err, RESHARD_INTERNAL, "%s: unknown option kind",
                            source);
+}
+
+/* SPEC §3.5: TLS needs both halves; plaintext stays on this machine unless
+ * the operator says otherwise (like Redis' protected mode); a password
+ * file needs a Redis catalog without a password of its own. */
+static reshard_status check_security(const reshard_config *config,
+                                     reshard_error *err) {
+  if ((config->tls_cert == NULL) != (config->tls_key == NULL)) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "--tls-cert and --tls-key: give both or neither");
+  }
+  if (config->tls_client_ca != NULL && config->tls_cert == NULL) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "--tls-client-ca: needs --tls-cert and "
+                             "--tls-key (mutual TLS is TLS first)");
+  }
+  if (config->tls_cert == NULL && !config->allow_insecure_remote &&
+      !reshard_listen_is_local(config->listen)) {
+    return reshard_error_set(
+        err, RESHARD_INVALID_ARGUMENT,
+        "--listen %s: plaintext gRPC on a non-loopback address; serve TLS "
+        "with --tls-cert and --tls-key, listen on loopback or unix:, or "
+        "accept the exposure with --allow-insecure-remote",
+        config->listen);
+  }
+  if (config->metrics_listen != NULL && !config->allow_insecure_remote &&
+      !reshard_listen_is_local(config->metrics_listen)) {
+    return reshard_error_set(
+        err, RESHARD_INVALID_ARGUMENT,
+        "--metrics-listen %s: metrics are plaintext HTTP (--tls-cert covers "
+        "gRPC only); listen on loopback or accept the exposure with "
+        "--allow-insecure-remote",
+        config->metrics_listen);
+  }
+  if (config->redis_password_file != NULL) {
+    reshard_redis_url url;
+    bool redis = strncmp(config->catalog, "redis://", 8) == 0;
+    bool has_password = redis &&
+                        reshard_redis_url_split(config->catalog, &url) &&
+                        url.password[0] != '\0';
+    if (redis) {
+      reshard_redis_url_wipe(&url);
+    }
+    if (!redis || has_password) {
+      return reshard_error_set(
+          err, RESHARD_INVALID_ARGUMENT, "--redis-password-file: %s",
+          redis ? "the --catalog URL has a password already; give one of them"
+                : "needs a redis:// --catalog");
+    }
+  }
+  return RESHARD_OK;
 }
 
 static const option *find_flag(const char *name, size_t length) {
@@ -437,6 +574,8 @@ reshard_status reshard_config_parse(reshard_config *config, int argc,
     const char *value;
     if (equals != NULL) {
       value = equals + 1;
+    } else if (opt->kind == OPTION_SWITCH) {
+      value = "true";
     } else if (i + 1 < argc) {
       value = argv[++i];
     } else {
@@ -474,7 +613,7 @@ reshard_status reshard_config_parse(reshard_config *config, int argc,
                              " exceeds gRPC's message limit of 2G - 1",
                              config->max_request_bytes);
   }
-  return RESHARD_OK;
+  return check_security(config, err);
 }
 
 void reshard_config_usage(FILE *out) {
@@ -504,19 +643,41 @@ void reshard_config_usage(FILE *out) {
       out);
 }
 
+/* The catalog with any password replaced by "***". */
+static void print_catalog(const char *catalog, FILE *out) {
+  reshard_redis_url url;
+  if (strncmp(catalog, "redis://", 8) != 0 ||
+      !reshard_redis_url_split(catalog, &url)) {
+    fputs(catalog, out);
+    return;
+  }
+  if (url.password[0] != '\0') {
+    fprintf(out, "redis://%s:***@%s", url.user, url.address + 8);
+  } else {
+    fputs(url.address, out);
+  }
+  reshard_redis_url_wipe(&url);
+}
+
 void reshard_config_print(const reshard_config *config, FILE *out) {
   for (size_t i = 0; i < OPTION_COUNT_ALL; i++) {
     const option *opt = &options[i];
     const char *field = (const char *)config + opt->offset;
     fprintf(out, "%s=", opt->flag);
     switch (opt->kind) {
-    case OPTION_LISTEN:
     case OPTION_CATALOG:
-    case OPTION_METRICS: {
+      print_catalog(*(const char *const *)field, out);
+      break;
+    case OPTION_LISTEN:
+    case OPTION_METRICS:
+    case OPTION_PATH: {
       const char *value = *(const char *const *)field;
       fputs(value != NULL ? value : "", out);
       break;
     }
+    case OPTION_SWITCH:
+      fputs(*(const bool *)field ? "true" : "false", out);
+      break;
     case OPTION_SIZE:
     case OPTION_COUNT:
     case OPTION_NUMBER:

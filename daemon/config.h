@@ -53,7 +53,14 @@ typedef struct reshard_config {
   uint64_t keepalive_time_ms;
   uint64_t keepalive_timeout_ms;
   uint64_t max_connection_idle_ms;
-  reshard_limits limits; /* server caps of SPEC §2.3 */
+  reshard_limits limits;           /* server caps of SPEC §2.3 */
+  /* SPEC §3.5: TLS files (NULL: plaintext), and whether plaintext may
+   * listen beyond loopback. */
+  const char *tls_cert;
+  const char *tls_key;
+  const char *tls_client_ca; /* NULL: no client certificates asked for */
+  bool allow_insecure_remote;
+  const char *redis_password_file; /* NULL: the URL's password, if any */
   bool help;
   bool version;
   bool check_config; /* --check-config: validate, print, exit */
@@ -78,8 +85,9 @@ void reshard_config_usage(FILE *out);
 
 /* Writes the effective configuration, one `name=value` line per flag in
  * --help order (name without the dashes; sizes in bytes, durations in
- * milliseconds with "ms", log level by name, an unset --metrics-listen as
- * an empty value). What --check-config prints. */
+ * milliseconds with "ms", log level by name, switches as true/false, an
+ * unset address or file as an empty value, a Redis password as "***").
+ * What --check-config prints. */
 void reshard_config_print(const reshard_config *config, FILE *out);
 
 /* Parsers shared with tests; each returns false on a malformed value. */
@@ -92,7 +100,10 @@ bool reshard_parse_duration_ms(const char *text, uint64_t *out);
 /* "HOST:PORT" or "[IPV6]:PORT" with PORT in 0..65535; with allow_unix also
  * "unix:PATH" (gRPC's syntax). */
 bool reshard_parse_listen(const char *text, bool allow_unix);
-/* "memory", "lmdb:PATH" or "redis://HOST:PORT[/DB]". */
+/* "memory", "lmdb:PATH" or "redis://[[USER]:PASSWORD@]HOST:PORT[/DB]". */
 bool reshard_parse_catalog(const char *text);
+/* True for a listen address only this machine can reach: unix:PATH, a
+ * 127.0.0.0/8 or ::1 address (also IPv4-mapped), or "localhost". */
+bool reshard_listen_is_local(const char *text);
 
 #endif

@@ -2,6 +2,7 @@
  * gRPC server to one libuv loop, run until SIGTERM/SIGINT, shut down
  * cleanly. Exit status: 0 after a clean shutdown, 1 on a runtime failure,
  * 2 on bad configuration. */
+#include <errno.h>
 #include <grpc/grpc.h>
 #include <grpc/support/log.h>
 #include <signal.h>
@@ -22,7 +23,9 @@
 #include "metrics.h"
 #include "metrics_http.h"
 #include "planner_service.h"
+#include "redis_url.h"
 #include "server.h"
+#include "tls.h"
 
 #ifndef RESHARDD_VERSION
 #define RESHARDD_VERSION "0.1.0"
@@ -42,6 +45,8 @@ typedef struct app {
   reshard_metrics_http *metrics_http;
   uv_timer_t metrics_timer; /* publishes the cache figures */
   bool metrics_timer_open;
+  reshard_tls *tls;                     /* NULL: plaintext */
+  grpc_server_credentials *credentials; /* from tls */
 } app;
 
 /* SIGTERM, SIGINT and SIGQUIT drain (a second one cuts the drain short);
@@ -221,6 +226,10 @@ static void teardown(app *a) {
   reshard_planner_free(a->planner);
   reshard_health_free(a->health);
   reshard_server_free(a->server);
+  if (a->credentials != NULL) {
+    grpc_server_credentials_release(a->credentials);
+    a->credentials = NULL;
+  }
   reshard_cache_destroy(a->cache);
   if (a->catalog != NULL) {
     a->catalog->vtable->close(a->catalog, on_catalog_closed, NULL);
@@ -233,6 +242,60 @@ static void teardown(app *a) {
   /* Catalog callbacks record into the registry until the catalog is gone. */
   reshard_metrics_free(a->metrics);
   a->metrics = NULL;
+}
+
+/* Tears down after gRPC was initialised; returns `code`. The certificate
+ * fetcher may run on gRPC's threads until gRPC is shut down. */
+static int stop(app *a, int code) {
+  teardown(a);
+  grpc_shutdown();
+  reshard_tls_free(a->tls);
+  a->tls = NULL;
+  return code;
+}
+
+/* Reads --redis-password-file into `out` (wiped by the caller): the whole
+ * file less one trailing newline. The message names the file, never what
+ * it holds. */
+static reshard_status read_password_file(const char *path,
+                                         reshard_redis_url *out,
+                                         reshard_error *err) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "--redis-password-file %s: %s", path,
+                             strerror(errno));
+  }
+  size_t length = fread(out->password, 1, sizeof out->password, f);
+  bool failed = ferror(f) != 0;
+  fclose(f);
+  while (length > 0 && (out->password[length - 1] == '\n' ||
+                        out->password[length - 1] == '\r')) {
+    length--;
+  }
+  if (failed || length == 0 || length >= sizeof out->password ||
+      memchr(out->password, '\0', length) != NULL) {
+    reshard_redis_url_wipe(out);
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "--redis-password-file %s: %s", path,
+                             failed ? "cannot read"
+                                    : "must hold one password of 1 to 511 "
+                                      "bytes");
+  }
+  out->password[length] = '\0';
+  return RESHARD_OK;
+}
+
+/* The catalog as logs show it: a Redis URL without its credentials. */
+static void catalog_for_logs(const char *catalog, char *out, size_t size) {
+  reshard_redis_url url;
+  if (strncmp(catalog, "redis://", 8) == 0 &&
+      reshard_redis_url_split(catalog, &url)) {
+    snprintf(out, size, "%s", url.address);
+    reshard_redis_url_wipe(&url);
+  } else {
+    snprintf(out, size, "%s", catalog);
+  }
 }
 
 int main(int argc, char **argv) {
@@ -266,8 +329,19 @@ int main(int argc, char **argv) {
     reshard_log_msg(RESHARD_LOG_ERROR, "cannot create the event loop", NULL);
     return 1;
   }
-  if (reshard_catalog_open(&a.loop, a.config.catalog, &a.catalog, &err) !=
-      RESHARD_OK) {
+  reshard_redis_url secret = {0};
+  reshard_status opened =
+      a.config.redis_password_file != NULL
+          ? read_password_file(a.config.redis_password_file, &secret, &err)
+          : RESHARD_OK;
+  if (opened == RESHARD_OK) {
+    opened = reshard_catalog_open_with_password(
+        &a.loop, a.config.catalog,
+        a.config.redis_password_file ? secret.password : NULL, &a.catalog,
+        &err);
+  }
+  reshard_redis_url_wipe(&secret);
+  if (opened != RESHARD_OK) {
     fprintf(stderr, "reshardd: %s\n", err.message);
     uv_loop_close(&a.loop);
     return err.code == RESHARD_INVALID_ARGUMENT ? 2 : 1;
@@ -299,6 +373,20 @@ int main(int argc, char **argv) {
   /* Every request is decoded under the same caps its handler applies. */
   reshard_decode_set_caps(&a.config.limits);
 
+  if (a.config.tls_cert != NULL) {
+    reshard_tls_files files = {a.config.tls_cert, a.config.tls_key,
+                               a.config.tls_client_ca};
+    a.tls = reshard_tls_create(&files, &err);
+    if (a.tls == NULL) {
+      fprintf(stderr, "reshardd: %s\n", err.message);
+      return stop(&a, err.code == RESHARD_INVALID_ARGUMENT ? 2 : 1);
+    }
+    a.credentials = reshard_tls_server_credentials(a.tls);
+    if (a.credentials == NULL) {
+      reshard_log_msg(RESHARD_LOG_ERROR, "cannot create TLS credentials", NULL);
+      return stop(&a, 1);
+    }
+  }
   reshard_server_options options = {
       .listen = a.config.listen,
       .max_request_bytes = a.config.max_request_bytes,
@@ -310,6 +398,7 @@ int main(int argc, char **argv) {
       .keepalive_time_ms = a.config.keepalive_time_ms,
       .keepalive_timeout_ms = a.config.keepalive_timeout_ms,
       .max_connection_idle_ms = a.config.max_connection_idle_ms,
+      .credentials = a.credentials,
   };
   a.server = reshard_server_create(&a.loop, &options, &err);
   if (a.server != NULL) {
@@ -321,9 +410,7 @@ int main(int argc, char **argv) {
   if (a.server == NULL || a.health == NULL || a.planner == NULL) {
     reshard_log_msg(RESHARD_LOG_ERROR, "cannot create the server",
                     a.server ? "out of memory" : err.message);
-    teardown(&a);
-    grpc_shutdown();
-    return 1;
+    return stop(&a, 1);
   }
   reshard_planner_register(a.planner, a.server);
   reshard_planner_set_metrics(a.planner, a.metrics);
@@ -337,18 +424,14 @@ int main(int argc, char **argv) {
                                                 a.metrics, &metrics_port, &err);
     if (a.metrics_http == NULL) {
       reshard_log_msg(RESHARD_LOG_ERROR, "cannot serve metrics", err.message);
-      teardown(&a);
-      grpc_shutdown();
-      return 1;
+      return stop(&a, 1);
     }
   }
 
   int port = 0;
   if (reshard_server_start(a.server, &port, &err) != RESHARD_OK) {
     reshard_log_msg(RESHARD_LOG_ERROR, "cannot listen", err.message);
-    teardown(&a);
-    grpc_shutdown();
-    return 1;
+    return stop(&a, 1);
   }
 
   for (size_t i = 0; i < sizeof SIGNALS / sizeof SIGNALS[0]; i++) {
@@ -364,7 +447,13 @@ int main(int argc, char **argv) {
   if (reshard_log_begin(&line, RESHARD_LOG_INFO, "listening")) {
     reshard_log_str(&line, "address", address);
     reshard_log_str(&line, "version", RESHARDD_VERSION);
-    reshard_log_str(&line, "catalog", a.config.catalog);
+    char catalog[300];
+    catalog_for_logs(a.config.catalog, catalog, sizeof catalog);
+    reshard_log_str(&line, "catalog", catalog);
+    reshard_log_str(&line, "tls",
+                    a.tls == NULL                    ? "off"
+                    : a.config.tls_client_ca != NULL ? "mutual"
+                                                     : "on");
     reshard_log_u64(&line, "cache_bytes", a.config.cache_bytes);
     reshard_log_str(&line, "grpc", grpc_version_string());
     reshard_log_end(&line);
@@ -387,7 +476,5 @@ int main(int argc, char **argv) {
 
   uv_run(&a.loop, UV_RUN_DEFAULT);
 
-  teardown(&a);
-  grpc_shutdown();
-  return 0;
+  return stop(&a, 0);
 }

@@ -1266,10 +1266,14 @@ reshard_status reshard_server_start(reshard_server *server, int *port,
                                     reshard_error *err) {
   assert(server->phase == PHASE_NEW);
   grpc_server_credentials *credentials =
-      grpc_insecure_server_credentials_create();
+      server->options.credentials != NULL
+          ? server->options.credentials
+          : grpc_insecure_server_credentials_create();
   int bound = grpc_server_add_http2_port(server->grpc, server->options.listen,
                                          credentials);
-  grpc_server_credentials_release(credentials);
+  if (credentials != server->options.credentials) {
+    grpc_server_credentials_release(credentials);
+  }
   if (bound == 0) {
     return reshard_error_set(err, RESHARD_UNAVAILABLE,
                              "--listen %s: cannot bind (address in use or "

@@ -26,6 +26,7 @@
 #ifndef RESHARD_SERVER_H
 #define RESHARD_SERVER_H
 
+#include <grpc/grpc_security.h>
 #include <protobuf-c/protobuf-c.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -65,6 +66,9 @@ typedef struct reshard_server_options {
   uint64_t keepalive_time_ms;      /* ping an idle connection; 0 picks 60 s */
   uint64_t keepalive_timeout_ms;   /* close when unanswered; 0 picks 20 s */
   uint64_t max_connection_idle_ms; /* close without calls; 0 picks 5 min */
+  /* TLS (daemon/tls.h) for the listener; NULL serves plaintext. Owned by
+   * the caller, released after reshard_server_free. */
+  grpc_server_credentials *credentials;
 } reshard_server_options;
 
 /* Creates the server on `loop` (grpc_init must have been called). Returns

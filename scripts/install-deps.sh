@@ -32,9 +32,12 @@ fi
 # The Python package (clients/python): python3-numpy, python3-torch (its
 # tests' tensors), python3-pytest, python3-pip and python3-venv (installed
 # into a virtualenv by its ctest), openssl (test certificates).
+# Security (docs/security.md): openssl makes the tests' certificates; clang
+# and libclang-rt-14-dev build the libFuzzer targets (scripts/fuzz.sh).
 # shellcheck disable=SC2086
 $SUDO apt-get install -y --no-install-recommends \
   libmicrohttpd-dev nghttp2-client prometheus python3-yaml \
+  openssl clang libclang-rt-14-dev \
   $RUNTIME_PACKAGES \
   build-essential cmake pkg-config clang-format \
   libssl-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libprotobuf-dev \

@@ -201,10 +201,14 @@ def parse_h2load(stdout):
 
 
 def run_h2load(h2load, target, data_file, requests, clients, streams,
-               threads, time_limit, log_file=None, path=PLAN_LOAD_PATH):
+               threads, time_limit, log_file=None, path=PLAN_LOAD_PATH,
+               tls=False):
     host, port = split_host_port(target)
-    url = "http://%s:%d%s" % (("[%s]" % host) if ":" in host else host, port,
-                              path)
+    # Over TLS h2load negotiates h2 by ALPN; it does not verify the server
+    # (set_up did, with --tls-ca) and cannot present a client certificate.
+    url = "%s://%s:%d%s" % ("https" if tls else "http",
+                            ("[%s]" % host) if ":" in host else host, port,
+                            path)
     argv = [h2load, "-n", str(requests), "-c", str(clients), "-m",
             str(streams), "-t", str(threads), "-d", data_file,
             "-H", "content-type: application/grpc", "-H", "te: trailers",
@@ -275,15 +279,20 @@ class Target:
                                 % (code, self.daemon.log_text()))
 
 
-def set_up(target, requests, timeout=120, method="PlanLoad"):
+def set_up(target, requests, timeout=120, method="PlanLoad", tls_ca=None):
     """PublishManifest and RegisterPages with grpcio, then one call of
     `method` to check the request plans every page (PlanLoad) or writes one
     Part (PlanStore). Returns its stats and response size."""
     import grpc
     import reshard_e2e as e
-    channel = grpc.insecure_channel(target, options=[
-        ("grpc.max_receive_message_length", -1),
-        ("grpc.max_send_message_length", -1)])
+    options = [("grpc.max_receive_message_length", -1),
+               ("grpc.max_send_message_length", -1)]
+    if tls_ca:
+        with open(tls_ca, "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        channel = grpc.secure_channel(target, creds, options=options)
+    else:
+        channel = grpc.insecure_channel(target, options=options)
     try:
         planner = e.Planner(channel)
         pub = planner.PublishManifest(requests.publish, timeout=timeout)
@@ -389,7 +398,7 @@ def run_mixed(h2load, args, target, small_file, big_file, tmp,
             big["result"], _ = run_h2load(
                 h2load, target.grpc, big_file, args.mix_requests,
                 args.mix_clients, args.mix_streams, 1, args.time_limit,
-                big_log)
+                big_log, tls=bool(args.tls_ca))
             big["finished"] = time.monotonic()
         except LoadError as exc:
             big["error"] = exc
@@ -401,7 +410,7 @@ def run_mixed(h2load, args, target, small_file, big_file, tmp,
     try:
         small, _ = run_h2load(h2load, target.grpc, small_file, args.requests,
                               args.clients, args.streams, args.threads,
-                              args.time_limit, small_log, path=small_path)
+                              args.time_limit, small_log, path=small_path, tls=bool(args.tls_ca))
         small_finished = time.monotonic()
     finally:
         thread.join()
@@ -454,14 +463,14 @@ def run(args):
         sent[PLAN_LOAD_OK] = 0
     try:
         stats, response_bytes = set_up(target.grpc, requests,
-                                       method=args.method)
+                                       method=args.method, tls_ca=args.tls_ca)
         result["plan"] = {"copies": stats.operations, "bytes": stats.bytes,
                           "copies_before_coalescing":
                               stats.copies_before_coalescing,
                           "runs": stats.runs,
                           "response_bytes": response_bytes}
         if mix is not None:
-            mix_stats, mix_bytes = set_up(target.grpc, mix)
+            mix_stats, mix_bytes = set_up(target.grpc, mix, tls_ca=args.tls_ca)
             result["mix_plan"] = {"scenario": mix.name,
                                   "copies": mix_stats.operations,
                                   "response_bytes": mix_bytes}
@@ -477,7 +486,7 @@ def run(args):
                 warm, _ = run_h2load(h2load, target.grpc, data_file,
                                      args.warmup, args.clients, args.streams,
                                      args.threads, args.time_limit,
-                                     path=path)
+                                     path=path, tls=bool(args.tls_ca))
                 sent[method_ok] += warm["done"]
             rss_warm = rss_bytes(target.pid, read_metrics(target.metrics))
             pairs = []
@@ -490,7 +499,7 @@ def run(args):
                             h2load, target.grpc, health_file,
                             args.ceiling_requests, args.clients,
                             args.streams, args.threads, args.time_limit,
-                            path=HEALTH_CHECK_PATH)
+                            path=HEALTH_CHECK_PATH, tls=bool(args.tls_ca))
                         sent[HEALTH_CHECK_OK] += ceiling["done"]
                         pair["ceiling"] = ceiling
                         if cpu is not None:
@@ -502,7 +511,7 @@ def run(args):
                                          args.requests, args.clients,
                                          args.streams, args.threads,
                                          args.time_limit, log_file,
-                                         path=path)
+                                         path=path, tls=bool(args.tls_ca))
                     if cpu is not None:
                         pair["cpu_us"] = 1e6 * (cpu_seconds(target.pid)
                                                 - cpu) / main["done"]
@@ -715,6 +724,10 @@ def main(argv=None):
     parser.add_argument("--pygen", help="directory of the generated "
                         "*_pb2.py modules")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--tls-ca", help="the daemon serves TLS (started "
+                        "with --daemon-flag=--tls-cert=... and "
+                        "--daemon-flag=--tls-key=...): verify it with this "
+                        "CA and load it over https")
     args = parser.parse_args(argv)
     if args.short:
         args.requests, args.warmup, args.ceiling_requests = 300, 100, 1000

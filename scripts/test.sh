@@ -22,6 +22,14 @@ echo "python/pytest (build-asan):"; cat build-asan/clients/python/pytest-summary
 
 git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
 
+# Fuzzing (docs/security.md): every libFuzzer target for 50 s, from the
+# committed seeds and regressions; any finding fails the run.
+./scripts/fuzz.sh 50
+
+# Soak (docs/security.md): one minute of mixed load against a live daemon;
+# resident memory, descriptors and threads must not grow past their bounds.
+/usr/bin/python3 scripts/soak.py --daemon build/daemon/reshardd --duration 60
+
 ./build/bench/reshard-bench 20
 ./build/bench/reshard-bench-store 20
 

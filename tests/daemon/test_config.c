@@ -286,16 +286,20 @@ Test(config, check_config_validates_everything_and_prints_it) {
   reshard_config config;
   reshard_error err;
   /* --check-config does not stop parsing: later flags are still checked. */
-  char *argv[] = {"reshardd", "--check-config", "--listen=0.0.0.0:50051",
-                  "--cache-bytes", "1G"};
-  cr_assert_eq(parse(&config, &env, 5, argv, &err), RESHARD_OK, "%s",
+  char *argv[] = {"reshardd",
+                  "--check-config",
+                  "--listen=0.0.0.0:50051",
+                  "--cache-bytes",
+                  "1G",
+                  "--allow-insecure-remote"};
+  cr_assert_eq(parse(&config, &env, 6, argv, &err), RESHARD_OK, "%s",
                err.message);
   cr_assert(config.check_config);
   char *bad[] = {"reshardd", "--check-config", "--cache-bytes", "lots"};
   cr_assert_eq(parse(&config, NULL, 4, bad, &err), RESHARD_INVALID_ARGUMENT);
   cr_assert(strstr(err.message, "--cache-bytes") != NULL);
 
-  cr_assert_eq(parse(&config, &env, 5, argv, &err), RESHARD_OK);
+  cr_assert_eq(parse(&config, &env, 6, argv, &err), RESHARD_OK);
   char *text = NULL;
   size_t length = 0;
   FILE *out = open_memstream(&text, &length);
@@ -354,4 +358,121 @@ Test(config, resource_bounds) {
   char *zero_streams[] = {"reshardd", "--max-concurrent-streams=0"};
   cr_assert_eq(parse(&config, NULL, 2, zero_streams, &err),
                RESHARD_INVALID_ARGUMENT);
+}
+
+/* SPEC §3.5: plaintext only where this machine alone can reach it. */
+Test(config, plaintext_stays_on_loopback) {
+  const char *local[] = {"127.0.0.1:0",      "127.8.9.10:1",
+                         "[::1]:5",          "localhost:7",
+                         "unix:/tmp/r.sock", "[::ffff:127.0.0.1]:9"};
+  for (size_t i = 0; i < sizeof local / sizeof *local; i++) {
+    cr_assert(reshard_listen_is_local(local[i]), "%s", local[i]);
+  }
+  const char *remote[] = {"0.0.0.0:1",   "[::]:1",
+                          "10.0.0.1:1",  "example.com:1",
+                          "128.0.0.1:1", "[::ffff:10.0.0.1]:1"};
+  for (size_t i = 0; i < sizeof remote / sizeof *remote; i++) {
+    cr_assert(!reshard_listen_is_local(remote[i]), "%s", remote[i]);
+  }
+
+  reshard_config config;
+  reshard_error err;
+  char *grpc[] = {"reshardd", "--listen", "0.0.0.0:50051"};
+  cr_assert_eq(parse(&config, NULL, 3, grpc, &err), RESHARD_INVALID_ARGUMENT);
+  cr_assert(strstr(err.message, "--tls-cert") != NULL, "%s", err.message);
+  cr_assert(strstr(err.message, "--allow-insecure-remote") != NULL);
+  cr_assert(strstr(err.message, "0.0.0.0:50051") != NULL);
+
+  char *metrics[] = {"reshardd", "--metrics-listen", "0.0.0.0:9464"};
+  cr_assert_eq(parse(&config, NULL, 3, metrics, &err),
+               RESHARD_INVALID_ARGUMENT);
+  cr_assert(strstr(err.message, "--metrics-listen") != NULL, "%s", err.message);
+  cr_assert(strstr(err.message, "--tls-cert") != NULL);
+  cr_assert(strstr(err.message, "--allow-insecure-remote") != NULL);
+
+  /* TLS covers gRPC, not the metrics endpoint. */
+  char *tls[] = {"reshardd", "--listen",  "0.0.0.0:1", "--tls-cert",
+                 "c.pem",    "--tls-key", "k.pem",     "--metrics-listen",
+                 "0.0.0.0:2"};
+  cr_assert_eq(parse(&config, NULL, 7, tls, &err), RESHARD_OK, "%s",
+               err.message);
+  cr_assert_str_eq(config.tls_cert, "c.pem");
+  cr_assert_eq(parse(&config, NULL, 9, tls, &err), RESHARD_INVALID_ARGUMENT);
+  cr_assert(strstr(err.message, "--metrics-listen") != NULL);
+
+  fake_env env = {{"RESHARDD_ALLOW_INSECURE_REMOTE"}, {"yes"}};
+  cr_assert_eq(parse(&config, &env, 3, grpc, &err), RESHARD_OK, "%s",
+               err.message);
+  cr_assert(config.allow_insecure_remote);
+  fake_env off = {{"RESHARDD_ALLOW_INSECURE_REMOTE"}, {"0"}};
+  cr_assert_eq(parse(&config, &off, 3, grpc, &err), RESHARD_INVALID_ARGUMENT);
+  fake_env bad = {{"RESHARDD_ALLOW_INSECURE_REMOTE"}, {"maybe"}};
+  cr_assert_eq(parse(&config, &bad, 1, grpc, &err), RESHARD_INVALID_ARGUMENT);
+  cr_assert(strstr(err.message, "RESHARDD_ALLOW_INSECURE_REMOTE") != NULL);
+}
+
+Test(config, tls_files_come_in_pairs) {
+  reshard_config config;
+  reshard_error err;
+  char *cert_only[] = {"reshardd", "--tls-cert", "c.pem"};
+  cr_assert_eq(parse(&config, NULL, 3, cert_only, &err),
+               RESHARD_INVALID_ARGUMENT);
+  cr_assert(strstr(err.message, "--tls-key") != NULL, "%s", err.message);
+  char *ca_only[] = {"reshardd", "--tls-client-ca", "ca.pem"};
+  cr_assert_eq(parse(&config, NULL, 3, ca_only, &err),
+               RESHARD_INVALID_ARGUMENT);
+  cr_assert(strstr(err.message, "--tls-client-ca") != NULL, "%s", err.message);
+  char *empty[] = {"reshardd", "--tls-cert="};
+  cr_assert_eq(parse(&config, NULL, 2, empty, &err), RESHARD_INVALID_ARGUMENT);
+  fake_env env = {
+      {"RESHARDD_TLS_CERT", "RESHARDD_TLS_KEY", "RESHARDD_TLS_CLIENT_CA"},
+      {"c.pem", "k.pem", "ca.pem"}};
+  char *none[] = {"reshardd"};
+  cr_assert_eq(parse(&config, &env, 1, none, &err), RESHARD_OK, "%s",
+               err.message);
+  cr_assert_str_eq(config.tls_client_ca, "ca.pem");
+}
+
+/* SPEC §3.5: the password reaches Redis, never the output. */
+Test(config, redis_password_is_never_printed) {
+  reshard_config config;
+  reshard_error err;
+  char *url[] = {"reshardd", "--catalog", "redis://:s3cret@db:6379/2"};
+  cr_assert_eq(parse(&config, NULL, 3, url, &err), RESHARD_OK, "%s",
+               err.message);
+  char *text = NULL;
+  size_t length = 0;
+  FILE *out = open_memstream(&text, &length);
+  reshard_config_print(&config, out);
+  fclose(out);
+  cr_assert(strstr(text, "s3cret") == NULL, "%s", text);
+  cr_assert(strstr(text, "\ncatalog=redis://:***@db:6379/2\n") != NULL, "%s",
+            text);
+  free(text);
+
+  char *user[] = {"reshardd", "--catalog", "redis://app:p@ss@db:1"};
+  cr_assert_eq(parse(&config, NULL, 3, user, &err), RESHARD_OK, "%s",
+               err.message);
+
+  /* A malformed URL with credentials: the message does not repeat it. */
+  char *bad[] = {"reshardd", "--catalog", "redis://:s3cret@db"};
+  cr_assert_eq(parse(&config, NULL, 3, bad, &err), RESHARD_INVALID_ARGUMENT);
+  cr_assert(strstr(err.message, "s3cret") == NULL, "%s", err.message);
+  cr_assert(strstr(err.message, "--catalog") != NULL);
+  char *no_colon[] = {"reshardd", "--catalog", "redis://s3cret@db:1"};
+  cr_assert_eq(parse(&config, NULL, 3, no_colon, &err),
+               RESHARD_INVALID_ARGUMENT);
+  cr_assert(strstr(err.message, "s3cret") == NULL, "%s", err.message);
+
+  char *file[] = {"reshardd", "--catalog", "redis://db:1",
+                  "--redis-password-file", "/run/secret"};
+  cr_assert_eq(parse(&config, NULL, 5, file, &err), RESHARD_OK, "%s",
+               err.message);
+  char *both[] = {"reshardd", "--catalog", "redis://:x@db:1",
+                  "--redis-password-file", "/run/secret"};
+  cr_assert_eq(parse(&config, NULL, 5, both, &err), RESHARD_INVALID_ARGUMENT);
+  cr_assert(strstr(err.message, "--redis-password-file") != NULL);
+  char *lmdb[] = {"reshardd", "--redis-password-file", "/run/secret"};
+  cr_assert_eq(parse(&config, NULL, 3, lmdb, &err), RESHARD_INVALID_ARGUMENT);
+  cr_assert(strstr(err.message, "redis://") != NULL, "%s", err.message);
 }

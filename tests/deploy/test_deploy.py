@@ -206,6 +206,7 @@ class ManifestTests(unittest.TestCase):
     def test_the_expected_manifests_exist(self):
         self.assertIn("sidecar.yaml", self.manifests)
         self.assertIn("redis-fleet.yaml", self.manifests)
+        self.assertIn("sidecar-tls.yaml", self.manifests)
 
     def sidecars(self):
         found = []
@@ -224,7 +225,8 @@ class ManifestTests(unittest.TestCase):
     def test_every_sidecar_agrees_with_the_daemon(self):
         sidecars = self.sidecars()
         self.assertEqual({s[0] for s in sidecars},
-                         {"sidecar.yaml", "redis-fleet.yaml"})
+                         {"sidecar.yaml", "redis-fleet.yaml",
+                          "sidecar-tls.yaml"})
         for name, docs, workload, spec, meta, c in sidecars:
             with self.subTest(manifest=name, workload=workload["metadata"]
                               ["name"]):
@@ -252,21 +254,30 @@ class ManifestTests(unittest.TestCase):
                       "kubelet probes the pod IP: listen on every interface")
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         self.assertEqual(ports["grpc"], port_of(listen))
+        tls = bool(config["tls-cert"])
+        if tls:
+            self.check_tls(name, docs, spec, c, config)
+        else:
+            self.assertEqual(config["allow-insecure-remote"], "true")
         for probe_name in ("startupProbe", "livenessProbe", "readinessProbe"):
             probe = c.get(probe_name)
             if probe is None:
                 self.assertNotEqual(probe_name, "livenessProbe")
                 self.assertNotEqual(probe_name, "readinessProbe")
                 continue
-            self.assertIn("grpc", probe, "%s must be a gRPC probe"
-                          % probe_name)
-            self.assertEqual(probe["grpc"]["port"], port_of(listen),
-                             "%s port" % probe_name)
-            self.assertIn(probe["grpc"].get("service", ""), HEALTH_SERVICES)
-        self.assertEqual(c["readinessProbe"]["grpc"].get("service"),
-                         PLANNER_SERVICE,
-                         "readiness follows the planner (NOT_SERVING while "
-                         "draining)")
+            if tls:
+                service = self.check_exec_probe(probe_name, probe, listen, c)
+            else:
+                self.assertIn("grpc", probe, "%s must be a gRPC probe"
+                              % probe_name)
+                self.assertEqual(probe["grpc"]["port"], port_of(listen),
+                                 "%s port" % probe_name)
+                service = probe["grpc"].get("service", "")
+            self.assertIn(service, HEALTH_SERVICES)
+            if probe_name == "readinessProbe":
+                self.assertEqual(service, PLANNER_SERVICE,
+                                 "readiness follows the planner "
+                                 "(NOT_SERVING while draining)")
 
         # Metrics: the flag, the container port and the scrape annotation.
         metrics = config["metrics-listen"]
@@ -320,6 +331,59 @@ class ManifestTests(unittest.TestCase):
         self.assertGreater(spec.get("terminationGracePeriodSeconds", 30) * 1000,
                            drain_ms, "the grace period must outlast the "
                            "drain timeout")
+
+    def check_exec_probe(self, probe_name, probe, listen, c):
+        """kubelet's gRPC probes cannot speak TLS: reshardctl health over
+        mutual TLS with files the container mounts. Returns the service."""
+        self.assertIn("exec", probe, "%s of a TLS sidecar runs reshardctl"
+                      % probe_name)
+        argv = probe["exec"]["command"]
+        self.assertEqual(os.path.basename(argv[0]), "reshardctl")
+        flags = dict(zip(argv[1::2], argv[2::2]))
+        self.assertEqual(port_of(flags["--target"]), port_of(listen))
+        self.assertIn(host_of(flags["--target"]), ("127.0.0.1", "localhost"))
+        mounts = [m["mountPath"] for m in c.get("volumeMounts", [])]
+        for flag in ("--tls-ca", "--tls-cert", "--tls-key"):
+            self.assertTrue(any(flags[flag].startswith(m + "/")
+                                for m in mounts),
+                            "%s %s is not in a mounted volume"
+                            % (flag, flags[flag]))
+        health = argv.index("health")
+        return argv[health + 1] if health + 1 < len(argv) else ""
+
+    def check_tls(self, name, docs, spec, c, config):
+        """Every TLS file comes from a Secret volume that a cert-manager
+        Certificate of this file writes, under cert-manager's key names."""
+        certificates = {d["spec"]["secretName"]: d for d in docs
+                        if d["kind"] == "Certificate"}
+        issuers = {d["metadata"]["name"] for d in docs
+                   if d["kind"] in ("Issuer", "ClusterIssuer")}
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+        expected = {"tls-cert": "tls.crt", "tls-key": "tls.key",
+                    "tls-client-ca": "ca.crt"}
+        self.assertTrue(config["tls-client-ca"], "%s: mutual TLS" % name)
+        for flag, key in expected.items():
+            path = config[flag]
+            directory, base = os.path.split(path)
+            self.assertEqual(base, key, "--%s reads cert-manager's %s"
+                             % (flag, key))
+            self.assertIn(directory, mounts, "--%s %s is not a mount"
+                          % (flag, path))
+            mount = mounts[directory]
+            self.assertNotIn("subPath", mount, "a subPath mount never sees "
+                             "a renewed certificate")
+            secret = volumes[mount["name"]].get("secret")
+            self.assertIsNotNone(secret, "--%s must come from a Secret"
+                                 % flag)
+            cert = certificates.get(secret["secretName"])
+            self.assertIsNotNone(cert, "no Certificate writes Secret %s"
+                                 % secret["secretName"])
+            self.assertIn(cert["spec"]["issuerRef"]["name"], issuers)
+            self.assertIn("server auth", cert["spec"].get("usages", []))
+            self.assertIn("127.0.0.1", cert["spec"].get("ipAddresses", []),
+                          "the probes and the inference container dial "
+                          "127.0.0.1")
 
     def check_redis(self, docs, catalog):
         m = re.match(r"^redis://([^:/]+):(\d+)(?:/(\d+))?$", catalog)
@@ -414,7 +478,9 @@ class ContainerfileTests(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertTrue(config["catalog"].startswith("lmdb:"))
         self.assertIn(config["catalog"][len("lmdb:"):], volumes[0])
-        self.assertEqual(host_of(config["listen"]), "0.0.0.0")
+        # Safe by default: plaintext on loopback (SPEC §3.5); the
+        # manifests choose TLS or --allow-insecure-remote.
+        self.assertEqual(host_of(config["listen"]), "127.0.0.1")
         health = [r for i, r in final if i == "HEALTHCHECK"]
         self.assertEqual(len(health), 1)
         self.assertIn("127.0.0.1:%d" % port_of(config["listen"]), health[0])
@@ -877,6 +943,29 @@ class LoadSmokeTests(unittest.TestCase):
         self.assertEqual(result["mixed"]["small"]["h2load"]["succeeded"], 300)
         self.assertGreater(result["mixed"]["small"]["latency_ms"]["samples"],
                            0)
+
+    def test_h2load_tls_smoke(self):
+        """The TLS variant: h2load over https against --tls-cert."""
+        import load
+        from reshard_certs import CertAuthority
+        with tempfile.TemporaryDirectory() as tmp:
+            ca = CertAuthority(tmp)
+            cert, key = ca.issue("server")
+            out = os.path.join(tmp, "load.json")
+            code = load.main([
+                "--daemon", e.DAEMON, "--pygen", e.PYGEN, "--scenario",
+                "S1-8", "--requests", "500", "--warmup", "100", "--clients",
+                "2", "--streams", "8", "--time-limit", "240",
+                "--rss-growth-mib", "0", "--no-ceiling", "--tls-ca", ca.pem,
+                "--daemon-flag=--tls-cert=" + cert,
+                "--daemon-flag=--tls-key=" + key, "--json", out])
+            self.assertEqual(code, 0, "scripts/load.py --tls-ca failed")
+            with open(out) as f:
+                result = json.load(f)
+        self.assertEqual(result["h2load"]["succeeded"], 500)
+        self.assertEqual(result["problems"], [])
+        self.assertEqual(result["daemon_counter_deltas"],
+                         {"reshard.v1.Planner/PlanLoad OK": 600})
 
 
 if __name__ == "__main__":

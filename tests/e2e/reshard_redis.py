@@ -31,7 +31,7 @@ def port_open(port):
 
 
 class RedisServer:
-    def __init__(self, durable=False, port=None):
+    def __init__(self, durable=False, port=None, password=None):
         self.binary = shutil.which("redis-server")
         if self.binary is None:
             raise RuntimeError(
@@ -39,6 +39,7 @@ class RedisServer:
                 "(scripts/install-deps.sh does)")
         self.port = port or free_port()
         self.durable = durable
+        self.password = password
         self.dir = tempfile.mkdtemp(prefix="reshard-redis-")
         self.proc = None
 
@@ -50,6 +51,8 @@ class RedisServer:
         argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", self.dir, "--save", "", "--logfile", "",
                 "--loglevel", "warning"]
+        if self.password is not None:
+            argv += ["--requirepass", self.password]
         if self.durable:
             argv += ["--appendonly", "yes", "--appendfsync", "always"]
         else:

@@ -625,6 +625,8 @@ Test(store_request, runs_are_the_fold_of_the_explicit_plan) {
                                  explicit_plan.batch_count, &fx.arena,
                                  &expected, &fx.err),
                RESHARD_OK, "%s", fx.err.message);
+  reshard_join_free(explicit_plan.built_join);
+  explicit_plan.built_join = NULL;
   fx.request.runs = true;
   cr_assert_eq(plan_fx(), RESHARD_OK, "%s", fx.err.message);
   const reshard_runs *runs = &fx.plan.runs;

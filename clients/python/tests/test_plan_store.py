@@ -3,7 +3,6 @@ with reshard.execute, are byte for byte the Parts reshard.part_views
 builds, and readers load them (SPEC §2.5). Skips only while the daemon
 answers UNIMPLEMENTED."""
 
-import grpc
 import numpy as np
 import pytest
 
@@ -19,19 +18,9 @@ def store_plan(client, pub, part, runs):
     for (layer, c), t in tensors.items():
         b.add_contiguous(t, layer=layer, component=c)
     binding = b.build()
-    try:
-        plan = client.plan_store(manifest_key=pub.manifest_key,
-                                 binding=binding, page_count=kv.PAGES,
-                                 placement=pub.writer, runs=runs)
-    except reshard.ReshardError as err:
-        if err.code == grpc.StatusCode.UNIMPLEMENTED:
-            pytest.skip("reshardd lacks PlanStore (UNIMPLEMENTED: %s)"
-                        % err.message)
-        if runs and err.code == grpc.StatusCode.INVALID_ARGUMENT and \
-                err.message.startswith("runs: not supported"):
-            pytest.skip("reshardd lacks strided runs in PlanStore (%s)"
-                        % err.message)
-        raise
+    plan = client.plan_store(manifest_key=pub.manifest_key, binding=binding,
+                             page_count=kv.PAGES, placement=pub.writer,
+                             runs=runs)
     return plan, binding
 
 
@@ -51,9 +40,7 @@ def test_plan_store_fills_parts(client, fmt, cfg, runs):
         assert plan.part_indexes == mine
         assert plan.layout_id.startswith("sha256:")
         if runs and mine:
-            if not plan.has_runs and plan.stats.runs == 0:
-                pytest.skip("reshardd lacks strided runs in PlanStore "
-                            "(runs=true returned no run columns)")
+            assert plan.has_runs
             assert plan.stats.runs == sum(len(b) for b in plan.batches)
         moved = reshard.execute(plan, parts, binding)
         assert moved == plan.stats.bytes

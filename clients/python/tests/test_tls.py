@@ -1,7 +1,6 @@
 """TLS and mutual TLS through the client's root_certificates /
 private_key / certificate_chain (SPEC §3.5). Certificates are made with
-the openssl command line for each run. Skips only while the daemon lacks
---tls-cert."""
+the openssl command line for each run."""
 
 import os
 import shutil
@@ -31,12 +30,7 @@ def self_signed(directory, name, server):
 
 
 def tls_daemon(*flags):
-    try:
-        return Daemon(0, *flags)
-    except RuntimeError as err:
-        if "unknown flag --tls-cert" in str(err):
-            pytest.skip("reshardd lacks TLS (unknown flag --tls-cert)")
-        raise
+    return Daemon(0, *flags)
 
 
 def test_tls_and_mutual_tls(tmp_path):
