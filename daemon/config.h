@@ -53,7 +53,7 @@ typedef struct reshard_config {
   uint64_t keepalive_time_ms;
   uint64_t keepalive_timeout_ms;
   uint64_t max_connection_idle_ms;
-  reshard_limits limits;           /* server caps of SPEC §2.3 */
+  reshard_limits limits; /* server caps of SPEC §2.3 */
   /* SPEC §3.5: TLS files (NULL: plaintext), and whether plaintext may
    * listen beyond loopback. */
   const char *tls_cert;
