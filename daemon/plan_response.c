@@ -189,17 +189,17 @@ static size_t batch_body(const reshard_range_batches *batches, size_t b) {
   return body;
 }
 
-reshard_status reshard_range_batches_measure(const reshard_copy *copies,
-                                             const reshard_batch *batches,
-                                             size_t batch_count,
-                                             const reshard_runs *runs,
-                                             reshard_arena *arena,
-                                             reshard_range_batches *out) {
+reshard_status reshard_range_batches_measure(
+    const reshard_copy *copies, const reshard_batch *batches,
+    size_t batch_count, const reshard_runs *runs,
+    const reshard_varint_batches *columns, reshard_arena *arena,
+    reshard_range_batches *out) {
   *out = (reshard_range_batches){
       .copies = copies,
       .batches = batches,
       .batch_count = batch_count,
       .runs = runs,
+      .columns = runs == NULL ? columns : NULL,
       .column_bytes = RESHARD_ARENA_NEW(
           arena, size_t, (batch_count + 1) * RESHARD_RANGE_BATCH_COLUMNS),
       .column_length = RESHARD_ARENA_NEW(
@@ -213,6 +213,12 @@ reshard_status reshard_range_batches_measure(const reshard_copy *copies,
     unsigned width;
     const uint64_t *rows = batch_rows(out, b, &count, &width);
     size_t *sizes = out->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
+    if (out->columns != NULL) {
+      memcpy(sizes, out->columns->column_bytes + b * RESHARD_COPY_COLUMNS,
+             RESHARD_COPY_COLUMNS * sizeof *sizes);
+      out->size += nested_size(batch_body(out, b));
+      continue;
+    }
     uint64_t any[RESHARD_RANGE_BATCH_COLUMNS] = {0};
     if (width == RUN_WIDTH) {
       measure_rows(rows, count, RUN_WIDTH, sizes, any);
@@ -250,13 +256,21 @@ uint8_t *reshard_range_batches_write(const reshard_range_batches *batches,
      * columns; a batch's rows stay in cache across its columns. */
     const uint8_t *lengths =
         batches->column_length + b * RESHARD_RANGE_BATCH_COLUMNS;
+    const uint8_t *encoded =
+        batches->columns != NULL ? batches->columns->bytes[b] : NULL;
     for (unsigned c = 0; c < width; c++) {
       if (c == COPY_WIDTH) {
         out = put_scalar(out, 7, bytes);
       }
       out = put_tag(out, column_field(c), WIRE_LENGTH);
       out = put_varint(out, sizes[c]);
-      out = write_column(out, rows + c, count, width, lengths[c]);
+      if (encoded != NULL) {
+        memcpy(out, encoded, sizes[c]);
+        encoded += sizes[c];
+        out += sizes[c];
+      } else {
+        out = write_column(out, rows + c, count, width, lengths[c]);
+      }
     }
     if (width == COPY_WIDTH) {
       out = put_scalar(out, 7, bytes);
@@ -307,8 +321,10 @@ reshard_status reshard_plan_response_measure(
     reshard_arena *arena, reshard_plan_response *out) {
   *out = (reshard_plan_response){.plan = plan, .names = names};
   const reshard_runs *runs = plan->runs.batch_first ? &plan->runs : NULL;
+  const reshard_varint_batches *columns =
+      plan->columns.bytes != NULL ? &plan->columns : NULL;
   reshard_status status = reshard_range_batches_measure(
-      plan->copies, plan->batches, plan->batch_count, runs, arena,
+      plan->copies, plan->batches, plan->batch_count, runs, columns, arena,
       &out->batches);
   if (status) {
     return status;

@@ -312,6 +312,22 @@ static reshard_status fold_closed(planner *plan, reshard__run_folder *folder,
   return RESHARD_OK;
 }
 
+/* Encodes the batches closed since `*encoded` as varint columns. */
+static reshard_status encode_closed(planner *plan,
+                                    reshard__column_encoder *encoder,
+                                    const reshard__batcher *batcher,
+                                    size_t *encoded) {
+  for (; *encoded < batcher->batch_count; (*encoded)++) {
+    const reshard_batch *batch = &batcher->batches[*encoded];
+    reshard_status status = reshard__column_encoder_batch(
+        encoder, batcher->out + batch->first, batch->count, plan->err);
+    if (status) {
+      return status;
+    }
+  }
+  return RESHARD_OK;
+}
+
 /* Pass 2: lower, coalesce and batch each hit page in turn; only one page's
  * copies exist before batching. */
 static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
@@ -347,12 +363,21 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   reshard__batcher_init(&batcher, &batching, out->copies, out->batches);
   reshard__run_folder folder = {0};
   size_t folded = 0; /* batches folded so far */
+  reshard__column_encoder encoder = {0};
+  size_t encoded = 0; /* batches encoded so far */
+  size_t batch_room = batching.max_operations < max_copies
+                          ? (size_t)batching.max_operations
+                          : max_copies;
   if (request->runs) {
-    size_t batch_room = batching.max_operations < max_copies
-                            ? (size_t)batching.max_operations
-                            : max_copies;
     reshard_status status = reshard__run_folder_init(
         &folder, max_copies, batch_room, max_batches, plan->arena, plan->err);
+    if (status) {
+      return status;
+    }
+  }
+  if (request->varint_columns) {
+    reshard_status status = reshard__column_encoder_init(
+        &encoder, batch_room, max_batches, plan->arena, plan->err);
     if (status) {
       return status;
     }
@@ -370,10 +395,15 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
     count = reshard__coalesce_page(lowered, count, join->part_base, keys, spare,
                                    coalesced);
     reshard__batcher_push(&batcher, coalesced, count);
-    /* Fold the batches this page closed while their copies are in cache. */
-    reshard_status status = request->runs
-                                ? fold_closed(plan, &folder, &batcher, &folded)
-                                : RESHARD_OK;
+    /* Fold and encode the batches this page closed while their copies are
+     * in cache. */
+    reshard_status status = RESHARD_OK;
+    if (request->runs) {
+      status = fold_closed(plan, &folder, &batcher, &folded);
+    }
+    if (status == RESHARD_OK && request->varint_columns) {
+      status = encode_closed(plan, &encoder, &batcher, &encoded);
+    }
     if (status) {
       return status;
     }
@@ -385,6 +415,13 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
       return status;
     }
     reshard__run_folder_finish(&folder, &out->runs);
+  }
+  if (request->varint_columns) {
+    reshard_status status = encode_closed(plan, &encoder, &batcher, &encoded);
+    if (status) {
+      return status;
+    }
+    out->columns = encoder.out;
   }
   if (batcher.written > limits->max_operations) {
     return reshard_error_set(

@@ -12,6 +12,7 @@
 #include "reshard/join.h"
 #include "reshard/plan.h"
 #include "reshard/runs.h"
+#include "reshard/varint_columns.h"
 
 /* The binding ranges that overlap the current page, per (layer, component)
  * group. Pages are visited in increasing order, so each range is opened
@@ -119,5 +120,27 @@ reshard_status reshard__run_folder_batch(reshard__run_folder *folder,
                                          size_t count, reshard_error *err);
 void reshard__run_folder_finish(const reshard__run_folder *folder,
                                 reshard_runs *out);
+
+/* Encodes batches as varint columns one at a time (see
+ * reshard/varint_columns.h), so the planner can encode each batch while
+ * its copies are still in cache. */
+typedef struct reshard__column_encoder {
+  reshard_varint_batches out;
+  reshard_arena *arena;
+  uint8_t *scratch;   /* RESHARD_COPY_COLUMNS columns of column_room bytes */
+  size_t column_room; /* the longest column of a batch */
+} reshard__column_encoder;
+
+/* Sizes the encoder for at most `max_batch_copies` copies in a batch and
+ * `max_batches` batches. */
+reshard_status reshard__column_encoder_init(reshard__column_encoder *encoder,
+                                            size_t max_batch_copies,
+                                            size_t max_batches,
+                                            reshard_arena *arena,
+                                            reshard_error *err);
+/* Encodes the next batch, `count` copies. */
+reshard_status reshard__column_encoder_batch(reshard__column_encoder *encoder,
+                                             const reshard_copy *copies,
+                                             size_t count, reshard_error *err);
 
 #endif

@@ -1,0 +1,96 @@
+/* Encodes batches of copies as varint columns (see
+ * reshard/varint_columns.h). */
+#include <stdint.h>
+#include <string.h>
+
+#include "plan_internal.h"
+#include "reshard/arena.h"
+#include "reshard/checked.h"
+
+/* Bytes of the longest LEB128 varint of a uint64_t. */
+enum { VARINT_MAX = 10 };
+
+reshard_status reshard__column_encoder_init(reshard__column_encoder *encoder,
+                                            size_t max_batch_copies,
+                                            size_t max_batches,
+                                            reshard_arena *arena,
+                                            reshard_error *err) {
+  uint64_t room, scratch_size;
+  *encoder = (reshard__column_encoder){.arena = arena};
+  if (!reshard_mul(max_batch_copies, VARINT_MAX, &room) ||
+      !reshard_mul(room, RESHARD_COPY_COLUMNS, &scratch_size) ||
+      scratch_size > SIZE_MAX ||
+      (encoder->scratch = RESHARD_ARENA_ARRAY(arena, uint8_t,
+                                              (size_t)scratch_size)) == NULL ||
+      (encoder->out.bytes = RESHARD_ARENA_ARRAY(arena, const uint8_t *,
+                                                max_batches + 1)) == NULL ||
+      (encoder->out.column_bytes = RESHARD_ARENA_ARRAY(
+           arena, size_t, (max_batches + 1) * RESHARD_COPY_COLUMNS)) ==
+          NULL) {
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "plan: out of memory for varint columns");
+  }
+  encoder->column_room = (size_t)room;
+  return RESHARD_OK;
+}
+
+static inline uint8_t *put_varint(uint8_t *out, uint64_t value) {
+  /* Indexes and sizes are mostly one or two bytes: those skip the loop. */
+  if (value < 0x80) {
+    *out = (uint8_t)value;
+    return out + 1;
+  }
+  if (value < 0x4000) {
+    out[0] = (uint8_t)(value | 0x80);
+    out[1] = (uint8_t)(value >> 7);
+    return out + 2;
+  }
+  do {
+    *out++ = (uint8_t)(value | 0x80);
+    value >>= 7;
+  } while (value >= 0x80);
+  *out++ = (uint8_t)value;
+  return out;
+}
+
+reshard_status reshard__column_encoder_batch(reshard__column_encoder *encoder,
+                                             const reshard_copy *copies,
+                                             size_t count, reshard_error *err) {
+  /* Row by row into six scratch columns, each read copy used once; then
+   * the columns packed into the arena, exactly as long as they are. */
+  uint8_t *column[RESHARD_COPY_COLUMNS];
+  for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+    column[c] = encoder->scratch + c * encoder->column_room;
+  }
+  uint8_t *c0 = column[0], *c1 = column[1], *c2 = column[2];
+  uint8_t *c3 = column[3], *c4 = column[4], *c5 = column[5];
+  for (size_t i = 0; i < count; i++) {
+    const reshard_copy *copy = &copies[i];
+    c0 = put_varint(c0, copy->page_index);
+    c1 = put_varint(c1, copy->part_index);
+    c2 = put_varint(c2, copy->part_offset);
+    c3 = put_varint(c3, copy->region_index);
+    c4 = put_varint(c4, copy->region_offset);
+    c5 = put_varint(c5, copy->nbytes);
+  }
+  uint8_t *ends[RESHARD_COPY_COLUMNS] = {c0, c1, c2, c3, c4, c5};
+  size_t b = encoder->out.batch_count;
+  size_t *sizes = encoder->out.column_bytes + b * RESHARD_COPY_COLUMNS;
+  size_t total = 0;
+  for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+    sizes[c] = (size_t)(ends[c] - column[c]);
+    total += sizes[c];
+  }
+  uint8_t *bytes = RESHARD_ARENA_ARRAY(encoder->arena, uint8_t, total);
+  if (bytes == NULL) {
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "plan: out of memory for varint columns");
+  }
+  encoder->out.bytes[b] = bytes;
+  for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+    memcpy(bytes, column[c], sizes[c]);
+    bytes += sizes[c];
+  }
+  encoder->out.batch_count = b + 1;
+  return RESHARD_OK;
+}
