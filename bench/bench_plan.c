@@ -14,6 +14,7 @@
 #include "scenario.h"
 
 #ifdef RESHARD_BENCH_ENCODE
+#include "chunk_pool.h"
 #include "plan_response.h"
 #endif
 
@@ -117,7 +118,9 @@ typedef struct encoding {
 } encoding;
 
 /* Plans once per run and encodes the plan as the daemon does, timing the
- * two apart. `columns`: the planner encodes varint columns as it batches
+ * two apart: the plan's arena takes its chunks from a pool as the daemon's
+ * calls do (16 MiB kept, as reshardd keeps), so neither side pays for
+ * faulting in fresh pages. `columns`: the planner encodes varint columns as it batches
  * (what the daemon asks without runs), else the encoder reads the copies. */
 static int time_encoding(scenario *s, const reshard_join *template_join,
                          bool runs, bool columns, int count, encoding *out) {
@@ -127,9 +130,11 @@ static int time_encoding(scenario *s, const reshard_join *template_join,
   s->source.join = template_join;
   s->request.runs = runs;
   s->request.varint_columns = columns;
+  reshard_chunk_pool *pool = reshard_chunk_pool_create(16u << 20);
+  failed |= pool == NULL;
   for (int r = 0; !failed && r < count; r++) {
     reshard_arena arena;
-    reshard_arena_init(&arena, 0);
+    reshard_arena_init_from(&arena, 64 * 1024, reshard_chunk_pool_source(pool));
     reshard_error err;
     reshard_load_plan plan;
     double start = now_ns();
@@ -165,6 +170,7 @@ static int time_encoding(scenario *s, const reshard_join *template_join,
   }
   s->request.runs = false;
   s->request.varint_columns = false;
+  reshard_chunk_pool_free(pool);
   free(plan_ns);
   free(encode_ns);
   return failed ? -1 : 0;

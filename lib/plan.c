@@ -312,19 +312,23 @@ static reshard_status fold_closed(planner *plan, reshard__run_folder *folder,
   return RESHARD_OK;
 }
 
-/* Encodes the batches closed since `*encoded` as varint columns. */
-static reshard_status encode_closed(planner *plan,
-                                    reshard__column_encoder *encoder,
-                                    const reshard__batcher *batcher,
-                                    size_t *encoded) {
-  for (; *encoded < batcher->batch_count; (*encoded)++) {
-    const reshard_batch *batch = &batcher->batches[*encoded];
-    reshard_status status = reshard__column_encoder_batch(
-        encoder, batcher->out + batch->first, batch->count, plan->err);
+/* Encodes the copies batched since the last call as varint columns,
+ * closing the batches closed since `*closed`. */
+static reshard_status encode_batched(planner *plan,
+                                     reshard__column_encoder *encoder,
+                                     const reshard__batcher *batcher,
+                                     size_t *closed) {
+  for (; *closed < batcher->batch_count; (*closed)++) {
+    const reshard_batch *batch = &batcher->batches[*closed];
+    reshard__column_encoder_rows(encoder, batcher->out + encoder->rows,
+                                 batch->first + batch->count - encoder->rows);
+    reshard_status status = reshard__column_encoder_close(encoder, plan->err);
     if (status) {
       return status;
     }
   }
+  reshard__column_encoder_rows(encoder, batcher->out + encoder->rows,
+                               batcher->written - encoder->rows);
   return RESHARD_OK;
 }
 
@@ -364,7 +368,7 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   reshard__run_folder folder = {0};
   size_t folded = 0; /* batches folded so far */
   reshard__column_encoder encoder = {0};
-  size_t encoded = 0; /* batches encoded so far */
+  size_t encoded = 0; /* batches closed in the encoder */
   size_t batch_room = batching.max_operations < max_copies
                           ? (size_t)batching.max_operations
                           : max_copies;
@@ -402,7 +406,7 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
       status = fold_closed(plan, &folder, &batcher, &folded);
     }
     if (status == RESHARD_OK && request->varint_columns) {
-      status = encode_closed(plan, &encoder, &batcher, &encoded);
+      status = encode_batched(plan, &encoder, &batcher, &encoded);
     }
     if (status) {
       return status;
@@ -417,7 +421,7 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
     reshard__run_folder_finish(&folder, &out->runs);
   }
   if (request->varint_columns) {
-    reshard_status status = encode_closed(plan, &encoder, &batcher, &encoded);
+    reshard_status status = encode_batched(plan, &encoder, &batcher, &encoded);
     if (status) {
       return status;
     }

@@ -10,6 +10,17 @@
 /* Bytes of the longest LEB128 varint of a uint64_t. */
 enum { VARINT_MAX = 10 };
 
+static reshard_status no_memory(reshard_error *err) {
+  return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                           "plan: out of memory for varint columns");
+}
+
+static void open_batch(reshard__column_encoder *encoder) {
+  for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+    encoder->cursor[c] = encoder->scratch + c * encoder->column_room;
+  }
+}
+
 reshard_status reshard__column_encoder_init(reshard__column_encoder *encoder,
                                             size_t max_batch_copies,
                                             size_t max_batches,
@@ -27,10 +38,10 @@ reshard_status reshard__column_encoder_init(reshard__column_encoder *encoder,
       (encoder->out.column_bytes = RESHARD_ARENA_ARRAY(
            arena, size_t, (max_batches + 1) * RESHARD_COPY_COLUMNS)) ==
           NULL) {
-    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
-                             "plan: out of memory for varint columns");
+    return no_memory(err);
   }
   encoder->column_room = (size_t)room;
+  open_batch(encoder);
   return RESHARD_OK;
 }
 
@@ -53,17 +64,13 @@ static inline uint8_t *put_varint(uint8_t *out, uint64_t value) {
   return out;
 }
 
-reshard_status reshard__column_encoder_batch(reshard__column_encoder *encoder,
-                                             const reshard_copy *copies,
-                                             size_t count, reshard_error *err) {
-  /* Row by row into six scratch columns, each read copy used once; then
-   * the columns packed into the arena, exactly as long as they are. */
-  uint8_t *column[RESHARD_COPY_COLUMNS];
-  for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
-    column[c] = encoder->scratch + c * encoder->column_room;
-  }
-  uint8_t *c0 = column[0], *c1 = column[1], *c2 = column[2];
-  uint8_t *c3 = column[3], *c4 = column[4], *c5 = column[5];
+void reshard__column_encoder_rows(reshard__column_encoder *encoder,
+                                  const reshard_copy *copies, size_t count) {
+  /* Row by row into the open batch's six scratch columns: each copy is
+   * read once, right after the batcher wrote it. */
+  uint8_t *c0 = encoder->cursor[0], *c1 = encoder->cursor[1];
+  uint8_t *c2 = encoder->cursor[2], *c3 = encoder->cursor[3];
+  uint8_t *c4 = encoder->cursor[4], *c5 = encoder->cursor[5];
   for (size_t i = 0; i < count; i++) {
     const reshard_copy *copy = &copies[i];
     c0 = put_varint(c0, copy->page_index);
@@ -73,24 +80,33 @@ reshard_status reshard__column_encoder_batch(reshard__column_encoder *encoder,
     c4 = put_varint(c4, copy->region_offset);
     c5 = put_varint(c5, copy->nbytes);
   }
-  uint8_t *ends[RESHARD_COPY_COLUMNS] = {c0, c1, c2, c3, c4, c5};
+  uint8_t *cursor[RESHARD_COPY_COLUMNS] = {c0, c1, c2, c3, c4, c5};
+  memcpy(encoder->cursor, cursor, sizeof cursor);
+  encoder->rows += count;
+}
+
+reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
+                                             reshard_error *err) {
+  /* The open batch's columns, packed into the arena exactly as long as
+   * they are. */
   size_t b = encoder->out.batch_count;
   size_t *sizes = encoder->out.column_bytes + b * RESHARD_COPY_COLUMNS;
   size_t total = 0;
   for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
-    sizes[c] = (size_t)(ends[c] - column[c]);
+    const uint8_t *start = encoder->scratch + c * encoder->column_room;
+    sizes[c] = (size_t)(encoder->cursor[c] - start);
     total += sizes[c];
   }
   uint8_t *bytes = RESHARD_ARENA_ARRAY(encoder->arena, uint8_t, total);
   if (bytes == NULL) {
-    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
-                             "plan: out of memory for varint columns");
+    return no_memory(err);
   }
   encoder->out.bytes[b] = bytes;
   for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
-    memcpy(bytes, column[c], sizes[c]);
+    memcpy(bytes, encoder->scratch + c * encoder->column_room, sizes[c]);
     bytes += sizes[c];
   }
   encoder->out.batch_count = b + 1;
+  open_batch(encoder);
   return RESHARD_OK;
 }
