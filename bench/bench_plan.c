@@ -120,8 +120,9 @@ typedef struct encoding {
 /* Plans once per run and encodes the plan as the daemon does, timing the
  * two apart: the plan's arena takes its chunks from a pool as the daemon's
  * calls do (16 MiB kept, as reshardd keeps), so neither side pays for
- * faulting in fresh pages. `columns`: the planner encodes varint columns as it batches
- * (what the daemon asks without runs), else the encoder reads the copies. */
+ * faulting in fresh pages. `columns`: the planner encodes varint columns as it
+ * batches (what the daemon asks without runs), else the encoder reads the
+ * copies. */
 static int time_encoding(scenario *s, const reshard_join *template_join,
                          bool runs, bool columns, int count, encoding *out) {
   double *plan_ns = malloc(sizeof(double) * (size_t)count);

@@ -8,10 +8,10 @@
  * Encoding is measure, then write. A plan that carries its batches as
  * varint columns (reshard_load_request.varint_columns) is measured and
  * written from those: column sizes read, column bytes copied. Otherwise
- * measuring reads every copy (or run) once, row by row, and keeps each batch's column sizes and whether all
- * of a column's values share one varint length; writing then fills a
- * batch column by column (its rows stay in cache), with a branch-free
- * loop for the columns of one length. */
+ * measuring reads every copy (or run) once, row by row, and keeps each batch's
+ * column sizes and whether all of a column's values share one varint length;
+ * writing then fills a batch column by column (its rows stay in cache), with a
+ * branch-free loop for the columns of one length. */
 #ifndef RESHARD_PLAN_RESPONSE_H
 #define RESHARD_PLAN_RESPONSE_H
 
@@ -47,11 +47,12 @@ typedef struct reshard_range_batches {
 /* Measures the batches of a plan. `runs` and `columns` may be NULL;
  * `columns`, the same batches as varint columns, is used only without
  * `runs`. Returns RESHARD_RESOURCE_EXHAUSTED when the arena cannot grow. */
-reshard_status reshard_range_batches_measure(
-    const reshard_copy *copies, const reshard_batch *batches,
-    size_t batch_count, const reshard_runs *runs,
-    const reshard_varint_batches *columns, reshard_arena *arena,
-    reshard_range_batches *out);
+reshard_status
+reshard_range_batches_measure(const reshard_copy *copies,
+                              const reshard_batch *batches, size_t batch_count,
+                              const reshard_runs *runs,
+                              const reshard_varint_batches *columns,
+                              reshard_arena *arena, reshard_range_batches *out);
 
 /* Writes every batch as field `field` (1..15) of the enclosing message
  * into `out`, which has room for batches->size bytes; returns the end. */

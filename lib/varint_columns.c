@@ -31,13 +31,12 @@ reshard_status reshard__column_encoder_init(reshard__column_encoder *encoder,
   if (!reshard_mul(max_batch_copies, VARINT_MAX, &room) ||
       !reshard_mul(room, RESHARD_COPY_COLUMNS, &scratch_size) ||
       scratch_size > SIZE_MAX ||
-      (encoder->scratch = RESHARD_ARENA_ARRAY(arena, uint8_t,
-                                              (size_t)scratch_size)) == NULL ||
+      (encoder->scratch =
+           RESHARD_ARENA_ARRAY(arena, uint8_t, (size_t)scratch_size)) == NULL ||
       (encoder->out.bytes = RESHARD_ARENA_ARRAY(arena, const uint8_t *,
                                                 max_batches + 1)) == NULL ||
       (encoder->out.column_bytes = RESHARD_ARENA_ARRAY(
-           arena, size_t, (max_batches + 1) * RESHARD_COPY_COLUMNS)) ==
-          NULL) {
+           arena, size_t, (max_batches + 1) * RESHARD_COPY_COLUMNS)) == NULL) {
     return no_memory(err);
   }
   encoder->column_room = (size_t)room;

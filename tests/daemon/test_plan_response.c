@@ -2,9 +2,9 @@
  * must produce exactly the bytes protobuf-c packs for the message
  * reshard_wire_plan_to_pb builds, on every SPEC §6 scenario with and
  * without runs (and without runs both from the copies and from the varint
- * columns the planner encodes while batching), with many small batches and with the edge cases proto3
- * encodes specially (zero values and empty strings left out, repeated
- * strings always written). */
+ * columns the planner encodes while batching), with many small batches and with
+ * the edge cases proto3 encodes specially (zero values and empty strings left
+ * out, repeated strings always written). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdio.h>
