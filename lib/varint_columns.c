@@ -44,25 +44,6 @@ reshard_status reshard__column_encoder_init(reshard__column_encoder *encoder,
   return RESHARD_OK;
 }
 
-static inline uint8_t *put_varint(uint8_t *out, uint64_t value) {
-  /* Indexes and sizes are mostly one or two bytes: those skip the loop. */
-  if (value < 0x80) {
-    *out = (uint8_t)value;
-    return out + 1;
-  }
-  if (value < 0x4000) {
-    out[0] = (uint8_t)(value | 0x80);
-    out[1] = (uint8_t)(value >> 7);
-    return out + 2;
-  }
-  do {
-    *out++ = (uint8_t)(value | 0x80);
-    value >>= 7;
-  } while (value >= 0x80);
-  *out++ = (uint8_t)value;
-  return out;
-}
-
 void reshard__column_encoder_rows(reshard__column_encoder *encoder,
                                   const reshard_copy *copies, size_t count) {
   /* Row by row into the open batch's six scratch columns: each copy is
@@ -72,12 +53,12 @@ void reshard__column_encoder_rows(reshard__column_encoder *encoder,
   uint8_t *c4 = encoder->cursor[4], *c5 = encoder->cursor[5];
   for (size_t i = 0; i < count; i++) {
     const reshard_copy *copy = &copies[i];
-    c0 = put_varint(c0, copy->page_index);
-    c1 = put_varint(c1, copy->part_index);
-    c2 = put_varint(c2, copy->part_offset);
-    c3 = put_varint(c3, copy->region_index);
-    c4 = put_varint(c4, copy->region_offset);
-    c5 = put_varint(c5, copy->nbytes);
+    c0 = reshard_varint_put(c0, copy->page_index);
+    c1 = reshard_varint_put(c1, copy->part_index);
+    c2 = reshard_varint_put(c2, copy->part_offset);
+    c3 = reshard_varint_put(c3, copy->region_index);
+    c4 = reshard_varint_put(c4, copy->region_offset);
+    c5 = reshard_varint_put(c5, copy->nbytes);
   }
   uint8_t *cursor[RESHARD_COPY_COLUMNS] = {c0, c1, c2, c3, c4, c5};
   memcpy(encoder->cursor, cursor, sizeof cursor);

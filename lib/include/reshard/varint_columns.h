@@ -24,4 +24,25 @@ typedef struct reshard_varint_batches {
   size_t batch_count;
 } reshard_varint_batches;
 
+/* Writes `value` as a LEB128 varint (1 to 10 bytes) at `out`; returns the
+ * byte after it. */
+static inline uint8_t *reshard_varint_put(uint8_t *out, uint64_t value) {
+  /* Indexes and sizes are mostly one or two bytes: those skip the loop. */
+  if (value < 0x80) {
+    *out = (uint8_t)value;
+    return out + 1;
+  }
+  if (value < 0x4000) {
+    out[0] = (uint8_t)(value | 0x80);
+    out[1] = (uint8_t)(value >> 7);
+    return out + 2;
+  }
+  do {
+    *out++ = (uint8_t)(value | 0x80);
+    value >>= 7;
+  } while (value >= 0x80);
+  *out++ = (uint8_t)value;
+  return out;
+}
+
 #endif
