@@ -14,26 +14,6 @@ static size_t varint_size(uint64_t value) {
   return (bits * 9 + 64) >> 6;
 }
 
-static inline uint8_t *put_varint(uint8_t *out, uint64_t value) {
-  /* Most values of a column have one length; the first two tests catch
-   * indexes and small sizes without entering the loop. */
-  if (value < 0x80) {
-    *out = (uint8_t)value;
-    return out + 1;
-  }
-  if (value < 0x4000) {
-    out[0] = (uint8_t)(value | 0x80);
-    out[1] = (uint8_t)(value >> 7);
-    return out + 2;
-  }
-  do {
-    *out++ = (uint8_t)(value | 0x80);
-    value >>= 7;
-  } while (value >= 0x80);
-  *out++ = (uint8_t)value;
-  return out;
-}
-
 /* Field numbers here are below 16, so a tag is one byte. */
 static uint8_t *put_tag(uint8_t *out, unsigned field, unsigned wire_type) {
   assert(field >= 1 && field < 16);
@@ -65,7 +45,7 @@ static uint8_t *put_scalar(uint8_t *out, unsigned field, uint64_t value) {
     return out;
   }
   out = put_tag(out, field, WIRE_VARINT);
-  return put_varint(out, value);
+  return reshard_varint_put(out, value);
 }
 
 static uint8_t *put_string(uint8_t *out, unsigned field, const char *value,
@@ -75,7 +55,7 @@ static uint8_t *put_string(uint8_t *out, unsigned field, const char *value,
     return out;
   }
   out = put_tag(out, field, WIRE_LENGTH);
-  out = put_varint(out, length);
+  out = reshard_varint_put(out, length);
   memcpy(out, text(value), length);
   return out + length;
 }
@@ -171,7 +151,7 @@ static uint8_t *write_column(uint8_t *out, const uint64_t *rows, size_t count,
     return put_fixed(out, rows, count, width, 5);
   default:
     for (size_t i = 0; i < count; i++, rows += width) {
-      out = put_varint(out, *rows);
+      out = reshard_varint_put(out, *rows);
     }
     return out;
   }
@@ -189,17 +169,17 @@ static size_t batch_body(const reshard_range_batches *batches, size_t b) {
   return body;
 }
 
-reshard_status reshard_range_batches_measure(const reshard_copy *copies,
-                                             const reshard_batch *batches,
-                                             size_t batch_count,
-                                             const reshard_runs *runs,
-                                             reshard_arena *arena,
-                                             reshard_range_batches *out) {
+reshard_status reshard_range_batches_measure(
+    const reshard_copy *copies, const reshard_batch *batches,
+    size_t batch_count, const reshard_runs *runs,
+    const reshard_varint_batches *columns, reshard_arena *arena,
+    reshard_range_batches *out) {
   *out = (reshard_range_batches){
       .copies = copies,
       .batches = batches,
       .batch_count = batch_count,
       .runs = runs,
+      .columns = runs == NULL ? columns : NULL,
       .column_bytes = RESHARD_ARENA_NEW(
           arena, size_t, (batch_count + 1) * RESHARD_RANGE_BATCH_COLUMNS),
       .column_length = RESHARD_ARENA_NEW(
@@ -213,6 +193,12 @@ reshard_status reshard_range_batches_measure(const reshard_copy *copies,
     unsigned width;
     const uint64_t *rows = batch_rows(out, b, &count, &width);
     size_t *sizes = out->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
+    if (out->columns != NULL) {
+      memcpy(sizes, out->columns->column_bytes + b * RESHARD_COPY_COLUMNS,
+             RESHARD_COPY_COLUMNS * sizeof *sizes);
+      out->size += nested_size(batch_body(out, b));
+      continue;
+    }
     uint64_t any[RESHARD_RANGE_BATCH_COLUMNS] = {0};
     if (width == RUN_WIDTH) {
       measure_rows(rows, count, RUN_WIDTH, sizes, any);
@@ -241,7 +227,7 @@ uint8_t *reshard_range_batches_write(const reshard_range_batches *batches,
         batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
     uint64_t bytes = batches->batches[b].bytes;
     out = put_tag(out, field, WIRE_LENGTH);
-    out = put_varint(out, batch_body(batches, b));
+    out = reshard_varint_put(out, batch_body(batches, b));
     if (count == 0) {
       out = put_scalar(out, 7, bytes);
       continue;
@@ -250,13 +236,21 @@ uint8_t *reshard_range_batches_write(const reshard_range_batches *batches,
      * columns; a batch's rows stay in cache across its columns. */
     const uint8_t *lengths =
         batches->column_length + b * RESHARD_RANGE_BATCH_COLUMNS;
+    const uint8_t *encoded =
+        batches->columns != NULL ? batches->columns->bytes[b] : NULL;
     for (unsigned c = 0; c < width; c++) {
       if (c == COPY_WIDTH) {
         out = put_scalar(out, 7, bytes);
       }
       out = put_tag(out, column_field(c), WIRE_LENGTH);
-      out = put_varint(out, sizes[c]);
-      out = write_column(out, rows + c, count, width, lengths[c]);
+      out = reshard_varint_put(out, sizes[c]);
+      if (encoded != NULL) {
+        memcpy(out, encoded, sizes[c]);
+        encoded += sizes[c];
+        out += sizes[c];
+      } else {
+        out = write_column(out, rows + c, count, width, lengths[c]);
+      }
     }
     if (width == COPY_WIDTH) {
       out = put_scalar(out, 7, bytes);
@@ -279,8 +273,9 @@ uint8_t *reshard_plan_stats_write(uint8_t *out, unsigned field,
                                   uint64_t copies_before_coalescing,
                                   uint64_t runs) {
   out = put_tag(out, field, WIRE_LENGTH);
-  out = put_varint(out, reshard_plan_stats_size(
-                            operations, bytes, copies_before_coalescing, runs));
+  out = reshard_varint_put(
+      out, reshard_plan_stats_size(operations, bytes, copies_before_coalescing,
+                                   runs));
   out = put_scalar(out, 1, operations);
   out = put_scalar(out, 2, bytes);
   out = put_scalar(out, 3, copies_before_coalescing);
@@ -307,8 +302,10 @@ reshard_status reshard_plan_response_measure(
     reshard_arena *arena, reshard_plan_response *out) {
   *out = (reshard_plan_response){.plan = plan, .names = names};
   const reshard_runs *runs = plan->runs.batch_first ? &plan->runs : NULL;
+  const reshard_varint_batches *columns =
+      plan->columns.bytes != NULL ? &plan->columns : NULL;
   reshard_status status = reshard_range_batches_measure(
-      plan->copies, plan->batches, plan->batch_count, runs, arena,
+      plan->copies, plan->batches, plan->batch_count, runs, columns, arena,
       &out->batches);
   if (status) {
     return status;
@@ -336,7 +333,7 @@ size_t reshard_plan_response_write(const reshard_plan_response *response,
   for (size_t p = 0; p < plan->hit_pages; p++) {
     size_t source = plan->page_source[p];
     out = put_tag(out, 2, WIRE_LENGTH);
-    out = put_varint(out, page_body(names, source, p));
+    out = reshard_varint_put(out, page_body(names, source, p));
     out = put_string(out, 1, names->page_keys[p], 0);
     out = put_string(out, 2, names->manifest_keys[source], 0);
     out = put_string(out, 3, names->sources[source].layout_id, 0);

@@ -5,11 +5,13 @@
  * for reshard_wire_plan_to_pb's message (tests/daemon/test_plan_response.c
  * proves it on every SPEC §6 scenario, with and without runs).
  *
- * Encoding is measure, then write. Measuring reads every copy (or run)
- * once, row by row, and keeps each batch's column sizes and whether all
- * of a column's values share one varint length; writing then fills a
- * batch column by column (its rows stay in cache), with a branch-free
- * loop for the columns of one length. */
+ * Encoding is measure, then write. A plan that carries its batches as
+ * varint columns (reshard_load_request.varint_columns) is measured and
+ * written from those: column sizes read, column bytes copied. Otherwise
+ * measuring reads every copy (or run) once, row by row, and keeps each batch's
+ * column sizes and whether all of a column's values share one varint length;
+ * writing then fills a batch column by column (its rows stay in cache), with a
+ * branch-free loop for the columns of one length. */
 #ifndef RESHARD_PLAN_RESPONSE_H
 #define RESHARD_PLAN_RESPONSE_H
 
@@ -20,33 +22,37 @@
 #include "reshard/copy.h"
 #include "reshard/plan.h"
 #include "reshard/runs.h"
+#include "reshard/varint_columns.h"
 #include "wire.h"
 
 /* RangeBatch columns: fields 1..6 (copies) and 8..10 (runs). */
 #define RESHARD_RANGE_BATCH_COLUMNS 9
 
 /* The repeated RangeBatch field of a response, measured. `runs` NULL
- * encodes one entry per copy (run columns empty); otherwise one entry per
- * run of runs->runs. Everything points into the caller's plan and arena. */
+ * encodes one entry per copy (run columns empty), from `columns` when
+ * non-NULL; otherwise one entry per run of runs->runs. Everything points
+ * into the caller's plan and arena. */
 typedef struct reshard_range_batches {
   const reshard_copy *copies;
   const reshard_batch *batches;
   size_t batch_count;
   const reshard_runs *runs;
+  const reshard_varint_batches *columns;
   size_t *column_bytes;   /* per batch, RESHARD_RANGE_BATCH_COLUMNS payloads */
   uint8_t *column_length; /* per batch and column: the varint length every
                              value shares, 0 when lengths differ */
   size_t size;            /* every batch with its tag and length */
 } reshard_range_batches;
 
-/* Measures the batches of a plan (`runs` may be NULL). Returns
- * RESHARD_RESOURCE_EXHAUSTED when the arena cannot grow. */
-reshard_status reshard_range_batches_measure(const reshard_copy *copies,
-                                             const reshard_batch *batches,
-                                             size_t batch_count,
-                                             const reshard_runs *runs,
-                                             reshard_arena *arena,
-                                             reshard_range_batches *out);
+/* Measures the batches of a plan. `runs` and `columns` may be NULL;
+ * `columns`, the same batches as varint columns, is used only without
+ * `runs`. Returns RESHARD_RESOURCE_EXHAUSTED when the arena cannot grow. */
+reshard_status
+reshard_range_batches_measure(const reshard_copy *copies,
+                              const reshard_batch *batches, size_t batch_count,
+                              const reshard_runs *runs,
+                              const reshard_varint_batches *columns,
+                              reshard_arena *arena, reshard_range_batches *out);
 
 /* Writes every batch as field `field` (1..15) of the enclosing message
  * into `out`, which has room for batches->size bytes; returns the end. */

@@ -312,6 +312,26 @@ static reshard_status fold_closed(planner *plan, reshard__run_folder *folder,
   return RESHARD_OK;
 }
 
+/* Encodes the copies batched since the last call as varint columns,
+ * closing the batches closed since `*closed`. */
+static reshard_status encode_batched(planner *plan,
+                                     reshard__column_encoder *encoder,
+                                     const reshard__batcher *batcher,
+                                     size_t *closed) {
+  for (; *closed < batcher->batch_count; (*closed)++) {
+    const reshard_batch *batch = &batcher->batches[*closed];
+    reshard__column_encoder_rows(encoder, batcher->out + encoder->rows,
+                                 batch->first + batch->count - encoder->rows);
+    reshard_status status = reshard__column_encoder_close(encoder, plan->err);
+    if (status) {
+      return status;
+    }
+  }
+  reshard__column_encoder_rows(encoder, batcher->out + encoder->rows,
+                               batcher->written - encoder->rows);
+  return RESHARD_OK;
+}
+
 /* Pass 2: lower, coalesce and batch each hit page in turn; only one page's
  * copies exist before batching. */
 static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
@@ -347,12 +367,21 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   reshard__batcher_init(&batcher, &batching, out->copies, out->batches);
   reshard__run_folder folder = {0};
   size_t folded = 0; /* batches folded so far */
+  reshard__column_encoder encoder = {0};
+  size_t encoded = 0; /* batches closed in the encoder */
+  size_t batch_room = batching.max_operations < max_copies
+                          ? (size_t)batching.max_operations
+                          : max_copies;
   if (request->runs) {
-    size_t batch_room = batching.max_operations < max_copies
-                            ? (size_t)batching.max_operations
-                            : max_copies;
     reshard_status status = reshard__run_folder_init(
         &folder, max_copies, batch_room, max_batches, plan->arena, plan->err);
+    if (status) {
+      return status;
+    }
+  }
+  if (request->varint_columns) {
+    reshard_status status = reshard__column_encoder_init(
+        &encoder, batch_room, max_batches, plan->arena, plan->err);
     if (status) {
       return status;
     }
@@ -370,10 +399,15 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
     count = reshard__coalesce_page(lowered, count, join->part_base, keys, spare,
                                    coalesced);
     reshard__batcher_push(&batcher, coalesced, count);
-    /* Fold the batches this page closed while their copies are in cache. */
-    reshard_status status = request->runs
-                                ? fold_closed(plan, &folder, &batcher, &folded)
-                                : RESHARD_OK;
+    /* Fold and encode the batches this page closed while their copies are
+     * in cache. */
+    reshard_status status = RESHARD_OK;
+    if (request->runs) {
+      status = fold_closed(plan, &folder, &batcher, &folded);
+    }
+    if (status == RESHARD_OK && request->varint_columns) {
+      status = encode_batched(plan, &encoder, &batcher, &encoded);
+    }
     if (status) {
       return status;
     }
@@ -385,6 +419,13 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
       return status;
     }
     reshard__run_folder_finish(&folder, &out->runs);
+  }
+  if (request->varint_columns) {
+    reshard_status status = encode_batched(plan, &encoder, &batcher, &encoded);
+    if (status) {
+      return status;
+    }
+    out->columns = encoder.out;
   }
   if (batcher.written > limits->max_operations) {
     return reshard_error_set(

@@ -12,6 +12,7 @@
 #include "reshard/join.h"
 #include "reshard/plan.h"
 #include "reshard/runs.h"
+#include "reshard/varint_columns.h"
 
 /* The binding ranges that overlap the current page, per (layer, component)
  * group. Pages are visited in increasing order, so each range is opened
@@ -119,5 +120,32 @@ reshard_status reshard__run_folder_batch(reshard__run_folder *folder,
                                          size_t count, reshard_error *err);
 void reshard__run_folder_finish(const reshard__run_folder *folder,
                                 reshard_runs *out);
+
+/* Encodes batches as varint columns (see reshard/varint_columns.h) as
+ * the batcher writes their copies, so each copy is encoded while it is
+ * still in cache: push the rows written since the last call, close a
+ * batch when the batcher closed it. */
+typedef struct reshard__column_encoder {
+  reshard_varint_batches out;
+  reshard_arena *arena;
+  uint8_t *scratch;   /* RESHARD_COPY_COLUMNS columns of column_room bytes */
+  size_t column_room; /* the longest column of a batch */
+  uint8_t *cursor[RESHARD_COPY_COLUMNS]; /* the open batch's column ends */
+  size_t rows;                           /* copies encoded */
+} reshard__column_encoder;
+
+/* Sizes the encoder for at most `max_batch_copies` copies in a batch and
+ * `max_batches` batches. */
+reshard_status reshard__column_encoder_init(reshard__column_encoder *encoder,
+                                            size_t max_batch_copies,
+                                            size_t max_batches,
+                                            reshard_arena *arena,
+                                            reshard_error *err);
+/* Appends `count` copies to the open batch. */
+void reshard__column_encoder_rows(reshard__column_encoder *encoder,
+                                  const reshard_copy *copies, size_t count);
+/* Closes the open batch. */
+reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
+                                             reshard_error *err);
 
 #endif

@@ -15,6 +15,7 @@
 #include "reshard/limits.h"
 #include "reshard/placement.h"
 #include "reshard/runs.h"
+#include "reshard/varint_columns.h"
 
 /* A stored layout the pages may come from. `join` may carry a prebuilt
  * join of this layout with the request's participant (a cached template);
@@ -44,6 +45,10 @@ typedef struct reshard_load_request {
   /* Also fold each batch into strided runs (SPEC §2.2 step 7). The
    * explicit copies and batches are returned either way. */
   bool runs;
+  /* Also encode each batch's copies as varint columns (the plan's
+   * `columns`), right after batching it: what a PlanLoad response without
+   * runs carries. */
+  bool varint_columns;
   /* Optional: `binding` as reshard_binding_validate validated it earlier
    * for this placement's participant part, this page_count and these
    * limits (a caller's cache of identical bindings). The planner then
@@ -75,6 +80,9 @@ typedef struct reshard_load_plan {
    * batch_count, runs.batch_first non-NULL even for an empty plan); all
    * zero otherwise. */
   reshard_runs runs;
+  /* With request.varint_columns: every batch as varint columns
+   * (columns.batch_count == batch_count); all zero otherwise. */
+  reshard_varint_batches columns;
   const reshard_placement_part *participant;
 } reshard_load_plan;
 

@@ -1,0 +1,168 @@
+/* Tests lib/varint_columns.c through reshard_plan_load: a plan asked for
+ * varint columns must carry the same copies and batches as one that is not
+ * (the oracle executes the latter), and every batch's columns must decode,
+ * with a decoder written here from the LEB128 rules, to exactly that
+ * batch's copies, field by field, with no byte left over. Cases: the
+ * oracle suite's random cases, tiny batches that split pages and copies
+ * (so batches close in the middle of a page's copies), and the SPEC §6
+ * scenarios. */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "oracle.h"
+#include "reshard/varint_columns.h"
+
+/* Decodes one LEB128 varint at *at, before `end`. */
+static uint64_t decode_varint(const uint8_t **at, const uint8_t *end,
+                              const char *what) {
+  uint64_t value = 0;
+  for (unsigned shift = 0; shift < 64; shift += 7) {
+    cr_assert_lt(*at, end, "%s: a column ends inside a varint", what);
+    uint8_t byte = *(*at)++;
+    value |= (uint64_t)(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) {
+      /* Minimal, as protobuf writes it: no trailing zero group. */
+      cr_assert(byte != 0 || shift == 0, "%s: a padded varint", what);
+      return value;
+    }
+  }
+  cr_assert_fail("%s: a varint longer than 10 bytes", what);
+  return 0;
+}
+
+static uint64_t field(const reshard_copy *copy, unsigned c) {
+  const uint64_t values[RESHARD_COPY_COLUMNS] = {
+      copy->page_index,   copy->part_index,    copy->part_offset,
+      copy->region_index, copy->region_offset, copy->nbytes};
+  return values[c];
+}
+
+static void check_columns(const reshard_load_plan *plan, const char *what) {
+  const reshard_varint_batches *columns = &plan->columns;
+  cr_assert_not_null(columns->bytes, "%s: no columns", what);
+  cr_assert_eq(columns->batch_count, plan->batch_count, "%s", what);
+  for (size_t b = 0; b < plan->batch_count; b++) {
+    const reshard_batch *batch = &plan->batches[b];
+    const uint8_t *at = columns->bytes[b];
+    for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+      const uint8_t *end =
+          at + columns->column_bytes[b * RESHARD_COPY_COLUMNS + c];
+      for (size_t i = 0; i < batch->count; i++) {
+        uint64_t want = field(&plan->copies[batch->first + i], c);
+        uint64_t got = decode_varint(&at, end, what);
+        cr_assert_eq(got, want,
+                     "%s: batch %zu column %u row %zu is %" PRIu64
+                     ", the copy has %" PRIu64,
+                     what, b, c, i, got, want);
+      }
+      cr_assert_eq(at, end, "%s: batch %zu column %u has %td bytes too many",
+                   what, b, c, end - at);
+    }
+  }
+}
+
+/* Plans `c` without columns (executed by the oracle) and with; returns
+ * the copies checked. */
+static size_t run_case(oracle_case *c, const char *what) {
+  char msg[ORACLE_MSG_SIZE];
+  reshard_arena plain_arena, columns_arena;
+  reshard_load_plan plain, with_columns;
+  oracle_exec_stats stats;
+  c->request.varint_columns = false;
+  cr_assert(oracle_case_run(c, &plain_arena, &plain, &stats, msg, sizeof msg),
+            "%s: %s", what, msg);
+  cr_assert_null(plain.columns.bytes);
+  c->request.varint_columns = true;
+  reshard_arena_init(&columns_arena, 0);
+  reshard_error err;
+  cr_assert_eq(
+      reshard_plan_load(&c->request, &columns_arena, &with_columns, &err),
+      RESHARD_OK, "%s: %s", what, err.message);
+  cr_assert_eq(with_columns.copy_count, plain.copy_count, "%s", what);
+  cr_assert_eq(with_columns.batch_count, plain.batch_count, "%s", what);
+  cr_assert(plain.copy_count == 0 ||
+                memcmp(with_columns.copies, plain.copies,
+                       plain.copy_count * sizeof(reshard_copy)) == 0,
+            "%s: columns changed the copies", what);
+  cr_assert(plain.batch_count == 0 ||
+                memcmp(with_columns.batches, plain.batches,
+                       plain.batch_count * sizeof(reshard_batch)) == 0,
+            "%s: columns changed the batches", what);
+  check_columns(&with_columns, what);
+  size_t copies = with_columns.copy_count;
+  oracle_plan_release(c, &columns_arena, &with_columns);
+  oracle_plan_release(c, &plain_arena, &plain);
+  return copies;
+}
+
+static size_t run_seeded(uint64_t stream, unsigned count,
+                         const oracle_case_opts *opts) {
+  size_t copies = 0;
+  for (unsigned i = 0; i < count; i++) {
+    uint64_t seed = oracle_case_seed(oracle_base_seed(), stream, i);
+    oracle_case c;
+    char msg[ORACLE_MSG_SIZE];
+    char what[128];
+    snprintf(what, sizeof what,
+             "RESHARD_ORACLE_SEED=0x%016" PRIx64 " stream %" PRIu64 " case %u",
+             oracle_base_seed(), stream, i);
+    cr_assert(oracle_case_build(&c, seed, opts, msg, sizeof msg), "%s: %s",
+              what, msg);
+    copies += run_case(&c, what);
+    oracle_case_destroy(&c);
+  }
+  return copies;
+}
+
+/* The oracle suite's format x memory streams, a few cases each. */
+Test(varint_columns, random_cases) {
+  size_t copies = 0;
+  for (int f = RESHARD_FORMAT_PLHD; f <= RESHARD_FORMAT_HPLD; f++) {
+    for (int s = 0; s < ORACLE_MEM_STYLE_COUNT; s++) {
+      oracle_case_opts opts;
+      memset(&opts, 0, sizeof opts);
+      opts.format = (reshard_format)f;
+      opts.style = (oracle_memory_style)s;
+      opts.max_sources = 3;
+      opts.selection_twists = true;
+      copies += run_seeded(100 + (uint64_t)f * 10 + (uint64_t)s, 8, &opts);
+    }
+  }
+  cr_assert_gt(copies, 0);
+}
+
+/* Batches of one to six copies and at most 400 bytes: batches close
+ * inside a page's copies and split copies at the byte budget. */
+Test(varint_columns, small_batches) {
+  oracle_rng rng;
+  oracle_rng_seed(&rng, oracle_case_seed(oracle_base_seed(), 400, 0));
+  size_t copies = 0;
+  for (unsigned i = 0; i < 60; i++) {
+    oracle_case_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.random_style = true;
+    opts.max_sources = 4;
+    opts.selection_twists = true;
+    opts.format = (reshard_format)oracle_rng_between(&rng, RESHARD_FORMAT_PLHD,
+                                                     RESHARD_FORMAT_HPLD);
+    opts.max_batch_operations = oracle_rng_between(&rng, 1, 6);
+    opts.max_batch_bytes = oracle_rng_between(&rng, 1, 400);
+    copies += run_seeded(401 + i, 1, &opts);
+  }
+  cr_assert_gt(copies, 0);
+}
+
+Test(varint_columns, spec_scenarios) {
+  for (int scenario = 1; scenario <= 5; scenario++) {
+    oracle_case c;
+    char msg[ORACLE_MSG_SIZE];
+    cr_assert(oracle_scenario_build(&c, scenario, 3, 0, msg, sizeof msg),
+              "S%d: %s", scenario, msg);
+    char what[16];
+    snprintf(what, sizeof what, "S%d", scenario);
+    cr_assert_gt(run_case(&c, what), 0);
+    oracle_case_destroy(&c);
+  }
+}
