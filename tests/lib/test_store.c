@@ -625,6 +625,7 @@ Test(store_request, runs_are_the_fold_of_the_explicit_plan) {
                                  explicit_plan.batch_count, &fx.arena,
                                  &expected, &fx.err),
                RESHARD_OK, "%s", fx.err.message);
+  /* The teardown frees the second plan's join only. */
   reshard_join_free(explicit_plan.built_join);
   explicit_plan.built_join = NULL;
   fx.request.runs = true;
@@ -643,8 +644,6 @@ Test(store_request, runs_are_the_fold_of_the_explicit_plan) {
   cr_assert_eq(
       memcmp(runs->runs, expected.runs, runs->run_count * sizeof *runs->runs),
       0);
-  /* The teardown frees the second plan's join only. */
-  reshard_join_free(explicit_plan.built_join);
 }
 
 static bool stop_now(void *context) {
