@@ -14,8 +14,9 @@
 
 #include "accept_guard.h"
 #include "cache.h"
-#include "catalog.h"
-#include "catalog_timed.h"
+#include "catalog/catalog.h"
+#include "catalog/catalog_timed.h"
+#include "catalog/redis_url.h"
 #include "config.h"
 #include "decode.h"
 #include "health.h"
@@ -23,7 +24,6 @@
 #include "metrics.h"
 #include "metrics_http.h"
 #include "planner_service.h"
-#include "redis_url.h"
 #include "server.h"
 #include "tls.h"
 

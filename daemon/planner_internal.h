@@ -9,7 +9,7 @@
 #include <uv.h>
 
 #include "cache.h"
-#include "catalog.h"
+#include "catalog/catalog.h"
 #include "metrics.h"
 #include "planner_service.h"
 #include "reshard/identity.h"

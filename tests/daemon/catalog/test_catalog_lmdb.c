@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "catalog.h"
-#include "catalog_lmdb.h"
+#include "catalog/catalog.h"
+#include "catalog/catalog_lmdb.h"
 
 #define CATALOG_TEST_RECORD "rec"
 #include "catalog_results.h"

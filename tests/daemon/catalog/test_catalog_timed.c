@@ -6,7 +6,7 @@
 #include <string.h>
 #include <uv.h>
 
-#include "catalog_timed.h"
+#include "catalog/catalog_timed.h"
 
 typedef struct result {
   int calls;

@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "catalog.h"
-#include "catalog_redis.h"
+#include "catalog/catalog.h"
+#include "catalog/catalog_redis.h"
 
 /* ---- redis-server ---- */
 

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "catalog.h"
+#include "catalog/catalog.h"
 
 #define CATALOG_TEST_RECORD "rec"
 #include "catalog_results.h"
