@@ -23,7 +23,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "metrics_http.h"
-#include "planner_service.h"
+#include "rpc/planner_service.h"
 #include "server.h"
 #include "tls.h"
 

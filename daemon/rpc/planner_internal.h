@@ -11,11 +11,11 @@
 #include "cache.h"
 #include "catalog/catalog.h"
 #include "metrics.h"
-#include "planner_service.h"
 #include "reshard/identity.h"
 #include "reshard/limits.h"
 #include "reshard/placement.h"
 #include "reshard/v1/planner.pb-c.h"
+#include "rpc/planner_service.h"
 #include "server.h"
 #include "shared.h"
 

@@ -1,4 +1,4 @@
-#include "planner_service.h"
+#include "rpc/planner_service.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,11 +13,11 @@
 #include "inline_cache.h"
 #include "log.h"
 #include "plan_response.h"
-#include "planner_internal.h"
 #include "reshard/checked.h"
 #include "reshard/identity.h"
 #include "reshard/plan.h"
 #include "reshard/upload.h"
+#include "rpc/planner_internal.h"
 #include "shared.h"
 #include "table.h"
 #include "wire.h"

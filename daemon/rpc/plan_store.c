@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "log.h"
-#include "planner_internal.h"
 #include "reshard/checked.h"
 #include "reshard/store.h"
+#include "rpc/planner_internal.h"
 #include "wire.h"
 
 typedef struct store_ctx {
