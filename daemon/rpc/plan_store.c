@@ -16,7 +16,6 @@
 typedef struct store_ctx {
   reshard_call *call;
   reshard_planner *planner;
-  reshard__planner_env env;
   Reshard__V1__PlanStoreRequest *request;
 
   reshard_shared_placement *placement_ref; /* when given by id */
@@ -141,7 +140,7 @@ static void store_after_work(uv_work_t *work, int status) {
         key, sizeof key, ctx->manifest->layout_id, ctx->placement_id,
         ctx->effective_dp_rank, ctx->binding.participant_id);
     if (shared != NULL && length > 0 && status == 0) {
-      reshard_cache_put(ctx->env.cache, RESHARD_CACHE_JOIN, key, length,
+      reshard_cache_put(ctx->planner->cache, RESHARD_CACHE_JOIN, key, length,
                         &shared->base);
     }
     reshard_shared_unref(shared ? &shared->base : NULL);
@@ -173,9 +172,9 @@ static void store_plan(store_ctx *ctx) {
                                            ctx->placement_id,
                                            ctx->effective_dp_rank, participant);
     reshard_shared *hit =
-        length > 0
-            ? reshard_cache_get(ctx->env.cache, RESHARD_CACHE_JOIN, key, length)
-            : NULL;
+        length > 0 ? reshard_cache_get(ctx->planner->cache, RESHARD_CACHE_JOIN,
+                                       key, length)
+                   : NULL;
     ctx->join = (reshard_shared_join *)hit;
     ctx->join_hit = hit != NULL;
   }
@@ -190,7 +189,7 @@ static void store_plan(store_ctx *ctx) {
       .layout = &manifest->manifest.layout,
       .layout_id = manifest->layout_id,
       .join = ctx->join ? ctx->join->join : NULL,
-      .limits = reshard_limits_clamp(ctx->env.caps, &requested),
+      .limits = reshard_limits_clamp(&ctx->planner->caps, &requested),
       .runs = ctx->request->runs,
   };
   /* The plan's memory is asked from --max-inflight-bytes before it is
@@ -212,13 +211,14 @@ static void store_dispatch(reshard_call *call, const reshard_error *err,
     return;
   }
   ctx->work.data = ctx;
-  if (ctx->binding_values <= ctx->env.inline_max_values) {
+  if (ctx->binding_values <= ctx->planner->inline_max_values) {
     /* Small plans cost less than the hop to the pool and back. */
     store_work(&ctx->work);
     store_after_work(&ctx->work, 0);
     return;
   }
-  if (uv_queue_work(ctx->env.loop, &ctx->work, store_work, store_after_work)) {
+  if (uv_queue_work(ctx->planner->loop, &ctx->work, store_work,
+                    store_after_work)) {
     store_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the plan");
   }
 }
@@ -264,7 +264,7 @@ static reshard_status resolve_placement(store_ctx *ctx, reshard_error *err) {
   case RESHARD__V1__PLAN_STORE_REQUEST__TARGET_PLACEMENT_ID: {
     const char *id = request->placement_id;
     reshard_shared *hit = reshard_cache_get(
-        ctx->env.cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
+        ctx->planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
     if (hit == NULL) {
       return reshard_error_set(err, RESHARD_NOT_FOUND,
                                "placement_id %.80s: not registered (call "
@@ -298,7 +298,6 @@ void reshard__handle_plan_store(reshard_call *call, void *data) {
   }
   ctx->call = call;
   ctx->planner = planner;
-  ctx->env = reshard__planner_env_of(planner);
   ctx->request = request;
   reshard_error err;
   char domain[RESHARD_DIGEST_HEX_LEN + 1];
@@ -327,7 +326,7 @@ void reshard__handle_plan_store(reshard_call *call, void *data) {
 
   const char *key = request->manifest_key;
   reshard_shared *hit = reshard_cache_get(
-      ctx->env.cache, RESHARD_CACHE_MANIFEST, key, strlen(key));
+      ctx->planner->cache, RESHARD_CACHE_MANIFEST, key, strlen(key));
   if (hit != NULL) {
     ctx->manifest = (reshard_shared_manifest *)hit;
     ctx->manifest_hit = true;
@@ -335,6 +334,6 @@ void reshard__handle_plan_store(reshard_call *call, void *data) {
     return;
   }
   const char *keys[1] = {key};
-  ctx->env.catalog->vtable->get_manifests(ctx->env.catalog, keys, 1,
-                                          on_manifest_fetched, ctx);
+  ctx->planner->catalog->vtable->get_manifests(ctx->planner->catalog, keys, 1,
+                                               on_manifest_fetched, ctx);
 }

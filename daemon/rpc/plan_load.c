@@ -1,0 +1,1067 @@
+/* The PlanLoad RPC (SPEC §2.2, §3.3): the request's target (inline, by id,
+ * or found by its bytes in the inline cache), the page bindings (catalog,
+ * or the binding cache during an outage), the distinct manifests they
+ * name (cache, else catalog), then reshard_plan_load on the loop (small
+ * bindings) or libuv's thread pool, with the join templates it built kept
+ * in the cache. Large requests are decoded off the loop, a few at a time
+ * (see "Where plans run" in docs/daemon.md). */
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "google/protobuf/wrappers.pb-c.h"
+#include "inline_cache.h"
+#include "log.h"
+#include "plan_response.h"
+#include "reshard/plan.h"
+#include "rpc/planner_internal.h"
+#include "table.h"
+#include "wire.h"
+
+/* A large PlanLoad request is decoded only when fewer than one per core
+ * (planner->max_large) others are in hand: decoded, one S5 request (a
+ * paged binding of 16 384 ranges) takes about 4 MiB against its 0.6 MiB of
+ * wire bytes, and 64 of them decoded at once held 7 MiB per call in
+ * flight (docs/performance.md). Planning is CPU-bound, so more at once
+ * than there are cores only holds memory. Small requests never wait
+ * behind large ones. */
+enum { LARGE_PLAN_REQUEST_BYTES = 64 * 1024 };
+
+/* Inline targets larger than these are not cached by content: a binding
+ * of a million bytes is a paged pool that changes with every call. */
+enum {
+  INLINE_PLACEMENT_MAX_BYTES = 64 * 1024,
+  INLINE_BINDING_MAX_BYTES = 256 * 1024,
+};
+
+typedef struct queued_load {
+  struct queued_load *next;
+  reshard_call *call;
+} queued_load;
+
+typedef struct load_ctx {
+  reshard_call *call;
+  reshard_planner *planner;
+  Reshard__V1__PlanLoadRequest *request;
+  const char *operation_id;
+
+  reshard_shared_placement *placement_ref; /* when given by id */
+  reshard_placement inline_placement;
+  const reshard_placement *placement;
+  char placement_id[RESHARD_ID_SIZE];
+  bool has_dp_rank;
+  uint64_t dp_rank;
+  uint64_t effective_dp_rank;
+  reshard_binding binding;
+  uint64_t binding_values; /* sum of token_count * head_count, saturated */
+  reshard_shared_binding *binding_ref; /* validated before, by content */
+  reshard_limits limits;
+
+  /* Distinct manifests the bound pages name; refs held until the end. */
+  size_t manifest_count;
+  const char **manifest_keys;
+  reshard_shared_manifest **manifests;
+  size_t *page_manifest_start; /* page_count + 1 */
+  size_t *page_manifests;      /* indices into manifests */
+
+  /* What the planner sees: the manifests that resolved. */
+  size_t source_count;
+  reshard_plan_source *sources;
+  const char **source_keys;
+  reshard_shared_join **joins; /* cached templates per source, or NULL */
+  size_t *page_source_start;
+  size_t *page_sources;
+  reshard_load_request load;
+
+  unsigned manifest_hits, manifest_misses, join_hits, join_misses;
+  uv_work_t work;
+  /* Planning scratch and the plan: freed as soon as the response is
+   * encoded, so a call waiting to send holds its response, not its plan. */
+  reshard_arena scratch;
+  reshard_load_plan plan;     /* only its counts outlive the scratch */
+  reshard_join **built_joins; /* per source, what the planner built */
+  bool planned; /* reshard_plan_load succeeded: built joins are ours */
+  reshard_status status;
+  reshard_error err;
+  uint64_t plan_us;
+  uint64_t response_bytes; /* the encoded response, once built */
+  bool plan_ran;           /* reshard_plan_load was called */
+
+  bool large; /* holds one of the planner's max_large places */
+  /* The request's bytes still to decode, without what the inline cache
+   * found (inline_cache.h). */
+  const uint8_t *payload;
+  size_t payload_length;
+  reshard_inline_fields fields;
+  bool by_content;
+
+  /* The catalog was unreachable and the bindings came from the cache:
+   * manifests must come from it too, or the call fails with `outage`. */
+  bool from_cache;
+  reshard_error outage;
+} load_ctx;
+
+static void large_done(reshard_planner *planner);
+
+static void load_release_targets(load_ctx *ctx) {
+  reshard_shared_unref(ctx->placement_ref ? &ctx->placement_ref->base : NULL);
+  reshard_shared_unref(ctx->binding_ref ? &ctx->binding_ref->base : NULL);
+  ctx->placement_ref = NULL;
+  ctx->binding_ref = NULL;
+}
+
+/* Plans with a binding decoded and validated before (takes `shared`). */
+static void use_shared_binding(load_ctx *ctx, reshard_shared_binding *shared) {
+  ctx->binding_ref = shared;
+  ctx->binding = shared->binding;
+  ctx->binding_values = shared->values;
+}
+
+static void load_release(load_ctx *ctx) {
+  if (ctx->large) {
+    ctx->large = false;
+    large_done(ctx->planner);
+  }
+  for (size_t i = 0; ctx->manifests && i < ctx->manifest_count; i++) {
+    reshard_shared_unref(ctx->manifests[i] ? &ctx->manifests[i]->base : NULL);
+  }
+  for (size_t i = 0; ctx->joins && i < ctx->source_count; i++) {
+    reshard_shared_unref(ctx->joins[i] ? &ctx->joins[i]->base : NULL);
+  }
+  ctx->manifests = NULL;
+  ctx->joins = NULL;
+  load_release_targets(ctx);
+}
+
+static void load_fail(load_ctx *ctx, const reshard_error *err) {
+  load_release(ctx);
+  reshard_call_fail(ctx->call, err);
+}
+
+static void load_fail_code(load_ctx *ctx, reshard_status code,
+                           const char *message) {
+  reshard_error err;
+  reshard_error_set(&err, code, "%s", message);
+  load_fail(ctx, &err);
+}
+
+static void log_plan(const load_ctx *ctx) {
+  reshard_log_line line;
+  if (!reshard_log_begin(&line, RESHARD_LOG_DEBUG, "plan")) {
+    return;
+  }
+  if (ctx->operation_id[0] != '\0') {
+    reshard_log_str(&line, "operation_id", ctx->operation_id);
+  }
+  reshard_log_str(&line, "code", reshard_status_name(ctx->status));
+  reshard_log_u64(&line, "pages", ctx->request->n_page_keys);
+  if (ctx->status == RESHARD_OK) {
+    reshard_log_u64(&line, "hit_pages", ctx->plan.hit_pages);
+    reshard_log_u64(&line, "operations", ctx->plan.operations);
+    reshard_log_u64(&line, "bytes", ctx->plan.bytes);
+    if (ctx->load.runs) {
+      reshard_log_u64(&line, "runs", ctx->plan.runs.run_count);
+    }
+    reshard_log_u64(&line, "response_bytes", ctx->response_bytes);
+  }
+  reshard_log_u64(&line, "manifest_hits", ctx->manifest_hits);
+  reshard_log_u64(&line, "manifest_misses", ctx->manifest_misses);
+  reshard_log_u64(&line, "join_hits", ctx->join_hits);
+  reshard_log_u64(&line, "join_misses", ctx->join_misses);
+  reshard_log_u64(&line, "plan_us", ctx->plan_us);
+  reshard_log_end(&line);
+}
+
+/* Worker thread: plan, then build and pack the response. Touches only the
+ * context, the call's arena and response, and immutable shared objects. */
+
+static size_t write_plan_response(void *context, uint8_t *out) {
+  return reshard_plan_response_write(context, out);
+}
+
+static void encode_plan(load_ctx *ctx);
+
+/* Plans on the thread pool are the large ones; the loop answers small
+ * plans and does every call's I/O. Pool threads run at a lower priority
+ * (nice +POOL_NICE, once per thread: an unprivileged thread cannot raise
+ * it back), so on a machine with fewer cores than busy threads the kernel
+ * runs the loop first and large plans do not stall small ones; they still
+ * get the CPU the loop leaves. */
+enum { POOL_NICE = 10 };
+
+static void lower_pool_thread_priority(void) {
+  static _Thread_local bool lowered;
+  if (!lowered) {
+    lowered = true;
+    pid_t thread = (pid_t)syscall(SYS_gettid);
+    int nice_now = getpriority(PRIO_PROCESS, (id_t)thread);
+    (void)setpriority(PRIO_PROCESS, (id_t)thread, nice_now + POOL_NICE);
+  }
+}
+
+static void load_work(uv_work_t *work) {
+  load_ctx *ctx = work->data;
+  reshard_call *call = ctx->call;
+  if (reshard_call_cancelled(call)) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_UNAVAILABLE,
+                                    "the call was cancelled before planning");
+    return;
+  }
+  if (reshard_call_expired(call)) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
+                                    "deadline exceeded before planning");
+    return;
+  }
+  uint64_t start = uv_hrtime();
+  reshard_arena_init_from(&ctx->scratch, 64 * 1024,
+                          reshard_call_arena(call)->source);
+  ctx->status =
+      reshard_plan_load(&ctx->load, &ctx->scratch, &ctx->plan, &ctx->err);
+  ctx->plan_us = (uv_hrtime() - start) / 1000;
+  ctx->plan_ran = true;
+  if (ctx->status == RESHARD_OK) {
+    ctx->planned = true;
+    memcpy(ctx->built_joins, ctx->plan.built_joins,
+           ctx->source_count * sizeof *ctx->built_joins);
+    encode_plan(ctx);
+  }
+  reshard_arena_destroy(&ctx->scratch);
+  ctx->plan.page_source = NULL;
+  ctx->plan.copies = NULL;
+  ctx->plan.batches = NULL;
+  ctx->plan.built_joins = NULL;
+}
+
+/* Worker thread (or loop, for small plans): the plan into the response. */
+static void encode_plan(load_ctx *ctx) {
+  reshard_call *call = ctx->call;
+  if (reshard_call_expired(call)) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
+                                    "deadline exceeded while planning; the "
+                                    "plan was discarded");
+    return;
+  }
+  reshard_wire_plan_names names = {
+      .page_keys = (const char *const *)ctx->request->page_keys,
+      .manifest_keys = ctx->source_keys,
+      .sources = ctx->sources,
+      .binding = &ctx->binding,
+      .placement_id = ctx->placement_id,
+  };
+  reshard_plan_response response;
+  if (reshard_plan_response_measure(&ctx->plan, &names,
+                                    reshard_call_arena(call),
+                                    &response) != RESHARD_OK ||
+      reshard_call_pack_encoded(call, response.size, write_plan_response,
+                                &response) != RESHARD_OK) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
+                                    "out of memory building the response");
+    return;
+  }
+  ctx->response_bytes = response.size;
+}
+
+static void pool_load_work(uv_work_t *work) {
+  lower_pool_thread_priority();
+  load_work(work);
+}
+
+/* Loop: keep the join templates the planner built, then answer. */
+static void load_dispatch(reshard_call *call, const reshard_error *err,
+                          void *data);
+
+static void load_after_work(uv_work_t *work, int status) {
+  load_ctx *ctx = work->data;
+  reshard_planner *planner = ctx->planner;
+  if (status != 0) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_UNAVAILABLE,
+                                    "planning was cancelled (shutting down)");
+  }
+  const char *participant = ctx->binding.participant_id;
+  if (status == 0 && ctx->planned) {
+    for (size_t i = 0; i < ctx->source_count; i++) {
+      reshard_join *built = ctx->built_joins[i];
+      if (built == NULL) {
+        continue;
+      }
+      ctx->built_joins[i] = NULL;
+      reshard_shared_join *shared = reshard_shared_join_wrap(built);
+      char key[RESHARD_ID_SIZE * 2 + 512];
+      size_t length = reshard_cache_join_key(
+          key, sizeof key, ctx->sources[i].layout_id, ctx->placement_id,
+          ctx->effective_dp_rank, participant);
+      if (shared != NULL && length > 0) {
+        reshard_cache_put(planner->cache, RESHARD_CACHE_JOIN, key, length,
+                          &shared->base);
+      }
+      reshard_shared_unref(shared ? &shared->base : NULL);
+    }
+  }
+  log_plan(ctx);
+  if (ctx->plan_ran) {
+    reshard_metrics_record_plan(
+        planner->metrics,
+        &(reshard_metrics_plan){
+            .ok = ctx->planned,
+            .plan_us = ctx->plan_us,
+            .pages = ctx->request->n_page_keys,
+            .hit_pages = ctx->planned ? ctx->plan.hit_pages : 0,
+            .copies = ctx->planned ? ctx->plan.operations : 0,
+            .copies_before_coalescing =
+                ctx->planned ? ctx->plan.copies_before_coalescing : 0,
+            .bytes = ctx->planned ? ctx->plan.bytes : 0,
+            .runs_requested = ctx->planned && ctx->load.runs,
+            .runs = ctx->planned ? ctx->plan.runs.run_count : 0,
+            .response_bytes = ctx->response_bytes,
+        });
+  }
+  load_release(ctx);
+  if (ctx->status != RESHARD_OK) {
+    reshard_call_fail(ctx->call, &ctx->err);
+  } else {
+    reshard_call_send_packed(ctx->call);
+  }
+}
+
+/* Every manifest is resolved (or missing): build the sources, attach the
+ * cached join templates and hand the plan to the thread pool. */
+static void load_plan(load_ctx *ctx) {
+  reshard_planner *planner = ctx->planner;
+  reshard_arena *arena = reshard_call_arena(ctx->call);
+  size_t page_count = ctx->request->n_page_keys;
+  size_t *source_of = RESHARD_ARENA_NEW(arena, size_t, ctx->manifest_count);
+  ctx->sources =
+      RESHARD_ARENA_NEW(arena, reshard_plan_source, ctx->manifest_count);
+  ctx->source_keys =
+      RESHARD_ARENA_NEW(arena, const char *, ctx->manifest_count);
+  ctx->joins =
+      RESHARD_ARENA_NEW(arena, reshard_shared_join *, ctx->manifest_count);
+  ctx->built_joins =
+      RESHARD_ARENA_NEW(arena, reshard_join *, ctx->manifest_count);
+  ctx->page_source_start = RESHARD_ARENA_NEW(arena, size_t, page_count + 1);
+  size_t bound = ctx->page_manifest_start[page_count];
+  ctx->page_sources = RESHARD_ARENA_NEW(arena, size_t, bound);
+  if (source_of == NULL || ctx->sources == NULL || ctx->source_keys == NULL ||
+      ctx->joins == NULL || ctx->built_joins == NULL ||
+      ctx->page_source_start == NULL || ctx->page_sources == NULL) {
+    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  const char *participant = ctx->binding.participant_id;
+  const reshard_placement_part *part =
+      reshard_placement_find_part(ctx->placement, participant);
+  ctx->source_count = 0;
+  for (size_t m = 0; m < ctx->manifest_count; m++) {
+    const reshard_shared_manifest *manifest = ctx->manifests[m];
+    if (manifest == NULL) {
+      source_of[m] = SIZE_MAX;
+      continue;
+    }
+    size_t s = ctx->source_count++;
+    source_of[m] = s;
+    ctx->sources[s].layout = &manifest->manifest.layout;
+    ctx->sources[s].layout_id = manifest->layout_id;
+    ctx->source_keys[s] = manifest->manifest_key;
+    /* A template only exists for layouts the participant can read. */
+    if (part != NULL &&
+        reshard_descriptor_equal(&manifest->manifest.layout.descriptor,
+                                 &ctx->placement->descriptor, NULL)) {
+      char key[RESHARD_ID_SIZE * 2 + 512];
+      size_t length = reshard_cache_join_key(
+          key, sizeof key, manifest->layout_id, ctx->placement_id,
+          ctx->effective_dp_rank, participant);
+      reshard_shared *hit =
+          length > 0 ? reshard_cache_get(planner->cache, RESHARD_CACHE_JOIN,
+                                         key, length)
+                     : NULL;
+      if (hit != NULL) {
+        ctx->joins[s] = (reshard_shared_join *)hit;
+        ctx->sources[s].join = ctx->joins[s]->join;
+        ctx->join_hits++;
+      } else {
+        ctx->join_misses++;
+      }
+    }
+  }
+  size_t at = 0;
+  for (size_t p = 0; p < page_count; p++) {
+    ctx->page_source_start[p] = at;
+    for (size_t i = ctx->page_manifest_start[p];
+         i < ctx->page_manifest_start[p + 1]; i++) {
+      size_t s = source_of[ctx->page_manifests[i]];
+      if (s != SIZE_MAX) {
+        ctx->page_sources[at++] = s;
+      }
+    }
+  }
+  ctx->page_source_start[page_count] = at;
+
+  ctx->load = (reshard_load_request){
+      .placement = ctx->placement,
+      .has_dp_rank = ctx->has_dp_rank,
+      .dp_rank = ctx->dp_rank,
+      .binding = &ctx->binding,
+      .page_count = page_count,
+      .sources = ctx->sources,
+      .source_count = ctx->source_count,
+      .page_source_start = ctx->page_source_start,
+      .page_sources = ctx->page_sources,
+      .preferred_layout_ids =
+          (const char *const *)ctx->request->preferred_layout_ids,
+      .preferred_count = ctx->request->n_preferred_layout_ids,
+      .limits = ctx->limits,
+      .runs = ctx->request->runs,
+      .bound_binding = ctx->binding_ref ? &ctx->binding_ref->bound : NULL,
+  };
+  if (reshard_call_expired(ctx->call)) {
+    load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,
+                   "deadline exceeded before planning");
+    return;
+  }
+  reshard_call_reserve(ctx->call,
+                       reshard__planner_plan_reservation(
+                           ctx->binding_values, ctx->limits.max_operations),
+                       load_dispatch, ctx);
+}
+
+/* Plans on the loop or the pool once the plan's memory is granted. */
+static void load_dispatch(reshard_call *call, const reshard_error *err,
+                          void *data) {
+  (void)call;
+  load_ctx *ctx = data;
+  reshard_planner *planner = ctx->planner;
+  if (err != NULL) {
+    load_fail(ctx, err);
+    return;
+  }
+  ctx->work.data = ctx;
+  if (ctx->binding_values <= planner->inline_max_values) {
+    /* Small plans cost less than the hop to the pool and back. */
+    load_work(&ctx->work);
+    load_after_work(&ctx->work, 0);
+    return;
+  }
+  int error =
+      uv_queue_work(planner->loop, &ctx->work, pool_load_work, load_after_work);
+  if (error != 0) {
+    load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the plan");
+  }
+}
+
+static void on_manifests_fetched(void *data, const reshard_error *err,
+                                 const reshard_catalog_record *records,
+                                 size_t count) {
+  load_ctx *ctx = data;
+  if (err->code != RESHARD_OK) {
+    load_fail(ctx, err);
+    return;
+  }
+  /* records answer the missing manifests in order. */
+  size_t r = 0;
+  for (size_t m = 0; m < ctx->manifest_count && r < count; m++) {
+    if (ctx->manifests[m] != NULL) {
+      continue;
+    }
+    const reshard_catalog_record *record = &records[r++];
+    if (!record->found) {
+      /* A binding names a manifest the catalog does not have: skip that
+       * candidate rather than fail the page. */
+      reshard_log_line line;
+      if (reshard_log_begin(&line, RESHARD_LOG_WARN,
+                            "binding names a missing manifest")) {
+        reshard_log_str(&line, "manifest_key", ctx->manifest_keys[m]);
+        reshard_log_end(&line);
+      }
+      continue;
+    }
+    reshard_error failure;
+    ctx->manifests[m] = reshard__planner_manifest_from_record(
+        ctx->planner, ctx->manifest_keys[m], record->data, record->length,
+        &failure);
+    if (ctx->manifests[m] == NULL) {
+      load_fail(ctx, &failure);
+      return;
+    }
+    reshard__planner_cache_manifest(ctx->planner, ctx->manifests[m]);
+  }
+  load_plan(ctx);
+}
+
+typedef struct key_node {
+  reshard_table_node node;
+  const char *key;
+  size_t index;
+} key_node;
+
+static bool key_matches(const reshard_table_node *node, const void *key) {
+  return strcmp(((const key_node *)node)->key, key) == 0;
+}
+
+/* Bindings found: resolve the distinct manifests of the bound prefix (from
+ * the cache, else the catalog) and plan. */
+static void load_pages(load_ctx *ctx, const reshard_catalog_pages *pages) {
+  reshard_planner *planner = ctx->planner;
+  reshard_arena *arena = reshard_call_arena(ctx->call);
+  size_t page_count = ctx->request->n_page_keys;
+  /* The plan covers the bound prefix only; later pages stay empty. */
+  size_t prefix = 0;
+  while (prefix < page_count &&
+         pages->start[prefix + 1] > pages->start[prefix]) {
+    prefix++;
+  }
+  size_t bound = pages->start[prefix];
+  ctx->page_manifest_start = RESHARD_ARENA_NEW(arena, size_t, page_count + 1);
+  ctx->page_manifests = RESHARD_ARENA_NEW(arena, size_t, bound);
+  ctx->manifest_keys = RESHARD_ARENA_NEW(arena, const char *, bound);
+  key_node *nodes = RESHARD_ARENA_NEW(arena, key_node, bound);
+  reshard_table distinct;
+  if (ctx->page_manifest_start == NULL || ctx->page_manifests == NULL ||
+      ctx->manifest_keys == NULL || nodes == NULL ||
+      !reshard_table_init(&distinct, bound)) {
+    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  size_t at = 0;
+  for (size_t p = 0; p < page_count; p++) {
+    ctx->page_manifest_start[p] = at;
+    if (p >= prefix) {
+      continue;
+    }
+    for (size_t i = pages->start[p]; i < pages->start[p + 1]; i++) {
+      const char *key = pages->manifest_keys[i];
+      uint64_t hash = reshard_hash(key, strlen(key), 0);
+      key_node *found =
+          (key_node *)reshard_table_find(&distinct, hash, key_matches, key);
+      if (found == NULL) {
+        found = &nodes[ctx->manifest_count];
+        found->key = reshard_arena_strdup(arena, key);
+        if (found->key == NULL) {
+          reshard_table_destroy(&distinct);
+          load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+          return;
+        }
+        found->index = ctx->manifest_count;
+        found->node.hash = hash;
+        reshard_table_insert(&distinct, &found->node);
+        ctx->manifest_keys[ctx->manifest_count++] = found->key;
+      }
+      ctx->page_manifests[at++] = found->index;
+    }
+  }
+  ctx->page_manifest_start[page_count] = at;
+  reshard_table_destroy(&distinct);
+
+  ctx->manifests =
+      RESHARD_ARENA_NEW(arena, reshard_shared_manifest *, ctx->manifest_count);
+  const char **missing =
+      RESHARD_ARENA_NEW(arena, const char *, ctx->manifest_count);
+  if (ctx->manifests == NULL || missing == NULL) {
+    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  size_t missing_count = 0;
+  for (size_t m = 0; m < ctx->manifest_count; m++) {
+    const char *key = ctx->manifest_keys[m];
+    reshard_shared *hit = reshard_cache_get(
+        planner->cache, RESHARD_CACHE_MANIFEST, key, strlen(key));
+    ctx->manifests[m] = (reshard_shared_manifest *)hit;
+    if (hit != NULL) {
+      ctx->manifest_hits++;
+    } else {
+      ctx->manifest_misses++;
+      missing[missing_count++] = key;
+    }
+  }
+  if (ctx->from_cache) {
+    if (missing_count > 0) {
+      load_fail(ctx, &ctx->outage);
+      return;
+    }
+    reshard_log_line line;
+    if (reshard_log_begin(&line, RESHARD_LOG_WARN,
+                          "catalog unavailable; planning from cache")) {
+      reshard_log_u64(&line, "pages", prefix);
+      reshard_log_end(&line);
+    }
+  }
+  if (missing_count == 0) {
+    load_plan(ctx);
+    return;
+  }
+  planner->catalog->vtable->get_manifests(
+      planner->catalog, missing, missing_count, on_manifests_fetched, ctx);
+}
+
+static bool keys_equal(const reshard_shared_keys *cached,
+                       const char *const *keys, size_t count) {
+  if (cached->count != count) {
+    return false;
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (strcmp(cached->keys[i], keys[i]) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* A lookup answered: remember what the catalog said, for planning during
+ * an outage. The catalog stays the source of truth; these entries are read
+ * only when it cannot be reached. A page found unbound drops its entry. */
+static void remember_bindings(reshard_planner *planner, const char *domain,
+                              char *const *page_keys,
+                              const reshard_catalog_pages *pages) {
+  size_t domain_length = strlen(domain);
+  reshard_shared *known = reshard_cache_get(
+      planner->cache, RESHARD_CACHE_BINDINGS, domain, domain_length);
+  if (known == NULL) {
+    reshard_shared_keys *marker = reshard_shared_keys_create(NULL, 0);
+    if (marker != NULL) {
+      reshard_cache_put(planner->cache, RESHARD_CACHE_BINDINGS, domain,
+                        domain_length, &marker->base);
+      reshard_shared_unref(&marker->base);
+    }
+  }
+  reshard_shared_unref(known);
+  for (size_t p = 0; p < pages->page_count; p++) {
+    char key[512];
+    size_t length =
+        reshard__planner_bindings_key(key, sizeof key, domain, page_keys[p]);
+    if (length == 0) {
+      continue;
+    }
+    size_t count = pages->start[p + 1] - pages->start[p];
+    const char *const *keys = pages->manifest_keys + pages->start[p];
+    if (count == 0) {
+      reshard_cache_remove(planner->cache, RESHARD_CACHE_BINDINGS, key, length);
+      continue;
+    }
+    reshard_shared *hit =
+        reshard_cache_get(planner->cache, RESHARD_CACHE_BINDINGS, key, length);
+    bool same = hit != NULL &&
+                keys_equal((const reshard_shared_keys *)hit, keys, count);
+    reshard_shared_unref(hit);
+    if (same) {
+      continue;
+    }
+    reshard_shared_keys *value = reshard_shared_keys_create(keys, count);
+    if (value != NULL) {
+      reshard_cache_put(planner->cache, RESHARD_CACHE_BINDINGS, key, length,
+                        &value->base);
+      reshard_shared_unref(&value->base);
+    }
+  }
+}
+
+/* The catalog is unreachable: plan the pages whose bindings are cached, in
+ * order up to the first that is not. When even the first is not (or the
+ * domain was never seen), the call fails with the catalog's error. */
+static void load_from_cache(load_ctx *ctx, const reshard_error *outage) {
+  reshard_planner *planner = ctx->planner;
+  reshard_arena *arena = reshard_call_arena(ctx->call);
+  const char *domain = ctx->request->model_domain;
+  size_t page_count = ctx->request->n_page_keys;
+  reshard_shared *known = reshard_cache_get(
+      planner->cache, RESHARD_CACHE_BINDINGS, domain, strlen(domain));
+  if (known == NULL || page_count == 0) {
+    reshard_shared_unref(known);
+    load_fail(ctx, outage);
+    return;
+  }
+  reshard_shared_unref(known);
+  size_t *start = RESHARD_ARENA_NEW(arena, size_t, page_count + 1);
+  reshard_shared_keys **hits =
+      RESHARD_ARENA_NEW(arena, reshard_shared_keys *, page_count);
+  if (start == NULL || hits == NULL) {
+    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  size_t prefix = 0;
+  size_t total = 0;
+  for (; prefix < page_count; prefix++) {
+    char key[512];
+    size_t length = reshard__planner_bindings_key(
+        key, sizeof key, domain, ctx->request->page_keys[prefix]);
+    reshard_shared *hit =
+        length > 0 ? reshard_cache_get(planner->cache, RESHARD_CACHE_BINDINGS,
+                                       key, length)
+                   : NULL;
+    if (hit == NULL) {
+      break;
+    }
+    hits[prefix] = (reshard_shared_keys *)hit;
+    total += hits[prefix]->count;
+  }
+  /* Request-local copies, so the cached entries can go now. */
+  const char **keys =
+      prefix > 0 ? RESHARD_ARENA_NEW(arena, const char *, total) : NULL;
+  bool ok = keys != NULL;
+  size_t at = 0;
+  for (size_t p = 0; p < prefix; p++) {
+    start[p] = at;
+    for (size_t i = 0; ok && i < hits[p]->count; i++) {
+      keys[at] = reshard_arena_strdup(arena, hits[p]->keys[i]);
+      ok = keys[at++] != NULL;
+    }
+    reshard_shared_unref(&hits[p]->base);
+  }
+  if (prefix == 0) {
+    load_fail(ctx, outage);
+    return;
+  }
+  if (!ok) {
+    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  for (size_t p = prefix; p <= page_count; p++) {
+    start[p] = at;
+  }
+  ctx->from_cache = true;
+  ctx->outage = *outage;
+  reshard_catalog_pages pages = {
+      .domain_known = true,
+      .page_count = page_count,
+      .start = start,
+      .manifest_keys = keys,
+  };
+  load_pages(ctx, &pages);
+}
+
+static void on_pages_found(void *data, const reshard_error *err,
+                           const reshard_catalog_pages *pages) {
+  load_ctx *ctx = data;
+  reshard_planner *planner = ctx->planner;
+  if (err->code == RESHARD_UNAVAILABLE && planner->cache_bindings) {
+    load_from_cache(ctx, err);
+    return;
+  }
+  if (err->code != RESHARD_OK) {
+    load_fail(ctx, err);
+    return;
+  }
+  if (!pages->domain_known) {
+    reshard_error not_found;
+    reshard_error_set(&not_found, RESHARD_NOT_FOUND,
+                      "model_domain %s: no manifest published",
+                      ctx->request->model_domain);
+    load_fail(ctx, &not_found);
+    return;
+  }
+  if (planner->cache_bindings) {
+    remember_bindings(planner, ctx->request->model_domain,
+                      ctx->request->page_keys, pages);
+  }
+  load_pages(ctx, pages);
+}
+
+/* Looks the request's inline placement up by its bytes and, when found,
+ * its binding too; what is found is left out of the bytes still to be
+ * decoded (*payload, *length). */
+static void use_cached_targets(load_ctx *ctx,
+                               const reshard_inline_fields *fields,
+                               const uint8_t **payload, size_t *length) {
+  reshard_planner *planner = ctx->planner;
+  reshard_shared *placement = reshard_cache_get(
+      planner->cache, RESHARD_CACHE_INLINE_PLACEMENT,
+      (const char *)fields->placement.value, fields->placement.value_length);
+  if (placement == NULL) {
+    return;
+  }
+  ctx->placement_ref = (reshard_shared_placement *)placement;
+  ctx->placement = &ctx->placement_ref->placement;
+  snprintf(ctx->placement_id, sizeof ctx->placement_id, "%s",
+           ctx->placement_ref->placement_id);
+  const reshard_wire_span *strip[2] = {&fields->placement, NULL};
+  size_t strip_count = 1;
+  if (fields->binding.value != NULL) {
+    size_t key_length;
+    const char *key = reshard_inline_binding_key(
+        fields, ctx->placement_id, reshard_call_arena(ctx->call), &key_length);
+    reshard_shared *binding =
+        key ? reshard_cache_get(planner->cache, RESHARD_CACHE_BOUND_BINDING,
+                                key, key_length)
+            : NULL;
+    if (binding != NULL) {
+      use_shared_binding(ctx, (reshard_shared_binding *)binding);
+      strip[strip_count++] = &fields->binding;
+      if (strip[1]->start < strip[0]->start) {
+        strip[1] = strip[0];
+        strip[0] = &fields->binding;
+      }
+    }
+  }
+  size_t stripped_length;
+  uint8_t *stripped =
+      reshard_inline_strip(*payload, *length, strip, strip_count,
+                           reshard_call_arena(ctx->call), &stripped_length);
+  if (stripped != NULL) {
+    *payload = stripped;
+    *length = stripped_length;
+  } else {
+    /* Decode it all after all; the decoded target is ignored. */
+    load_release_targets(ctx);
+  }
+}
+
+/* The placement was decoded and normalized: keep it under its bytes. */
+static void cache_inline_placement(load_ctx *ctx,
+                                   const reshard_inline_fields *fields) {
+  if (fields->placement.value_length > INLINE_PLACEMENT_MAX_BYTES) {
+    return;
+  }
+  reshard_shared_placement *shared =
+      reshard_shared_placement_create(ctx->placement, ctx->placement_id);
+  if (shared != NULL) {
+    reshard_cache_put(ctx->planner->cache, RESHARD_CACHE_INLINE_PLACEMENT,
+                      (const char *)fields->placement.value,
+                      fields->placement.value_length, &shared->base);
+    reshard_shared_unref(&shared->base);
+  }
+}
+
+/* A binding seen lately is decoded and validated once more, into an entry
+ * of its own, and this call uses that entry too. */
+static void cache_binding(load_ctx *ctx, const reshard_inline_fields *fields) {
+  reshard_planner *planner = ctx->planner;
+  if (fields->binding.value_length > INLINE_BINDING_MAX_BYTES) {
+    return;
+  }
+  size_t key_length;
+  const char *key = reshard_inline_binding_key(
+      fields, ctx->placement_id, reshard_call_arena(ctx->call), &key_length);
+  if (key == NULL ||
+      !reshard_inline_seen(&planner->recent_bindings, key, key_length)) {
+    return;
+  }
+  reshard_shared_binding *shared =
+      reshard_shared_binding_create(fields, ctx->placement, &ctx->limits);
+  if (shared == NULL) {
+    return; /* the planner validates it and reports what is wrong */
+  }
+  reshard_cache_put(planner->cache, RESHARD_CACHE_BOUND_BINDING, key,
+                    key_length, &shared->base);
+  use_shared_binding(ctx, shared);
+}
+
+/* The request's target: its inline placement or a registered one. False
+ * when the call failed. `fields` is non-NULL when the placement may be
+ * kept by its bytes. */
+static bool resolve_target(load_ctx *ctx, const reshard_inline_fields *fields) {
+  const Reshard__V1__PlanLoadRequest *request = ctx->request;
+  reshard_call *call = ctx->call;
+  reshard_planner *planner = ctx->planner;
+  reshard_error err;
+  switch (request->target_case) {
+  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT:
+    if (reshard__planner_decode_placement(
+            call, request->placement, &ctx->inline_placement, ctx->placement_id,
+            &err) != RESHARD_OK) {
+      load_fail(ctx, &err);
+      return false;
+    }
+    ctx->placement = &ctx->inline_placement;
+    if (fields != NULL) {
+      cache_inline_placement(ctx, fields);
+    }
+    break;
+  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID: {
+    const char *id = request->placement_id;
+    reshard_shared *hit = reshard_cache_get(
+        planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
+    if (hit == NULL) {
+      reshard_error_set(&err, RESHARD_NOT_FOUND,
+                        "placement_id %.80s: not registered (call "
+                        "RegisterPlacement first)",
+                        id);
+      load_fail(ctx, &err);
+      return false;
+    }
+    ctx->placement_ref = (reshard_shared_placement *)hit;
+    ctx->placement = &ctx->placement_ref->placement;
+    snprintf(ctx->placement_id, sizeof ctx->placement_id, "%s",
+             ctx->placement_ref->placement_id);
+    break;
+  }
+  default:
+    load_fail_code(ctx, RESHARD_INVALID_ARGUMENT,
+                   "target: set placement or placement_id");
+    return false;
+  }
+  return true;
+}
+
+/* Decodes what the inline cache left of the request and checks what needs
+ * no shared state; fills ctx->status and ctx->err. Any thread. */
+static void decode_request(load_ctx *ctx) {
+  reshard_planner *planner = ctx->planner;
+  reshard_arena *arena = reshard_call_arena(ctx->call);
+  Reshard__V1__PlanLoadRequest *request =
+      (Reshard__V1__PlanLoadRequest *)reshard_wire_unpack(
+          &reshard__v1__plan_load_request__descriptor, ctx->payload,
+          ctx->payload_length, arena, &ctx->err);
+  if (request == NULL) {
+    ctx->status = ctx->err.code;
+    return;
+  }
+  ctx->request = request;
+  ctx->operation_id = request->operation_id;
+  if ((ctx->status = reshard__planner_check_domain(
+           request->model_domain, "model_domain", &ctx->err)) != RESHARD_OK ||
+      (ctx->status = reshard__planner_check_page_keys(
+           request->page_keys, request->n_page_keys, &planner->caps,
+           &ctx->err)) != RESHARD_OK) {
+    return;
+  }
+  if (ctx->binding_ref == NULL) {
+    ctx->status = reshard_wire_binding_from_pb(request->binding, "binding",
+                                               arena, &ctx->binding, &ctx->err);
+    if (ctx->status != RESHARD_OK) {
+      return;
+    }
+    ctx->binding_values = reshard_binding_values(&ctx->binding);
+  }
+  reshard_limits requested;
+  reshard_wire_limits_from_pb(request->limits, &requested);
+  ctx->limits = reshard_limits_clamp(&planner->caps, &requested);
+}
+
+static void decode_work(uv_work_t *work) {
+  lower_pool_thread_priority();
+  decode_request(work->data);
+}
+
+static void continue_plan_load(load_ctx *ctx);
+
+static void decode_after_work(uv_work_t *work, int status) {
+  load_ctx *ctx = work->data;
+  if (status != 0) {
+    load_fail_code(ctx, RESHARD_UNAVAILABLE,
+                   "decoding was cancelled (shutting down)");
+    return;
+  }
+  continue_plan_load(ctx);
+}
+
+/* Loop: the request is decoded; resolve its target and look its pages
+ * up. */
+static void continue_plan_load(load_ctx *ctx) {
+  if (ctx->status != RESHARD_OK) {
+    load_fail(ctx, &ctx->err);
+    return;
+  }
+  /* An inline placement found by its bytes is resolved already. */
+  if (ctx->placement_ref == NULL &&
+      !resolve_target(ctx, ctx->by_content ? &ctx->fields : NULL)) {
+    return;
+  }
+  if (ctx->by_content && ctx->binding_ref == NULL &&
+      ctx->fields.binding.value != NULL) {
+    cache_binding(ctx, &ctx->fields);
+  }
+  const Reshard__V1__PlanLoadRequest *request = ctx->request;
+  ctx->has_dp_rank = request->target_dp_rank != NULL;
+  ctx->dp_rank = ctx->has_dp_rank ? request->target_dp_rank->value : 0;
+  ctx->effective_dp_rank = ctx->has_dp_rank || ctx->placement->part_count == 0
+                               ? ctx->dp_rank
+                               : reshard_placement_lowest_dp(ctx->placement);
+  ctx->planner->catalog->vtable->lookup_pages(
+      ctx->planner->catalog, request->model_domain,
+      (const char *const *)request->page_keys, request->n_page_keys,
+      on_pages_found, ctx);
+}
+
+static void start_plan_load(reshard_planner *planner, reshard_call *call,
+                            bool large) {
+  reshard_arena *arena = reshard_call_arena(call);
+  load_ctx *ctx = RESHARD_ARENA_NEW(arena, load_ctx, 1);
+  if (ctx == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    if (large) {
+      large_done(planner);
+    }
+    return;
+  }
+  ctx->call = call;
+  ctx->planner = planner;
+  ctx->large = large;
+  if (reshard_call_cancelled(call)) {
+    load_fail_code(ctx, RESHARD_UNAVAILABLE,
+                   "the call was cancelled before planning");
+    return;
+  }
+  if (reshard_call_expired(call)) {
+    load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,
+                   "deadline exceeded before planning");
+    return;
+  }
+  size_t length;
+  const uint8_t *payload = reshard_call_payload(call, &length);
+  /* Inline targets seen before are not decoded again (inline_cache.h). */
+  ctx->by_content = reshard_inline_scan(payload, length, &ctx->fields);
+  if (ctx->by_content) {
+    use_cached_targets(ctx, &ctx->fields, &payload, &length);
+  }
+  ctx->payload = payload;
+  ctx->payload_length = length;
+  if (!large) {
+    decode_request(ctx);
+    continue_plan_load(ctx);
+    return;
+  }
+  /* Decoding a large request takes milliseconds: not on the loop. */
+  ctx->work.data = ctx;
+  if (uv_queue_work(planner->loop, &ctx->work, decode_work,
+                    decode_after_work) != 0) {
+    load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the request");
+  }
+}
+
+/* A large PlanLoad finished (answered or failed): let the next one in. */
+static void large_done(reshard_planner *planner) {
+  planner->large_active--;
+  if (planner->dequeuing) {
+    return; /* the loop below is running further up the stack */
+  }
+  planner->dequeuing = true;
+  while (planner->queue_head != NULL &&
+         planner->large_active < planner->max_large) {
+    queued_load *next = planner->queue_head;
+    planner->queue_head = next->next;
+    if (planner->queue_head == NULL) {
+      planner->queue_tail = NULL;
+    }
+    planner->large_active++;
+    start_plan_load(planner, next->call, true);
+  }
+  planner->dequeuing = false;
+}
+
+void reshard__handle_plan_load(reshard_call *call, void *data) {
+  reshard_planner *planner = data;
+  size_t length;
+  reshard_call_payload(call, &length);
+  if (length < LARGE_PLAN_REQUEST_BYTES) {
+    start_plan_load(planner, call, false);
+    return;
+  }
+  if (planner->large_active < planner->max_large) {
+    planner->large_active++;
+    start_plan_load(planner, call, true);
+    return;
+  }
+  queued_load *node =
+      RESHARD_ARENA_NEW(reshard_call_arena(call), queued_load, 1);
+  if (node == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  node->call = call;
+  if (planner->queue_tail != NULL) {
+    planner->queue_tail->next = node;
+  } else {
+    planner->queue_head = node;
+  }
+  planner->queue_tail = node;
+}
