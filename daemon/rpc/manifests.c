@@ -77,6 +77,23 @@ void reshard__planner_cache_manifest(reshard_planner *planner,
                     &manifest->base);
 }
 
+reshard_shared_manifest *
+reshard__planner_manifest_found(reshard_planner *planner, const char *key,
+                                const reshard_catalog_record *records,
+                                size_t count, reshard_error *err) {
+  if (count != 1 || !records[0].found) {
+    reshard_error_set(err, RESHARD_NOT_FOUND,
+                      "manifest_key %s: no such manifest is published", key);
+    return NULL;
+  }
+  reshard_shared_manifest *shared = reshard__planner_manifest_from_record(
+      planner, key, records[0].data, records[0].length, err);
+  if (shared != NULL) {
+    reshard__planner_cache_manifest(planner, shared);
+  }
+  return shared;
+}
+
 /* ---- PublishManifest ---- */
 
 typedef struct publish_ctx {
@@ -185,22 +202,13 @@ static void on_got_manifest(void *data, const reshard_error *err,
     reshard_call_fail(ctx->call, err);
     return;
   }
-  if (count != 1 || !records[0].found) {
-    reshard_error not_found;
-    reshard_error_set(&not_found, RESHARD_NOT_FOUND,
-                      "manifest_key %s: no such manifest is published",
-                      ctx->key);
-    reshard_call_fail(ctx->call, &not_found);
-    return;
-  }
   reshard_error failure;
-  reshard_shared_manifest *shared = reshard__planner_manifest_from_record(
-      ctx->planner, ctx->key, records[0].data, records[0].length, &failure);
+  reshard_shared_manifest *shared = reshard__planner_manifest_found(
+      ctx->planner, ctx->key, records, count, &failure);
   if (shared == NULL) {
     reshard_call_fail(ctx->call, &failure);
     return;
   }
-  reshard__planner_cache_manifest(ctx->planner, shared);
   reply_manifest(ctx->call, shared);
   reshard_shared_unref(&shared->base);
 }

@@ -2,6 +2,7 @@
  * normalized placement in the cache under its id, PlanUpload plans a
  * writer's layout for a placement. Also how every handler decodes a
  * request's placement. */
+#include <stdio.h>
 #include <string.h>
 
 #include "decode.h"
@@ -101,4 +102,49 @@ void reshard__handle_plan_upload(reshard_call *call, void *data) {
   response.n_part_writers = plan.layout.shard_count;
   response.part_writers = (char **)plan.part_writers;
   reshard_call_reply(call, &response.base);
+}
+
+reshard_status reshard__target_resolve(reshard__target *target,
+                                       reshard_planner *planner,
+                                       reshard_call *call,
+                                       const Reshard__V1__Placement *pb,
+                                       const char *id, reshard_error *err) {
+  if (pb != NULL) {
+    target->placement = &target->inline_placement;
+    return reshard__planner_decode_placement(
+        call, pb, &target->inline_placement, target->id, err);
+  }
+  if (id == NULL) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "target: set placement or placement_id");
+  }
+  reshard_shared *hit = reshard_cache_get(
+      planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
+  if (hit == NULL) {
+    return reshard_error_set(err, RESHARD_NOT_FOUND,
+                             "placement_id %.80s: not registered (call "
+                             "RegisterPlacement first)",
+                             id);
+  }
+  reshard__target_take(target, (reshard_shared_placement *)hit);
+  return RESHARD_OK;
+}
+
+void reshard__target_take(reshard__target *target,
+                          reshard_shared_placement *shared) {
+  target->ref = shared;
+  target->placement = &shared->placement;
+  snprintf(target->id, sizeof target->id, "%s", shared->placement_id);
+}
+
+void reshard__target_release(reshard__target *target) {
+  reshard_shared_unref(target->ref ? &target->ref->base : NULL);
+  target->ref = NULL;
+}
+
+uint64_t reshard__target_dp_rank(const reshard__target *target,
+                                 bool has_dp_rank, uint64_t dp_rank) {
+  return has_dp_rank || target->placement->part_count == 0
+             ? dp_rank
+             : reshard_placement_lowest_dp(target->placement);
 }

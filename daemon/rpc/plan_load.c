@@ -47,10 +47,8 @@ typedef struct load_ctx {
   Reshard__V1__PlanLoadRequest *request;
   const char *operation_id;
 
-  reshard_shared_placement *placement_ref; /* when given by id */
-  reshard_placement inline_placement;
-  const reshard_placement *placement;
-  char placement_id[RESHARD_ID_SIZE];
+  reshard__target target;
+  const char *placement_id; /* target.id, the name encode_plan reads */
   bool has_dp_rank;
   uint64_t dp_rank;
   uint64_t effective_dp_rank;
@@ -106,9 +104,8 @@ typedef struct load_ctx {
 static void large_done(reshard_planner *planner);
 
 static void load_release_targets(load_ctx *ctx) {
-  reshard_shared_unref(ctx->placement_ref ? &ctx->placement_ref->base : NULL);
+  reshard__target_release(&ctx->target);
   reshard_shared_unref(ctx->binding_ref ? &ctx->binding_ref->base : NULL);
-  ctx->placement_ref = NULL;
   ctx->binding_ref = NULL;
 }
 
@@ -204,14 +201,8 @@ static void lower_pool_thread_priority(void) {
 static void load_work(uv_work_t *work) {
   load_ctx *ctx = work->data;
   reshard_call *call = ctx->call;
-  if (reshard_call_cancelled(call)) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_UNAVAILABLE,
-                                    "the call was cancelled before planning");
-    return;
-  }
-  if (reshard_call_expired(call)) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
-                                    "deadline exceeded before planning");
+  if ((ctx->status = reshard__planner_check_call(call, &ctx->err)) !=
+      RESHARD_OK) {
     return;
   }
   uint64_t start = uv_hrtime();
@@ -287,16 +278,9 @@ static void load_after_work(uv_work_t *work, int status) {
         continue;
       }
       ctx->built_joins[i] = NULL;
-      reshard_shared_join *shared = reshard_shared_join_wrap(built);
-      char key[RESHARD_ID_SIZE * 2 + 512];
-      size_t length = reshard_cache_join_key(
-          key, sizeof key, ctx->sources[i].layout_id, ctx->placement_id,
-          ctx->effective_dp_rank, participant);
-      if (shared != NULL && length > 0) {
-        reshard_cache_put(planner->cache, RESHARD_CACHE_JOIN, key, length,
-                          &shared->base);
-      }
-      reshard_shared_unref(shared ? &shared->base : NULL);
+      reshard__planner_keep_join(planner, built, ctx->sources[i].layout_id,
+                                 &ctx->target, ctx->effective_dp_rank,
+                                 participant);
     }
   }
   log_plan(ctx);
@@ -349,9 +333,6 @@ static void load_plan(load_ctx *ctx) {
     load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
-  const char *participant = ctx->binding.participant_id;
-  const reshard_placement_part *part =
-      reshard_placement_find_part(ctx->placement, participant);
   ctx->source_count = 0;
   for (size_t m = 0; m < ctx->manifest_count; m++) {
     const reshard_shared_manifest *manifest = ctx->manifests[m];
@@ -364,20 +345,10 @@ static void load_plan(load_ctx *ctx) {
     ctx->sources[s].layout = &manifest->manifest.layout;
     ctx->sources[s].layout_id = manifest->layout_id;
     ctx->source_keys[s] = manifest->manifest_key;
-    /* A template only exists for layouts the participant can read. */
-    if (part != NULL &&
-        reshard_descriptor_equal(&manifest->manifest.layout.descriptor,
-                                 &ctx->placement->descriptor, NULL)) {
-      char key[RESHARD_ID_SIZE * 2 + 512];
-      size_t length = reshard_cache_join_key(
-          key, sizeof key, manifest->layout_id, ctx->placement_id,
-          ctx->effective_dp_rank, participant);
-      reshard_shared *hit =
-          length > 0 ? reshard_cache_get(planner->cache, RESHARD_CACHE_JOIN,
-                                         key, length)
-                     : NULL;
-      if (hit != NULL) {
-        ctx->joins[s] = (reshard_shared_join *)hit;
+    if (reshard__planner_find_join(
+            planner, manifest, &ctx->target, ctx->effective_dp_rank,
+            ctx->binding.participant_id, &ctx->joins[s])) {
+      if (ctx->joins[s] != NULL) {
         ctx->sources[s].join = ctx->joins[s]->join;
         ctx->join_hits++;
       } else {
@@ -399,7 +370,7 @@ static void load_plan(load_ctx *ctx) {
   ctx->page_source_start[page_count] = at;
 
   ctx->load = (reshard_load_request){
-      .placement = ctx->placement,
+      .placement = ctx->target.placement,
       .has_dp_rank = ctx->has_dp_rank,
       .dp_rank = ctx->dp_rank,
       .binding = &ctx->binding,
@@ -437,15 +408,8 @@ static void load_dispatch(reshard_call *call, const reshard_error *err,
     return;
   }
   ctx->work.data = ctx;
-  if (ctx->binding_values <= planner->inline_max_values) {
-    /* Small plans cost less than the hop to the pool and back. */
-    load_work(&ctx->work);
-    load_after_work(&ctx->work, 0);
-    return;
-  }
-  int error =
-      uv_queue_work(planner->loop, &ctx->work, pool_load_work, load_after_work);
-  if (error != 0) {
+  if (reshard__planner_run(planner, &ctx->work, ctx->binding_values, load_work,
+                           pool_load_work, load_after_work) != 0) {
     load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the plan");
   }
 }
@@ -769,16 +733,13 @@ static void use_cached_targets(load_ctx *ctx,
   if (placement == NULL) {
     return;
   }
-  ctx->placement_ref = (reshard_shared_placement *)placement;
-  ctx->placement = &ctx->placement_ref->placement;
-  snprintf(ctx->placement_id, sizeof ctx->placement_id, "%s",
-           ctx->placement_ref->placement_id);
+  reshard__target_take(&ctx->target, (reshard_shared_placement *)placement);
   const reshard_wire_span *strip[2] = {&fields->placement, NULL};
   size_t strip_count = 1;
   if (fields->binding.value != NULL) {
     size_t key_length;
     const char *key = reshard_inline_binding_key(
-        fields, ctx->placement_id, reshard_call_arena(ctx->call), &key_length);
+        fields, ctx->target.id, reshard_call_arena(ctx->call), &key_length);
     reshard_shared *binding =
         key ? reshard_cache_get(planner->cache, RESHARD_CACHE_BOUND_BINDING,
                                 key, key_length)
@@ -812,7 +773,7 @@ static void cache_inline_placement(load_ctx *ctx,
     return;
   }
   reshard_shared_placement *shared =
-      reshard_shared_placement_create(ctx->placement, ctx->placement_id);
+      reshard_shared_placement_create(ctx->target.placement, ctx->target.id);
   if (shared != NULL) {
     reshard_cache_put(ctx->planner->cache, RESHARD_CACHE_INLINE_PLACEMENT,
                       (const char *)fields->placement.value,
@@ -830,13 +791,13 @@ static void cache_binding(load_ctx *ctx, const reshard_inline_fields *fields) {
   }
   size_t key_length;
   const char *key = reshard_inline_binding_key(
-      fields, ctx->placement_id, reshard_call_arena(ctx->call), &key_length);
+      fields, ctx->target.id, reshard_call_arena(ctx->call), &key_length);
   if (key == NULL ||
       !reshard_inline_seen(&planner->recent_bindings, key, key_length)) {
     return;
   }
-  reshard_shared_binding *shared =
-      reshard_shared_binding_create(fields, ctx->placement, &ctx->limits);
+  reshard_shared_binding *shared = reshard_shared_binding_create(
+      fields, ctx->target.placement, &ctx->limits);
   if (shared == NULL) {
     return; /* the planner validates it and reports what is wrong */
   }
@@ -850,44 +811,22 @@ static void cache_binding(load_ctx *ctx, const reshard_inline_fields *fields) {
  * kept by its bytes. */
 static bool resolve_target(load_ctx *ctx, const reshard_inline_fields *fields) {
   const Reshard__V1__PlanLoadRequest *request = ctx->request;
-  reshard_call *call = ctx->call;
-  reshard_planner *planner = ctx->planner;
+  bool given_inline =
+      request->target_case == RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT;
   reshard_error err;
-  switch (request->target_case) {
-  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT:
-    if (reshard__planner_decode_placement(
-            call, request->placement, &ctx->inline_placement, ctx->placement_id,
-            &err) != RESHARD_OK) {
-      load_fail(ctx, &err);
-      return false;
-    }
-    ctx->placement = &ctx->inline_placement;
-    if (fields != NULL) {
-      cache_inline_placement(ctx, fields);
-    }
-    break;
-  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID: {
-    const char *id = request->placement_id;
-    reshard_shared *hit = reshard_cache_get(
-        planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
-    if (hit == NULL) {
-      reshard_error_set(&err, RESHARD_NOT_FOUND,
-                        "placement_id %.80s: not registered (call "
-                        "RegisterPlacement first)",
-                        id);
-      load_fail(ctx, &err);
-      return false;
-    }
-    ctx->placement_ref = (reshard_shared_placement *)hit;
-    ctx->placement = &ctx->placement_ref->placement;
-    snprintf(ctx->placement_id, sizeof ctx->placement_id, "%s",
-             ctx->placement_ref->placement_id);
-    break;
-  }
-  default:
-    load_fail_code(ctx, RESHARD_INVALID_ARGUMENT,
-                   "target: set placement or placement_id");
+  if (reshard__target_resolve(
+          &ctx->target, ctx->planner, ctx->call,
+          given_inline ? request->placement : NULL,
+          request->target_case ==
+                  RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID
+              ? request->placement_id
+              : NULL,
+          &err) != RESHARD_OK) {
+    load_fail(ctx, &err);
     return false;
+  }
+  if (given_inline && fields != NULL) {
+    cache_inline_placement(ctx, fields);
   }
   return true;
 }
@@ -952,7 +891,7 @@ static void continue_plan_load(load_ctx *ctx) {
     return;
   }
   /* An inline placement found by its bytes is resolved already. */
-  if (ctx->placement_ref == NULL &&
+  if (ctx->target.ref == NULL &&
       !resolve_target(ctx, ctx->by_content ? &ctx->fields : NULL)) {
     return;
   }
@@ -963,9 +902,8 @@ static void continue_plan_load(load_ctx *ctx) {
   const Reshard__V1__PlanLoadRequest *request = ctx->request;
   ctx->has_dp_rank = request->target_dp_rank != NULL;
   ctx->dp_rank = ctx->has_dp_rank ? request->target_dp_rank->value : 0;
-  ctx->effective_dp_rank = ctx->has_dp_rank || ctx->placement->part_count == 0
-                               ? ctx->dp_rank
-                               : reshard_placement_lowest_dp(ctx->placement);
+  ctx->effective_dp_rank =
+      reshard__target_dp_rank(&ctx->target, ctx->has_dp_rank, ctx->dp_rank);
   ctx->planner->catalog->vtable->lookup_pages(
       ctx->planner->catalog, request->model_domain,
       (const char *const *)request->page_keys, request->n_page_keys,
@@ -986,14 +924,10 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   ctx->call = call;
   ctx->planner = planner;
   ctx->large = large;
-  if (reshard_call_cancelled(call)) {
-    load_fail_code(ctx, RESHARD_UNAVAILABLE,
-                   "the call was cancelled before planning");
-    return;
-  }
-  if (reshard_call_expired(call)) {
-    load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,
-                   "deadline exceeded before planning");
+  ctx->placement_id = ctx->target.id;
+  reshard_error err;
+  if (reshard__planner_check_call(call, &err) != RESHARD_OK) {
+    load_fail(ctx, &err);
     return;
   }
   size_t length;

@@ -92,6 +92,14 @@ void reshard__planner_cache_manifest(reshard_planner *planner,
 size_t reshard__planner_bindings_key(char *out, size_t size, const char *domain,
                                      const char *page_key);
 
+/* A catalog answer to a read of manifest `key` alone: the manifest,
+ * cached and owned by the caller, or NULL with `err` (NOT_FOUND when it is
+ * not published, INTERNAL for a bad record). */
+reshard_shared_manifest *
+reshard__planner_manifest_found(reshard_planner *planner, const char *key,
+                                const reshard_catalog_record *records,
+                                size_t count, reshard_error *err);
+
 /* ---- Placements (placements.c) ---- */
 
 /* Decodes and normalizes a request's placement into the call's arena;
@@ -99,6 +107,69 @@ size_t reshard__planner_bindings_key(char *out, size_t size, const char *domain,
 reshard_status reshard__planner_decode_placement(
     reshard_call *call, const Reshard__V1__Placement *pb,
     reshard_placement *out, char id[RESHARD_ID_SIZE], reshard_error *err);
+
+/* The placement a plan (load or store) targets. */
+typedef struct reshard__target {
+  reshard_shared_placement *ref; /* held when registered or found by bytes */
+  reshard_placement inline_placement; /* decoded from the request */
+  const reshard_placement *placement; /* one of the two */
+  char id[RESHARD_ID_SIZE];
+} reshard__target;
+
+/* Resolves a request's `target` oneof: the inline placement `pb` when that
+ * is the one set, else the registered placement `id` (both NULL: neither
+ * is set). INVALID_ARGUMENT for neither or a bad placement, NOT_FOUND for
+ * an id never registered. */
+reshard_status reshard__target_resolve(reshard__target *target,
+                                       reshard_planner *planner,
+                                       reshard_call *call,
+                                       const Reshard__V1__Placement *pb,
+                                       const char *id, reshard_error *err);
+
+/* Targets the shared placement `shared` (takes the reference). */
+void reshard__target_take(reshard__target *target,
+                          reshard_shared_placement *shared);
+
+/* Drops the reference the target holds, if any. */
+void reshard__target_release(reshard__target *target);
+
+/* The data-parallel rank a plan reads or writes as: the request's, else
+ * the placement's lowest (SPEC §2.2); the join templates are cached under
+ * it. */
+uint64_t reshard__target_dp_rank(const reshard__target *target,
+                                 bool has_dp_rank, uint64_t dp_rank);
+
+/* ---- Planning (planner_service.c), shared by PlanLoad and PlanStore ---- */
+
+/* Whether planning may start: UNAVAILABLE once the call is cancelled,
+ * DEADLINE_EXCEEDED once its deadline passed. Any thread. */
+reshard_status reshard__planner_check_call(reshard_call *call,
+                                           reshard_error *err);
+
+/* The cached join template of `participant` (may be NULL) reading
+ * `manifest` in `target` at `dp_rank`, into *join (a reference, or NULL on
+ * a miss). False when no template can exist: the participant has no part
+ * in the placement or the layout's descriptor is not the placement's. */
+bool reshard__planner_find_join(reshard_planner *planner,
+                                const reshard_shared_manifest *manifest,
+                                const reshard__target *target, uint64_t dp_rank,
+                                const char *participant,
+                                reshard_shared_join **join);
+
+/* Keeps the template the planner built (takes `built`) under the key
+ * reshard__planner_find_join reads. */
+void reshard__planner_keep_join(reshard_planner *planner, reshard_join *built,
+                                const char *layout_id,
+                                const reshard__target *target, uint64_t dp_rank,
+                                const char *participant);
+
+/* Plans: `work` runs on the loop now when the binding covers at most
+ * the planner's inline_max_values values, then `after`; else `pool_work` runs
+ * on libuv's thread pool. Non-zero (a libuv error) when it cannot be queued:
+ * then nothing runs. */
+int reshard__planner_run(reshard_planner *planner, uv_work_t *work,
+                         uint64_t binding_values, uv_work_cb loop_work,
+                         uv_work_cb pool_work, uv_after_work_cb after);
 
 /* ---- The handlers; `data` is the planner ---- */
 

@@ -119,6 +119,71 @@ uint64_t reshard__planner_plan_reservation(uint64_t binding_values,
   return reshard_mul(copies, PLAN_BYTES_PER_COPY, &bytes) ? bytes : UINT64_MAX;
 }
 
+/* ---- Planning, shared by PlanLoad and PlanStore ---- */
+
+reshard_status reshard__planner_check_call(reshard_call *call,
+                                           reshard_error *err) {
+  if (reshard_call_cancelled(call)) {
+    return reshard_error_set(err, RESHARD_UNAVAILABLE,
+                             "the call was cancelled before planning");
+  }
+  if (reshard_call_expired(call)) {
+    return reshard_error_set(err, RESHARD_DEADLINE_EXCEEDED,
+                             "deadline exceeded before planning");
+  }
+  return RESHARD_OK;
+}
+
+bool reshard__planner_find_join(reshard_planner *planner,
+                                const reshard_shared_manifest *manifest,
+                                const reshard__target *target, uint64_t dp_rank,
+                                const char *participant,
+                                reshard_shared_join **join) {
+  *join = NULL;
+  const reshard_placement *placement = target->placement;
+  if (participant == NULL ||
+      reshard_placement_find_part(placement, participant) == NULL ||
+      !reshard_descriptor_equal(&manifest->manifest.layout.descriptor,
+                                &placement->descriptor, NULL)) {
+    return false;
+  }
+  char key[RESHARD_ID_SIZE * 2 + 512];
+  size_t length = reshard_cache_join_key(key, sizeof key, manifest->layout_id,
+                                         target->id, dp_rank, participant);
+  if (length > 0) {
+    *join = (reshard_shared_join *)reshard_cache_get(
+        planner->cache, RESHARD_CACHE_JOIN, key, length);
+  }
+  return true;
+}
+
+void reshard__planner_keep_join(reshard_planner *planner, reshard_join *built,
+                                const char *layout_id,
+                                const reshard__target *target, uint64_t dp_rank,
+                                const char *participant) {
+  reshard_shared_join *shared = reshard_shared_join_wrap(built);
+  char key[RESHARD_ID_SIZE * 2 + 512];
+  size_t length = reshard_cache_join_key(key, sizeof key, layout_id, target->id,
+                                         dp_rank, participant);
+  if (shared != NULL && length > 0) {
+    reshard_cache_put(planner->cache, RESHARD_CACHE_JOIN, key, length,
+                      &shared->base);
+  }
+  reshard_shared_unref(shared ? &shared->base : NULL);
+}
+
+int reshard__planner_run(reshard_planner *planner, uv_work_t *work,
+                         uint64_t binding_values, uv_work_cb loop_work,
+                         uv_work_cb pool_work, uv_after_work_cb after) {
+  if (binding_values <= planner->inline_max_values) {
+    /* Small plans cost less than the hop to the pool and back. */
+    loop_work(work);
+    after(work, 0);
+    return 0;
+  }
+  return uv_queue_work(planner->loop, work, pool_work, after);
+}
+
 /* ---- Life cycle ---- */
 
 reshard_planner *reshard_planner_create(uv_loop_t *loop,

@@ -1,4 +1,4 @@
-/* Tests daemon/catalog_lmdb.c through the catalog interface on a real
+/* Tests daemon/catalog/catalog_lmdb.c through the catalog interface on a real
  * libuv loop: manifests, idempotent bindings, lookups, forgetting, reopening,
  * batched commits, a full map, and the refusal of foreign or corrupted
  * directories without touching a byte of them. */

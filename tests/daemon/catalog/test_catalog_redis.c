@@ -1,4 +1,4 @@
-/* Tests daemon/catalog_redis.c through the catalog interface on a real
+/* Tests daemon/catalog/catalog_redis.c through the catalog interface on a real
  * libuv loop against a real redis-server, which each test starts on a free
  * loopback port (no persistence) and stops: manifests, idempotent bindings,
  * lookups, forgetting, two catalogs sharing one Redis, SELECT, and an outage

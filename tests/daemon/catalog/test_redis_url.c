@@ -1,4 +1,4 @@
-/* Tests daemon/redis_url.c: splitting credentials off a Redis URL. */
+/* Tests daemon/catalog/redis_url.c: splitting credentials off a Redis URL. */
 #include <criterion/criterion.h>
 #include <string.h>
 
