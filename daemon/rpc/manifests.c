@@ -139,10 +139,9 @@ void reshard__handle_publish_manifest(reshard_call *call, void *data) {
     return;
   }
   reshard_arena *arena = reshard_call_arena(call);
-  publish_ctx *ctx = RESHARD_ARENA_NEW(arena, publish_ctx, 1);
+  publish_ctx *ctx = reshard__planner_call_alloc(call, sizeof *ctx);
   reshard_error err;
   if (ctx == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   ctx->call = call;
@@ -235,9 +234,8 @@ void reshard__handle_get_manifest(reshard_call *call, void *data) {
     reshard_shared_unref(hit);
     return;
   }
-  get_ctx *ctx = RESHARD_ARENA_NEW(reshard_call_arena(call), get_ctx, 1);
+  get_ctx *ctx = reshard__planner_call_alloc(call, sizeof *ctx);
   if (ctx == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   ctx->call = call;

@@ -62,13 +62,11 @@ static void on_pages_changed(void *data, const reshard_error *err,
 }
 
 static pages_ctx *pages_ctx_new(reshard_call *call, reshard_planner *planner) {
-  pages_ctx *ctx = RESHARD_ARENA_NEW(reshard_call_arena(call), pages_ctx, 1);
-  if (ctx == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-    return NULL;
+  pages_ctx *ctx = reshard__planner_call_alloc(call, sizeof *ctx);
+  if (ctx != NULL) {
+    ctx->call = call;
+    ctx->planner = planner;
   }
-  ctx->call = call;
-  ctx->planner = planner;
   return ctx;
 }
 
@@ -84,10 +82,8 @@ void reshard__handle_register_pages(reshard_call *call, void *data) {
   if (ctx == NULL) {
     return;
   }
-  char *domain = reshard_arena_alloc(reshard_call_arena(call),
-                                     RESHARD_DIGEST_HEX_LEN + 1, 1);
+  char *domain = reshard__planner_call_alloc(call, RESHARD_DIGEST_HEX_LEN + 1);
   if (domain == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   if (reshard__planner_parse_manifest_key(request->manifest_key, "manifest_key",

@@ -912,10 +912,8 @@ static void continue_plan_load(load_ctx *ctx) {
 
 static void start_plan_load(reshard_planner *planner, reshard_call *call,
                             bool large) {
-  reshard_arena *arena = reshard_call_arena(call);
-  load_ctx *ctx = RESHARD_ARENA_NEW(arena, load_ctx, 1);
+  load_ctx *ctx = reshard__planner_call_alloc(call, sizeof *ctx);
   if (ctx == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     if (large) {
       large_done(planner);
     }
@@ -985,10 +983,8 @@ void reshard__handle_plan_load(reshard_call *call, void *data) {
     start_plan_load(planner, call, true);
     return;
   }
-  queued_load *node =
-      RESHARD_ARENA_NEW(reshard_call_arena(call), queued_load, 1);
+  queued_load *node = reshard__planner_call_alloc(call, sizeof(queued_load));
   if (node == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   node->call = call;

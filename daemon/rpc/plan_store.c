@@ -205,9 +205,8 @@ void reshard__handle_plan_store(reshard_call *call, void *data) {
     return;
   }
   reshard_arena *arena = reshard_call_arena(call);
-  store_ctx *ctx = RESHARD_ARENA_NEW(arena, store_ctx, 1);
+  store_ctx *ctx = reshard__planner_call_alloc(call, sizeof *ctx);
   if (ctx == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   ctx->call = call;

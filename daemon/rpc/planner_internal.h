@@ -47,6 +47,11 @@ struct reshard_planner {
 void *reshard__planner_decode(reshard_call *call,
                               const ProtobufCMessageDescriptor *type);
 
+/* `size` zeroed bytes from the call's arena, aligned for any object: a
+ * handler's context. NULL after failing the call (RESOURCE_EXHAUSTED) when
+ * memory runs out. */
+void *reshard__planner_call_alloc(reshard_call *call, size_t size);
+
 /* Checks a model domain field: required, 64 lowercase hex digits
  * (INVALID_ARGUMENT naming `path`). */
 reshard_status reshard__planner_check_domain(const char *domain,

@@ -30,6 +30,14 @@ void *reshard__planner_decode(reshard_call *call,
   return message;
 }
 
+void *reshard__planner_call_alloc(reshard_call *call, size_t size) {
+  void *memory = reshard_arena_calloc(reshard_call_arena(call), 1, size);
+  if (memory == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  return memory;
+}
+
 static bool is_digest(const char *text) {
   size_t i = 0;
   for (; text[i] != '\0'; i++) {
