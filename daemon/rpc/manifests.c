@@ -131,13 +131,9 @@ static void on_published(void *data, const reshard_error *err, bool created) {
   reshard_call_reply(ctx->call, &response.base);
 }
 
-void reshard__handle_publish_manifest(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__PublishManifestRequest *request = reshard__planner_decode(
-      call, &reshard__v1__publish_manifest_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
+void reshard__handle_publish_manifest(reshard_planner *planner,
+                                      reshard_call *call, void *message) {
+  Reshard__V1__PublishManifestRequest *request = message;
   reshard_arena *arena = reshard_call_arena(call);
   publish_ctx *ctx = reshard__planner_call_alloc(call, sizeof *ctx);
   reshard_error err;
@@ -212,13 +208,9 @@ static void on_got_manifest(void *data, const reshard_error *err,
   reshard_shared_unref(&shared->base);
 }
 
-void reshard__handle_get_manifest(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__GetManifestRequest *request = reshard__planner_decode(
-      call, &reshard__v1__get_manifest_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
+void reshard__handle_get_manifest(reshard_planner *planner, reshard_call *call,
+                                  void *message) {
+  Reshard__V1__GetManifestRequest *request = message;
   reshard_error err;
   char domain[RESHARD_DIGEST_HEX_LEN + 1];
   if (reshard__planner_parse_manifest_key(request->manifest_key, "manifest_key",

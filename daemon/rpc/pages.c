@@ -70,13 +70,9 @@ static pages_ctx *pages_ctx_new(reshard_call *call, reshard_planner *planner) {
   return ctx;
 }
 
-void reshard__handle_register_pages(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__RegisterPagesRequest *request = reshard__planner_decode(
-      call, &reshard__v1__register_pages_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
+void reshard__handle_register_pages(reshard_planner *planner,
+                                    reshard_call *call, void *message) {
+  Reshard__V1__RegisterPagesRequest *request = message;
   reshard_error err;
   pages_ctx *ctx = pages_ctx_new(call, planner);
   if (ctx == NULL) {
@@ -102,13 +98,9 @@ void reshard__handle_register_pages(reshard_call *call, void *data) {
       on_pages_changed, ctx);
 }
 
-void reshard__handle_forget_pages(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__ForgetPagesRequest *request = reshard__planner_decode(
-      call, &reshard__v1__forget_pages_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
+void reshard__handle_forget_pages(reshard_planner *planner, reshard_call *call,
+                                  void *message) {
+  Reshard__V1__ForgetPagesRequest *request = message;
   reshard_error err;
   pages_ctx *ctx = pages_ctx_new(call, planner);
   if (ctx == NULL) {

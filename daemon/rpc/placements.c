@@ -31,13 +31,9 @@ reshard_status reshard__planner_decode_placement(
   return status;
 }
 
-void reshard__handle_register_placement(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__RegisterPlacementRequest *request = reshard__planner_decode(
-      call, &reshard__v1__register_placement_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
+void reshard__handle_register_placement(reshard_planner *planner,
+                                        reshard_call *call, void *message) {
+  Reshard__V1__RegisterPlacementRequest *request = message;
   reshard_error err;
   reshard_placement placement;
   char id[RESHARD_ID_SIZE];
@@ -69,13 +65,9 @@ void reshard__handle_register_placement(reshard_call *call, void *data) {
   reshard_call_reply(call, &response.base);
 }
 
-void reshard__handle_plan_upload(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__PlanUploadRequest *request = reshard__planner_decode(
-      call, &reshard__v1__plan_upload_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
+void reshard__handle_plan_upload(reshard_planner *planner, reshard_call *call,
+                                 void *message) {
+  Reshard__V1__PlanUploadRequest *request = message;
   reshard_arena *arena = reshard_call_arena(call);
   reshard_error err;
   reshard_placement placement;
@@ -106,10 +98,10 @@ void reshard__handle_plan_upload(reshard_call *call, void *data) {
 
 reshard_status reshard__target_resolve(reshard__target *target,
                                        reshard_planner *planner,
-                                       reshard_call *call,
+                                       reshard_call *call, bool given_inline,
                                        const Reshard__V1__Placement *pb,
                                        const char *id, reshard_error *err) {
-  if (pb != NULL) {
+  if (given_inline) {
     target->placement = &target->inline_placement;
     return reshard__planner_decode_placement(
         call, pb, &target->inline_placement, target->id, err);

@@ -815,8 +815,8 @@ static bool resolve_target(load_ctx *ctx, const reshard_inline_fields *fields) {
       request->target_case == RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT;
   reshard_error err;
   if (reshard__target_resolve(
-          &ctx->target, ctx->planner, ctx->call,
-          given_inline ? request->placement : NULL,
+          &ctx->target, ctx->planner, ctx->call, given_inline,
+          request->placement,
           request->target_case ==
                   RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID
               ? request->placement_id

@@ -197,13 +197,9 @@ static void on_manifest_fetched(void *data, const reshard_error *err,
   store_plan(ctx);
 }
 
-void reshard__handle_plan_store(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__PlanStoreRequest *request = reshard__planner_decode(
-      call, &reshard__v1__plan_store_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
+void reshard__handle_plan_store(reshard_planner *planner, reshard_call *call,
+                                void *message) {
+  Reshard__V1__PlanStoreRequest *request = message;
   reshard_arena *arena = reshard_call_arena(call);
   store_ctx *ctx = reshard__planner_call_alloc(call, sizeof *ctx);
   if (ctx == NULL) {
@@ -221,9 +217,8 @@ void reshard__handle_plan_store(reshard_call *call, void *data) {
       reshard__target_resolve(
           &ctx->target, planner, call,
           request->target_case ==
-                  RESHARD__V1__PLAN_STORE_REQUEST__TARGET_PLACEMENT
-              ? request->placement
-              : NULL,
+              RESHARD__V1__PLAN_STORE_REQUEST__TARGET_PLACEMENT,
+          request->placement,
           request->target_case ==
                   RESHARD__V1__PLAN_STORE_REQUEST__TARGET_PLACEMENT_ID
               ? request->placement_id

@@ -22,6 +22,21 @@
 #include "server.h"
 #include "shared.h"
 
+/* A handler of an RPC whose request the planner decodes before calling it:
+ * `message` is that request, in the call's arena. */
+typedef void reshard__planner_rpc(reshard_planner *planner, reshard_call *call,
+                                  void *message);
+
+/* What the server hands back for such an RPC (reshard_planner_register). */
+typedef struct reshard__planner_method {
+  reshard_planner *planner;
+  const ProtobufCMessageDescriptor *request;
+  reshard__planner_rpc *handle;
+} reshard__planner_method;
+
+/* The RPCs but PlanLoad, which decodes its request itself (plan_load.c). */
+enum { RESHARD__PLANNER_DECODED_RPCS = 7 };
+
 struct reshard_planner {
   uv_loop_t *loop;
   reshard_catalog *catalog;
@@ -38,14 +53,11 @@ struct reshard_planner {
   unsigned max_large;
   bool dequeuing;
   struct queued_load *queue_head, *queue_tail;
+
+  reshard__planner_method methods[RESHARD__PLANNER_DECODED_RPCS];
 };
 
 /* ---- Request helpers (planner_service.c) ---- */
-
-/* Decodes the call's request as `type`; on failure the call is failed and
- * NULL returned. */
-void *reshard__planner_decode(reshard_call *call,
-                              const ProtobufCMessageDescriptor *type);
 
 /* `size` zeroed bytes from the call's arena, aligned for any object: a
  * handler's context. NULL after failing the call (RESOURCE_EXHAUSTED) when
@@ -121,13 +133,13 @@ typedef struct reshard__target {
   char id[RESHARD_ID_SIZE];
 } reshard__target;
 
-/* Resolves a request's `target` oneof: the inline placement `pb` when that
- * is the one set, else the registered placement `id` (both NULL: neither
- * is set). INVALID_ARGUMENT for neither or a bad placement, NOT_FOUND for
- * an id never registered. */
+/* Resolves a request's `target` oneof: the inline placement `pb` when
+ * `given_inline`, else the registered placement `id` (NULL: neither is
+ * set). INVALID_ARGUMENT for neither or a bad placement, NOT_FOUND for an
+ * id never registered. */
 reshard_status reshard__target_resolve(reshard__target *target,
                                        reshard_planner *planner,
-                                       reshard_call *call,
+                                       reshard_call *call, bool given_inline,
                                        const Reshard__V1__Placement *pb,
                                        const char *id, reshard_error *err);
 
@@ -176,17 +188,16 @@ int reshard__planner_run(reshard_planner *planner, uv_work_t *work,
                          uint64_t binding_values, uv_work_cb loop_work,
                          uv_work_cb pool_work, uv_after_work_cb after);
 
-/* ---- The handlers; `data` is the planner ---- */
+/* ---- The handlers ---- */
 
-void reshard__handle_publish_manifest(reshard_call *call, void *data);
-void reshard__handle_get_manifest(reshard_call *call, void *data);
-void reshard__handle_register_pages(reshard_call *call, void *data);
-void reshard__handle_forget_pages(reshard_call *call, void *data);
-void reshard__handle_register_placement(reshard_call *call, void *data);
-void reshard__handle_plan_upload(reshard_call *call, void *data);
-void reshard__handle_plan_load(reshard_call *call,
-                               void *data); /* plan_load.c */
-void reshard__handle_plan_store(reshard_call *call,
-                                void *data); /* plan_store.c */
+reshard__planner_rpc reshard__handle_publish_manifest; /* manifests.c */
+reshard__planner_rpc reshard__handle_get_manifest;
+reshard__planner_rpc reshard__handle_register_pages; /* pages.c */
+reshard__planner_rpc reshard__handle_forget_pages;
+reshard__planner_rpc reshard__handle_register_placement; /* placements.c */
+reshard__planner_rpc reshard__handle_plan_upload;
+reshard__planner_rpc reshard__handle_plan_store; /* plan_store.c */
+/* plan_load.c; `data` is the planner. */
+void reshard__handle_plan_load(reshard_call *call, void *data);
 
 #endif

@@ -17,8 +17,10 @@
  * (copies, sort scratch, batches), and the encoded response adds 10-30. */
 enum { PLAN_BYTES_PER_COPY = 96 };
 
-void *reshard__planner_decode(reshard_call *call,
-                              const ProtobufCMessageDescriptor *type) {
+/* Decodes the call's request as `type`; on failure the call is failed and
+ * NULL returned. */
+static void *decode(reshard_call *call,
+                    const ProtobufCMessageDescriptor *type) {
   size_t length;
   const uint8_t *payload = reshard_call_payload(call, &length);
   reshard_error err;
@@ -213,26 +215,55 @@ reshard_planner *reshard_planner_create(uv_loop_t *loop,
   return planner;
 }
 
+/* Decodes the request, then hands it to the method's handler. */
+static void serve(reshard_call *call, void *data) {
+  const reshard__planner_method *method = data;
+  void *request = decode(call, method->request);
+  if (request != NULL) {
+    method->handle(method->planner, call, request);
+  }
+}
+
 void reshard_planner_register(reshard_planner *planner,
                               reshard_server *server) {
   static const struct {
     const char *path;
-    reshard_method_fn fn;
-  } methods[] = {
-      {"/reshard.v1.Planner/PublishManifest", reshard__handle_publish_manifest},
-      {"/reshard.v1.Planner/GetManifest", reshard__handle_get_manifest},
-      {"/reshard.v1.Planner/RegisterPages", reshard__handle_register_pages},
-      {"/reshard.v1.Planner/ForgetPages", reshard__handle_forget_pages},
+    const ProtobufCMessageDescriptor *request;
+    reshard__planner_rpc *handle;
+  } rpcs[RESHARD__PLANNER_DECODED_RPCS] = {
+      {"/reshard.v1.Planner/PublishManifest",
+       &reshard__v1__publish_manifest_request__descriptor,
+       reshard__handle_publish_manifest},
+      {"/reshard.v1.Planner/GetManifest",
+       &reshard__v1__get_manifest_request__descriptor,
+       reshard__handle_get_manifest},
+      {"/reshard.v1.Planner/RegisterPages",
+       &reshard__v1__register_pages_request__descriptor,
+       reshard__handle_register_pages},
+      {"/reshard.v1.Planner/ForgetPages",
+       &reshard__v1__forget_pages_request__descriptor,
+       reshard__handle_forget_pages},
       {"/reshard.v1.Planner/RegisterPlacement",
+       &reshard__v1__register_placement_request__descriptor,
        reshard__handle_register_placement},
-      {"/reshard.v1.Planner/PlanUpload", reshard__handle_plan_upload},
-      {"/reshard.v1.Planner/PlanLoad", reshard__handle_plan_load},
-      {"/reshard.v1.Planner/PlanStore", reshard__handle_plan_store},
+      {"/reshard.v1.Planner/PlanUpload",
+       &reshard__v1__plan_upload_request__descriptor,
+       reshard__handle_plan_upload},
+      {"/reshard.v1.Planner/PlanStore",
+       &reshard__v1__plan_store_request__descriptor,
+       reshard__handle_plan_store},
   };
-  for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
-    reshard_server_add_method(server, methods[i].path, 0, methods[i].fn,
-                              planner);
+  for (size_t i = 0; i < RESHARD__PLANNER_DECODED_RPCS; i++) {
+    planner->methods[i] = (reshard__planner_method){
+        .planner = planner,
+        .request = rpcs[i].request,
+        .handle = rpcs[i].handle,
+    };
+    reshard_server_add_method(server, rpcs[i].path, 0, serve,
+                              &planner->methods[i]);
   }
+  reshard_server_add_method(server, "/reshard.v1.Planner/PlanLoad", 0,
+                            reshard__handle_plan_load, planner);
 }
 
 void reshard_planner_set_metrics(reshard_planner *planner,
