@@ -1,7 +1,8 @@
-/* The planner service (SPEC §2, §3): its life cycle, the method table, and
- * the request checks its RPC files share (planner_internal.h). The
- * handlers live one concept per file: manifests.c, pages.c, placements.c,
- * plan_load.c and plan_store.c. */
+/* The planner service (SPEC §3.3): its life cycle, the method table that
+ * decodes each request before its handler runs, and what the RPC files
+ * share (planner_internal.h): request checks and the planning steps of
+ * PlanLoad and PlanStore. The handlers live one concept per file:
+ * manifests.c, pages.c, placements.c, plan_load.c and plan_store.c. */
 #include "rpc/planner_service.h"
 
 #include <inttypes.h>
