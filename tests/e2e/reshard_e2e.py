@@ -239,6 +239,20 @@ class Daemon:
         with self._cond:
             return list(self.lines)
 
+    def wait_log_lines(self, match, count, timeout=10.0):
+        """The log lines for which match(line) holds, once there are at
+        least `count` of them (or the timeout passed): the daemon logs a
+        call before it answers, but the reader thread may not have read
+        that line yet when the answer arrives."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                found = [l for l in self.lines if match(l)]
+                remaining = deadline - time.monotonic()
+                if len(found) >= count or self._eof or remaining <= 0:
+                    return found
+                self._cond.wait(remaining)
+
     # -- clients --
     def channel(self):
         return grpc.insecure_channel(self.target, options=[

@@ -206,8 +206,8 @@ class PlanStoreTests(DaemonTestCase):
             self.assertEqual(by_id, inline)
         # Inline and by id share the placement_id, so the join built by the
         # first call serves the other two.
-        lines = [l for l in self.daemon.log_lines()
-                 if "store plan" in l and "store-id-w" in l]
+        lines = self.daemon.wait_log_lines(
+            lambda l: "store plan" in l and "store-id-w" in l, 3)
         self.assertEqual(len(lines), 3, lines)
         self.assertIn("join_hits=0", lines[0])
         self.assertIn("join_hits=1", lines[1])

@@ -1,6 +1,6 @@
 /* libFuzzer target: what the daemon decodes from its catalogs. A manifest
  * record (the bytes after an LMDB manifest value's 8-byte header, or a
- * Redis GET/MGET string) goes through the path planner_service.c takes for
+ * Redis GET/MGET string) goes through the path daemon/rpc/manifests.c takes for
  * a cache miss: unpack, convert, normalize, identities, and the key the
  * record must match. The first byte picks the framing: 0 the bare record,
  * 1 a RESP reply parsed by hiredis (each bulk string a record, as

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "catalog/redis_url.h"
 #include "config.h"
-#include "redis_url.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

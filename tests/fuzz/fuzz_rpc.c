@@ -4,7 +4,7 @@
  *
  * The seam is the daemon's wire layer (daemon/wire.h): reshard_wire_unpack
  * and the *_from_pb conversions, then the library's normalize/validate and
- * planners, in the order planner_service.c calls them. When request
+ * planners, in the order the handlers in daemon/rpc/ call them. When request
  * decoding moves behind another entry point (budgets while decoding), only
  * decode_request() below changes. */
 #include <stdint.h>

@@ -16,7 +16,7 @@
  *
  * Handles: the uv_async_t is unreferenced while no write is pending, so an
  * idle catalog never keeps the loop alive. */
-#include "catalog_lmdb.h"
+#include "catalog/catalog_lmdb.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-#include "redis_url.h"
+#include "catalog/redis_url.h"
 
 #include <stdio.h>
 #include <string.h>

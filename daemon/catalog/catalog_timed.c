@@ -1,4 +1,4 @@
-#include "catalog_timed.h"
+#include "catalog/catalog_timed.h"
 
 #include <stdlib.h>
 #include <uv.h>

@@ -1,10 +1,11 @@
-/* Tests daemon/catalog_memory.c through the catalog interface: manifests,
- * idempotent bindings, lookups, forgetting, and SPEC §7's binding cost. */
+/* Tests daemon/catalog/catalog_memory.c through the catalog interface:
+ * manifests, idempotent bindings, lookups, forgetting, and SPEC §7's binding
+ * cost. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "catalog.h"
+#include "catalog/catalog.h"
 
 #define CATALOG_TEST_RECORD "rec"
 #include "catalog_results.h"

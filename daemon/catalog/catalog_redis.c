@@ -16,7 +16,7 @@
  * watchdog sees the oldest unanswered request. hiredis calls every
  * outstanding reply callback with a NULL reply when a connection ends, so
  * each operation completes exactly once: on its reply or on that NULL. */
-#include "catalog_redis.h"
+#include "catalog/catalog_redis.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -30,8 +30,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "catalog/redis_url.h"
 #include "log.h"
-#include "redis_url.h"
 #include "table.h"
 
 #define VERIFIED_MAX 4096

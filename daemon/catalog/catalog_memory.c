@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "catalog.h"
+#include "catalog/catalog.h"
 #include "table.h"
 
 typedef struct domain_entry {

@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "catalog.h"
+#include "catalog/catalog.h"
 
 #define RESHARD_CATALOG_REDIS_BACKOFF_MIN_MS 100
 #define RESHARD_CATALOG_REDIS_BACKOFF_MAX_MS 5000

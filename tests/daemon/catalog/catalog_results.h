@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "catalog.h"
+#include "catalog/catalog.h"
 
 typedef struct catalog_result {
   int calls;

@@ -4,25 +4,19 @@
  * with the join template cached under the same key a load of that
  * participant uses (the two joins are the same). The response is built
  * with protobuf-c by the wire layer and packed where the plan completes. */
-#include <stdio.h>
 #include <string.h>
 
 #include "log.h"
-#include "planner_internal.h"
-#include "reshard/checked.h"
 #include "reshard/store.h"
+#include "rpc/planner_internal.h"
 #include "wire.h"
 
 typedef struct store_ctx {
   reshard_call *call;
   reshard_planner *planner;
-  reshard__planner_env env;
   Reshard__V1__PlanStoreRequest *request;
 
-  reshard_shared_placement *placement_ref; /* when given by id */
-  reshard_placement inline_placement;
-  const reshard_placement *placement;
-  char placement_id[RESHARD_ID_SIZE];
+  reshard__target target;
   uint64_t effective_dp_rank;
   reshard_binding binding;
   uint64_t binding_values; /* sum of token_count * head_count, saturated */
@@ -44,22 +38,14 @@ typedef struct store_ctx {
 static void store_release(store_ctx *ctx) {
   reshard_shared_unref(ctx->manifest ? &ctx->manifest->base : NULL);
   reshard_shared_unref(ctx->join ? &ctx->join->base : NULL);
-  reshard_shared_unref(ctx->placement_ref ? &ctx->placement_ref->base : NULL);
   ctx->manifest = NULL;
   ctx->join = NULL;
-  ctx->placement_ref = NULL;
+  reshard__target_release(&ctx->target);
 }
 
 static void store_fail(store_ctx *ctx, const reshard_error *err) {
   store_release(ctx);
   reshard_call_fail(ctx->call, err);
-}
-
-static void store_fail_code(store_ctx *ctx, reshard_status code,
-                            const char *message) {
-  reshard_error err;
-  reshard_error_set(&err, code, "%s", message);
-  store_fail(ctx, &err);
 }
 
 static void log_store(const store_ctx *ctx) {
@@ -92,14 +78,8 @@ static void log_store(const store_ctx *ctx) {
 static void store_work(uv_work_t *work) {
   store_ctx *ctx = work->data;
   reshard_call *call = ctx->call;
-  if (reshard_call_cancelled(call)) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_UNAVAILABLE,
-                                    "the call was cancelled before planning");
-    return;
-  }
-  if (reshard_call_expired(call)) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
-                                    "deadline exceeded before planning");
+  if ((ctx->status = reshard__planner_check_call(call, &ctx->err)) !=
+      RESHARD_OK) {
     return;
   }
   reshard_arena *arena = reshard_call_arena(call);
@@ -132,19 +112,12 @@ static void store_after_work(uv_work_t *work, int status) {
     ctx->status = reshard_error_set(&ctx->err, RESHARD_UNAVAILABLE,
                                     "planning was cancelled (shutting down)");
   }
+  /* planned implies status == 0: a cancelled work item never ran. */
   if (ctx->planned && ctx->plan.built_join != NULL) {
-    reshard_shared_join *shared =
-        reshard_shared_join_wrap(ctx->plan.built_join);
+    reshard__planner_keep_join(
+        ctx->planner, ctx->plan.built_join, ctx->manifest->layout_id,
+        &ctx->target, ctx->effective_dp_rank, ctx->binding.participant_id);
     ctx->plan.built_join = NULL;
-    char key[RESHARD_ID_SIZE * 2 + 512];
-    size_t length = reshard_cache_join_key(
-        key, sizeof key, ctx->manifest->layout_id, ctx->placement_id,
-        ctx->effective_dp_rank, ctx->binding.participant_id);
-    if (shared != NULL && length > 0 && status == 0) {
-      reshard_cache_put(ctx->env.cache, RESHARD_CACHE_JOIN, key, length,
-                        &shared->base);
-    }
-    reshard_shared_unref(shared ? &shared->base : NULL);
   }
   log_store(ctx);
   store_release(ctx);
@@ -161,28 +134,14 @@ static void store_dispatch(reshard_call *call, const reshard_error *err,
 /* The manifest is resolved: attach a cached join and plan. */
 static void store_plan(store_ctx *ctx) {
   const reshard_shared_manifest *manifest = ctx->manifest;
-  const char *participant = ctx->binding.participant_id;
-  const reshard_placement_part *part =
-      participant ? reshard_placement_find_part(ctx->placement, participant)
-                  : NULL;
-  if (part != NULL &&
-      reshard_descriptor_equal(&manifest->manifest.layout.descriptor,
-                               &ctx->placement->descriptor, NULL)) {
-    char key[RESHARD_ID_SIZE * 2 + 512];
-    size_t length = reshard_cache_join_key(key, sizeof key, manifest->layout_id,
-                                           ctx->placement_id,
-                                           ctx->effective_dp_rank, participant);
-    reshard_shared *hit =
-        length > 0
-            ? reshard_cache_get(ctx->env.cache, RESHARD_CACHE_JOIN, key, length)
-            : NULL;
-    ctx->join = (reshard_shared_join *)hit;
-    ctx->join_hit = hit != NULL;
-  }
+  reshard__planner_find_join(ctx->planner, manifest, &ctx->target,
+                             ctx->effective_dp_rank,
+                             ctx->binding.participant_id, &ctx->join);
+  ctx->join_hit = ctx->join != NULL;
   reshard_limits requested;
   reshard_wire_limits_from_pb(ctx->request->limits, &requested);
   ctx->store = (reshard_store_request){
-      .placement = ctx->placement,
+      .placement = ctx->target.placement,
       .has_dp_rank = ctx->request->dp_rank != NULL,
       .dp_rank = ctx->request->dp_rank ? ctx->request->dp_rank->value : 0,
       .binding = &ctx->binding,
@@ -190,7 +149,7 @@ static void store_plan(store_ctx *ctx) {
       .layout = &manifest->manifest.layout,
       .layout_id = manifest->layout_id,
       .join = ctx->join ? ctx->join->join : NULL,
-      .limits = reshard_limits_clamp(ctx->env.caps, &requested),
+      .limits = reshard_limits_clamp(&ctx->planner->caps, &requested),
       .runs = ctx->request->runs,
   };
   /* The plan's memory is asked from --max-inflight-bytes before it is
@@ -212,14 +171,11 @@ static void store_dispatch(reshard_call *call, const reshard_error *err,
     return;
   }
   ctx->work.data = ctx;
-  if (ctx->binding_values <= ctx->env.inline_max_values) {
-    /* Small plans cost less than the hop to the pool and back. */
-    store_work(&ctx->work);
-    store_after_work(&ctx->work, 0);
-    return;
-  }
-  if (uv_queue_work(ctx->env.loop, &ctx->work, store_work, store_after_work)) {
-    store_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the plan");
+  if (reshard__planner_run(ctx->planner, &ctx->work, ctx->binding_values,
+                           store_work, store_work, store_after_work) != 0) {
+    reshard_error failure;
+    reshard_error_set(&failure, RESHARD_UNAVAILABLE, "cannot queue the plan");
+    store_fail(ctx, &failure);
   }
 }
 
@@ -231,74 +187,26 @@ static void on_manifest_fetched(void *data, const reshard_error *err,
     store_fail(ctx, err);
     return;
   }
-  const char *key = ctx->request->manifest_key;
-  if (count != 1 || !records[0].found) {
-    reshard_error not_found;
-    reshard_error_set(&not_found, RESHARD_NOT_FOUND,
-                      "manifest_key %s: no such manifest is published", key);
-    store_fail(ctx, &not_found);
-    return;
-  }
   reshard_error failure;
-  ctx->manifest = reshard__planner_manifest_from_record(
-      ctx->planner, key, records[0].data, records[0].length, &failure);
+  ctx->manifest = reshard__planner_manifest_found(
+      ctx->planner, ctx->request->manifest_key, records, count, &failure);
   if (ctx->manifest == NULL) {
     store_fail(ctx, &failure);
     return;
   }
-  reshard__planner_cache_manifest(ctx->planner, ctx->manifest);
   store_plan(ctx);
 }
 
-/* Resolves the oneof target into ctx->placement and its id. */
-static reshard_status resolve_placement(store_ctx *ctx, reshard_error *err) {
-  Reshard__V1__PlanStoreRequest *request = ctx->request;
-  switch (request->target_case) {
-  case RESHARD__V1__PLAN_STORE_REQUEST__TARGET_PLACEMENT: {
-    reshard_status status = reshard__planner_decode_placement(
-        ctx->call, request->placement, &ctx->inline_placement,
-        ctx->placement_id, err);
-    ctx->placement = &ctx->inline_placement;
-    return status;
-  }
-  case RESHARD__V1__PLAN_STORE_REQUEST__TARGET_PLACEMENT_ID: {
-    const char *id = request->placement_id;
-    reshard_shared *hit = reshard_cache_get(
-        ctx->env.cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
-    if (hit == NULL) {
-      return reshard_error_set(err, RESHARD_NOT_FOUND,
-                               "placement_id %.80s: not registered (call "
-                               "RegisterPlacement first)",
-                               id);
-    }
-    ctx->placement_ref = (reshard_shared_placement *)hit;
-    ctx->placement = &ctx->placement_ref->placement;
-    snprintf(ctx->placement_id, sizeof ctx->placement_id, "%s",
-             ctx->placement_ref->placement_id);
-    return RESHARD_OK;
-  }
-  default:
-    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "target: set placement or placement_id");
-  }
-}
-
-void reshard__handle_plan_store(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__PlanStoreRequest *request = reshard__planner_decode(
-      call, &reshard__v1__plan_store_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
+void reshard__handle_plan_store(reshard_planner *planner, reshard_call *call,
+                                void *message) {
+  Reshard__V1__PlanStoreRequest *request = message;
   reshard_arena *arena = reshard_call_arena(call);
-  store_ctx *ctx = RESHARD_ARENA_NEW(arena, store_ctx, 1);
+  store_ctx *ctx = reshard__planner_call_alloc(call, sizeof *ctx);
   if (ctx == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   ctx->call = call;
   ctx->planner = planner;
-  ctx->env = reshard__planner_env_of(planner);
   ctx->request = request;
   reshard_error err;
   char domain[RESHARD_DIGEST_HEX_LEN + 1];
@@ -306,28 +214,28 @@ void reshard__handle_plan_store(reshard_call *call, void *data) {
                                           domain, &err) != RESHARD_OK ||
       reshard_wire_binding_from_pb(request->binding, "binding", arena,
                                    &ctx->binding, &err) != RESHARD_OK ||
-      resolve_placement(ctx, &err) != RESHARD_OK) {
+      reshard__target_resolve(
+          &ctx->target, planner, call,
+          request->target_case ==
+              RESHARD__V1__PLAN_STORE_REQUEST__TARGET_PLACEMENT,
+          request->placement,
+          request->target_case ==
+                  RESHARD__V1__PLAN_STORE_REQUEST__TARGET_PLACEMENT_ID
+              ? request->placement_id
+              : NULL,
+          &err) != RESHARD_OK) {
     store_fail(ctx, &err);
     return;
   }
   /* An upper bound of the plan's size: one copy per bound value. */
-  for (size_t i = 0; i < ctx->binding.range_count; i++) {
-    const reshard_binding_range *range = &ctx->binding.ranges[i];
-    uint64_t values;
-    if (!reshard_mul(range->token_count, range->head_count, &values) ||
-        !reshard_add(ctx->binding_values, values, &ctx->binding_values)) {
-      ctx->binding_values = UINT64_MAX;
-      break;
-    }
-  }
+  ctx->binding_values = reshard_binding_values(&ctx->binding);
   ctx->effective_dp_rank =
-      request->dp_rank != NULL || ctx->placement->part_count == 0
-          ? (request->dp_rank ? request->dp_rank->value : 0)
-          : reshard_placement_lowest_dp(ctx->placement);
+      reshard__target_dp_rank(&ctx->target, request->dp_rank != NULL,
+                              request->dp_rank ? request->dp_rank->value : 0);
 
   const char *key = request->manifest_key;
   reshard_shared *hit = reshard_cache_get(
-      ctx->env.cache, RESHARD_CACHE_MANIFEST, key, strlen(key));
+      ctx->planner->cache, RESHARD_CACHE_MANIFEST, key, strlen(key));
   if (hit != NULL) {
     ctx->manifest = (reshard_shared_manifest *)hit;
     ctx->manifest_hit = true;
@@ -335,6 +243,6 @@ void reshard__handle_plan_store(reshard_call *call, void *data) {
     return;
   }
   const char *keys[1] = {key};
-  ctx->env.catalog->vtable->get_manifests(ctx->env.catalog, keys, 1,
-                                          on_manifest_fetched, ctx);
+  ctx->planner->catalog->vtable->get_manifests(ctx->planner->catalog, keys, 1,
+                                               on_manifest_fetched, ctx);
 }

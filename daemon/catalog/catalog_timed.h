@@ -6,7 +6,7 @@
 #ifndef RESHARD_CATALOG_TIMED_H
 #define RESHARD_CATALOG_TIMED_H
 
-#include "catalog.h"
+#include "catalog/catalog.h"
 #include "metrics.h"
 
 /* Wraps `inner`, which the wrapper then owns: closing the wrapper closes

@@ -1,4 +1,4 @@
-/* Tests daemon/catalog_lmdb.c through the catalog interface on a real
+/* Tests daemon/catalog/catalog_lmdb.c through the catalog interface on a real
  * libuv loop: manifests, idempotent bindings, lookups, forgetting, reopening,
  * batched commits, a full map, and the refusal of foreign or corrupted
  * directories without touching a byte of them. */
@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "catalog.h"
-#include "catalog_lmdb.h"
+#include "catalog/catalog.h"
+#include "catalog/catalog_lmdb.h"
 
 #define CATALOG_TEST_RECORD "rec"
 #include "catalog_results.h"

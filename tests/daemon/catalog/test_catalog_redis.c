@@ -1,4 +1,4 @@
-/* Tests daemon/catalog_redis.c through the catalog interface on a real
+/* Tests daemon/catalog/catalog_redis.c through the catalog interface on a real
  * libuv loop against a real redis-server, which each test starts on a free
  * loopback port (no persistence) and stops: manifests, idempotent bindings,
  * lookups, forgetting, two catalogs sharing one Redis, SELECT, and an outage
@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "catalog.h"
-#include "catalog_redis.h"
+#include "catalog/catalog.h"
+#include "catalog/catalog_redis.h"
 
 /* ---- redis-server ---- */
 

@@ -1,12 +1,12 @@
-/* Tests daemon/catalog_timed.c: the decorator forwards every operation to
- * the catalog it wraps (the memory backend here), keeps its name and
- * flags, and records each operation's latency and failures. */
+/* Tests daemon/catalog/catalog_timed.c: the decorator forwards every operation
+ * to the catalog it wraps (the memory backend here), keeps its name and flags,
+ * and records each operation's latency and failures. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
-#include "catalog_timed.h"
+#include "catalog/catalog_timed.h"
 
 typedef struct result {
   int calls;

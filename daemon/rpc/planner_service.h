@@ -8,7 +8,7 @@
 #include <uv.h>
 
 #include "cache.h"
-#include "catalog.h"
+#include "catalog/catalog.h"
 #include "metrics.h"
 #include "reshard/limits.h"
 #include "server.h"

@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "catalog.h"
+#include "catalog/catalog.h"
 
 /* 64 GiB of address space: the map only reserves it; the file grows with
  * the data. */

@@ -1,44 +1,24 @@
-#include "planner_service.h"
-
-#include <inttypes.h>
+/* The PlanLoad RPC (SPEC §2.2, §3.3): the request's target (inline, by id,
+ * or found by its bytes in the inline cache), the page bindings (catalog,
+ * or the binding cache during an outage), the distinct manifests they
+ * name (cache, else catalog), then reshard_plan_load on the loop (small
+ * bindings) or libuv's thread pool, with the join templates it built kept
+ * in the cache. Large requests are decoded off the loop, a few at a time
+ * (see "Where plans run" in docs/daemon.md). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "decode.h"
 #include "google/protobuf/wrappers.pb-c.h"
 #include "inline_cache.h"
 #include "log.h"
 #include "plan_response.h"
-#include "planner_internal.h"
-#include "reshard/checked.h"
-#include "reshard/identity.h"
 #include "reshard/plan.h"
-#include "reshard/upload.h"
-#include "shared.h"
+#include "rpc/planner_internal.h"
 #include "table.h"
 #include "wire.h"
-
-struct reshard_planner {
-  uv_loop_t *loop;
-  reshard_catalog *catalog;
-  reshard_cache *cache;
-  reshard_limits caps;
-  uint64_t inline_max_values;
-  bool cache_bindings;      /* a binding cache sits in front of the catalog */
-  reshard_metrics *metrics; /* may be NULL */
-
-  reshard_inline_recent recent_bindings; /* inline_cache.h */
-  /* Large PlanLoads being decoded or planned, and those waiting their
-   * turn as raw bytes (see "Where plans run" in docs/daemon.md). */
-  unsigned large_active;
-  unsigned max_large;
-  bool dequeuing;
-  struct queued_load *queue_head, *queue_tail;
-};
 
 /* A large PlanLoad request is decoded only when fewer than one per core
  * (planner->max_large) others are in hand: decoded, one S5 request (a
@@ -61,589 +41,14 @@ typedef struct queued_load {
   reshard_call *call;
 } queued_load;
 
-/* ---- Helpers ---- */
-
-static void *decode(reshard_call *call,
-                    const ProtobufCMessageDescriptor *type) {
-  size_t length;
-  const uint8_t *payload = reshard_call_payload(call, &length);
-  reshard_error err;
-  ProtobufCMessage *message = reshard_wire_unpack(
-      type, payload, length, reshard_call_arena(call), &err);
-  if (message == NULL) {
-    reshard_call_fail(call, &err);
-  }
-  return message;
-}
-
-static bool is_digest(const char *text) {
-  size_t i = 0;
-  for (; text[i] != '\0'; i++) {
-    char c = text[i];
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
-      return false;
-    }
-  }
-  return i == RESHARD_DIGEST_HEX_LEN;
-}
-
-/* Checks a model domain field: required, 64 lowercase hex digits. */
-static reshard_status check_domain(const char *domain, const char *path,
-                                   reshard_error *err) {
-  if (domain[0] == '\0') {
-    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT, "%s: required",
-                             path);
-  }
-  if (!is_digest(domain)) {
-    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "%s: \"%.80s\" is not a model domain (64 "
-                             "lowercase hex digits)",
-                             path, domain);
-  }
-  return RESHARD_OK;
-}
-
-/* Checks "kv/{domain}/manifests/{digest}" and extracts the domain. */
-static reshard_status
-parse_manifest_key(const char *key, const char *path,
-                   char domain[RESHARD_DIGEST_HEX_LEN + 1],
-                   reshard_error *err) {
-  static const char prefix[] = "kv/";
-  static const char middle[] = "/manifests/";
-  if (key[0] == '\0') {
-    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT, "%s: required",
-                             path);
-  }
-  size_t length = strlen(key);
-  const size_t d = RESHARD_DIGEST_HEX_LEN;
-  bool ok = length == 3 + d + 11 + d && memcmp(key, prefix, 3) == 0 &&
-            memcmp(key + 3 + d, middle, 11) == 0;
-  if (ok) {
-    char part[RESHARD_DIGEST_HEX_LEN + 1];
-    memcpy(part, key + 3, d);
-    part[d] = '\0';
-    ok = is_digest(part) && is_digest(key + 3 + d + 11);
-    if (ok) {
-      memcpy(domain, part, d + 1);
-    }
-  }
-  if (!ok) {
-    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "%s: \"%.160s\" is not a manifest key "
-                             "(kv/{model_domain}/manifests/{layout digest})",
-                             path, key);
-  }
-  return RESHARD_OK;
-}
-
-static reshard_status check_page_keys(char *const *keys, size_t count,
-                                      const reshard_limits *caps,
-                                      reshard_error *err) {
-  if (count > caps->max_page_keys) {
-    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
-                             "page_keys: %zu keys exceed the limit "
-                             "max_page_keys %" PRIu64,
-                             count, caps->max_page_keys);
-  }
-  for (size_t i = 0; i < count; i++) {
-    if (keys[i][0] == '\0') {
-      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                               "page_keys[%zu]: must not be empty", i);
-    }
-  }
-  return RESHARD_OK;
-}
-
-typedef struct manifest_ids {
-  char key[RESHARD_MANIFEST_KEY_SIZE];
-  char layout_id[RESHARD_ID_SIZE];
-  char domain[RESHARD_DIGEST_HEX_LEN + 1];
-} manifest_ids;
-
-static reshard_status compute_ids(const reshard_manifest *manifest,
-                                  manifest_ids *ids, reshard_error *err) {
-  reshard_status status =
-      reshard_layout_id(&manifest->layout, ids->layout_id, err);
-  if (status == RESHARD_OK) {
-    status = reshard_model_domain(manifest, ids->domain, err);
-  }
-  if (status == RESHARD_OK) {
-    status = reshard_manifest_key(manifest, ids->key, err);
-  }
-  return status;
-}
-
-/* Decodes and normalizes a catalog record into a shared manifest, checking
- * that it is the manifest `key` names. */
-static reshard_shared_manifest *
-manifest_from_record(const reshard_planner *planner, const char *key,
-                     const uint8_t *data, size_t length, reshard_error *err) {
-  reshard_arena scratch;
-  reshard_arena_init(&scratch, 4096);
-  reshard_shared_manifest *shared = NULL;
-  reshard_manifest manifest;
-  manifest_ids ids;
-  ProtobufCMessage *message = reshard_wire_unpack(
-      &reshard__v1__store_manifest__descriptor, data, length, &scratch, err);
-  if (message == NULL ||
-      reshard_wire_manifest_from_pb((Reshard__V1__StoreManifest *)message,
-                                    "manifest", &scratch, &manifest,
-                                    err) != RESHARD_OK ||
-      reshard_manifest_normalize(&manifest, &planner->caps, &scratch, err) !=
-          RESHARD_OK ||
-      compute_ids(&manifest, &ids, err) != RESHARD_OK) {
-    reshard_error_prefix(err, "catalog record %s", key);
-    if (err != NULL) {
-      err->code = RESHARD_INTERNAL;
-    }
-    goto done;
-  }
-  if (strcmp(ids.key, key) != 0) {
-    reshard_error_set(err, RESHARD_INTERNAL,
-                      "catalog record %s: holds manifest %s", key, ids.key);
-    goto done;
-  }
-  shared = reshard_shared_manifest_create(&manifest, ids.key, ids.layout_id,
-                                          ids.domain);
-  if (shared == NULL) {
-    reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
-                      "out of memory caching manifest %s", key);
-  }
-done:
-  reshard_arena_destroy(&scratch);
-  return shared;
-}
-
-static void cache_manifest(reshard_planner *planner,
-                           reshard_shared_manifest *manifest) {
-  reshard_cache_put(planner->cache, RESHARD_CACHE_MANIFEST,
-                    manifest->manifest_key, strlen(manifest->manifest_key),
-                    &manifest->base);
-}
-
-/* ---- PublishManifest ---- */
-
-typedef struct publish_ctx {
-  reshard_call *call;
-  reshard_planner *planner;
-  reshard_manifest manifest;
-  manifest_ids ids;
-} publish_ctx;
-
-static void on_published(void *data, const reshard_error *err, bool created) {
-  publish_ctx *ctx = data;
-  if (err->code != RESHARD_OK) {
-    reshard_call_fail(ctx->call, err);
-    return;
-  }
-  reshard_shared_manifest *shared = reshard_shared_manifest_create(
-      &ctx->manifest, ctx->ids.key, ctx->ids.layout_id, ctx->ids.domain);
-  if (shared != NULL) {
-    cache_manifest(ctx->planner, shared);
-    reshard_shared_unref(&shared->base);
-  }
-  reshard_log_line line;
-  if (created &&
-      reshard_log_begin(&line, RESHARD_LOG_INFO, "manifest published")) {
-    reshard_log_str(&line, "manifest_key", ctx->ids.key);
-    reshard_log_str(&line, "layout_id", ctx->ids.layout_id);
-    reshard_log_end(&line);
-  }
-  Reshard__V1__PublishManifestResponse response =
-      RESHARD__V1__PUBLISH_MANIFEST_RESPONSE__INIT;
-  response.manifest_key = ctx->ids.key;
-  response.layout_id = ctx->ids.layout_id;
-  response.model_domain = ctx->ids.domain;
-  response.created = created;
-  reshard_call_reply(ctx->call, &response.base);
-}
-
-static void handle_publish(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__PublishManifestRequest *request =
-      decode(call, &reshard__v1__publish_manifest_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
-  reshard_arena *arena = reshard_call_arena(call);
-  publish_ctx *ctx = RESHARD_ARENA_NEW(arena, publish_ctx, 1);
-  reshard_error err;
-  if (ctx == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  ctx->call = call;
-  ctx->planner = planner;
-  if (reshard_wire_manifest_from_pb(request->manifest, "manifest", arena,
-                                    &ctx->manifest, &err) != RESHARD_OK ||
-      reshard_manifest_normalize(&ctx->manifest, &planner->caps, arena, &err) !=
-          RESHARD_OK ||
-      compute_ids(&ctx->manifest, &ctx->ids, &err) != RESHARD_OK) {
-    reshard_call_fail(call, &err);
-    return;
-  }
-  /* The record is the canonical form: normalized, so every daemon stores
-   * the same bytes for the same manifest. */
-  Reshard__V1__StoreManifest *canonical =
-      reshard_wire_manifest_to_pb(&ctx->manifest, arena);
-  size_t length = 0;
-  uint8_t *record =
-      canonical ? reshard_wire_pack(&canonical->base, arena, &length) : NULL;
-  if (record == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  planner->catalog->vtable->put_manifest(planner->catalog, ctx->ids.key,
-                                         ctx->ids.domain, record, length,
-                                         on_published, ctx);
-}
-
-/* ---- GetManifest ---- */
-
-typedef struct get_ctx {
-  reshard_call *call;
-  reshard_planner *planner;
-  const char *key;
-} get_ctx;
-
-static void reply_manifest(reshard_call *call,
-                           const reshard_shared_manifest *shared) {
-  Reshard__V1__GetManifestResponse response =
-      RESHARD__V1__GET_MANIFEST_RESPONSE__INIT;
-  response.manifest =
-      reshard_wire_manifest_to_pb(&shared->manifest, reshard_call_arena(call));
-  if (response.manifest == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  response.layout_id = (char *)shared->layout_id;
-  response.model_domain = (char *)shared->model_domain;
-  reshard_call_reply(call, &response.base);
-}
-
-static void on_got_manifest(void *data, const reshard_error *err,
-                            const reshard_catalog_record *records,
-                            size_t count) {
-  get_ctx *ctx = data;
-  if (err->code != RESHARD_OK) {
-    reshard_call_fail(ctx->call, err);
-    return;
-  }
-  if (count != 1 || !records[0].found) {
-    reshard_error not_found;
-    reshard_error_set(&not_found, RESHARD_NOT_FOUND,
-                      "manifest_key %s: no such manifest is published",
-                      ctx->key);
-    reshard_call_fail(ctx->call, &not_found);
-    return;
-  }
-  reshard_error failure;
-  reshard_shared_manifest *shared = manifest_from_record(
-      ctx->planner, ctx->key, records[0].data, records[0].length, &failure);
-  if (shared == NULL) {
-    reshard_call_fail(ctx->call, &failure);
-    return;
-  }
-  cache_manifest(ctx->planner, shared);
-  reply_manifest(ctx->call, shared);
-  reshard_shared_unref(&shared->base);
-}
-
-static void handle_get_manifest(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__GetManifestRequest *request =
-      decode(call, &reshard__v1__get_manifest_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
-  reshard_error err;
-  char domain[RESHARD_DIGEST_HEX_LEN + 1];
-  if (parse_manifest_key(request->manifest_key, "manifest_key", domain, &err) !=
-      RESHARD_OK) {
-    reshard_call_fail(call, &err);
-    return;
-  }
-  reshard_shared *hit =
-      reshard_cache_get(planner->cache, RESHARD_CACHE_MANIFEST,
-                        request->manifest_key, strlen(request->manifest_key));
-  if (hit != NULL) {
-    reply_manifest(call, (reshard_shared_manifest *)hit);
-    reshard_shared_unref(hit);
-    return;
-  }
-  get_ctx *ctx = RESHARD_ARENA_NEW(reshard_call_arena(call), get_ctx, 1);
-  if (ctx == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  ctx->call = call;
-  ctx->planner = planner;
-  ctx->key = request->manifest_key;
-  planner->catalog->vtable->get_manifests(planner->catalog, &ctx->key, 1,
-                                          on_got_manifest, ctx);
-}
-
-/* ---- RegisterPages / ForgetPages ---- */
-
-typedef struct pages_ctx {
-  reshard_call *call;
-  reshard_planner *planner;
-  const char *domain;
-  char *const *page_keys;
-  size_t page_count;
-  bool forget;
-} pages_ctx;
-
-/* The binding cache's key for a page: "domain|page key" into `out`
- * (capacity `size`); 0 when it does not fit (such pages are never cached).
- * The model domain alone (no '|') marks the domain as known. */
-static size_t bindings_key(char *out, size_t size, const char *domain,
-                           const char *page_key) {
-  int n = snprintf(out, size, "%s|%s", domain, page_key);
-  return n > 0 && (size_t)n < size ? (size_t)n : 0;
-}
-
-/* Bindings changed: drop what a binding cache holds for these pages. */
-static void invalidate_bindings(pages_ctx *ctx) {
-  if (!ctx->planner->cache_bindings) {
-    return;
-  }
-  for (size_t i = 0; i < ctx->page_count; i++) {
-    char key[512];
-    size_t n = bindings_key(key, sizeof key, ctx->domain, ctx->page_keys[i]);
-    if (n > 0) {
-      reshard_cache_remove(ctx->planner->cache, RESHARD_CACHE_BINDINGS, key, n);
-    }
-  }
-}
-
-static void on_pages_changed(void *data, const reshard_error *err,
-                             uint64_t count) {
-  pages_ctx *ctx = data;
-  invalidate_bindings(ctx);
-  if (err->code != RESHARD_OK) {
-    reshard_call_fail(ctx->call, err);
-    return;
-  }
-  uint32_t narrowed = count > UINT32_MAX ? UINT32_MAX : (uint32_t)count;
-  if (ctx->forget) {
-    Reshard__V1__ForgetPagesResponse response =
-        RESHARD__V1__FORGET_PAGES_RESPONSE__INIT;
-    response.removed = narrowed;
-    reshard_call_reply(ctx->call, &response.base);
-  } else {
-    Reshard__V1__RegisterPagesResponse response =
-        RESHARD__V1__REGISTER_PAGES_RESPONSE__INIT;
-    response.added = narrowed;
-    reshard_call_reply(ctx->call, &response.base);
-  }
-}
-
-static pages_ctx *pages_ctx_new(reshard_call *call, reshard_planner *planner) {
-  pages_ctx *ctx = RESHARD_ARENA_NEW(reshard_call_arena(call), pages_ctx, 1);
-  if (ctx == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-    return NULL;
-  }
-  ctx->call = call;
-  ctx->planner = planner;
-  return ctx;
-}
-
-static void handle_register_pages(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__RegisterPagesRequest *request =
-      decode(call, &reshard__v1__register_pages_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
-  reshard_error err;
-  pages_ctx *ctx = pages_ctx_new(call, planner);
-  if (ctx == NULL) {
-    return;
-  }
-  char *domain = reshard_arena_alloc(reshard_call_arena(call),
-                                     RESHARD_DIGEST_HEX_LEN + 1, 1);
-  if (domain == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  if (parse_manifest_key(request->manifest_key, "manifest_key", domain, &err) !=
-          RESHARD_OK ||
-      check_page_keys(request->page_keys, request->n_page_keys, &planner->caps,
-                      &err) != RESHARD_OK) {
-    reshard_call_fail(call, &err);
-    return;
-  }
-  ctx->domain = domain;
-  ctx->page_keys = request->page_keys;
-  ctx->page_count = request->n_page_keys;
-  planner->catalog->vtable->add_pages(
-      planner->catalog, domain, request->manifest_key,
-      (const char *const *)request->page_keys, request->n_page_keys,
-      on_pages_changed, ctx);
-}
-
-static void handle_forget_pages(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__ForgetPagesRequest *request =
-      decode(call, &reshard__v1__forget_pages_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
-  reshard_error err;
-  pages_ctx *ctx = pages_ctx_new(call, planner);
-  if (ctx == NULL) {
-    return;
-  }
-  if (check_domain(request->model_domain, "model_domain", &err) != RESHARD_OK ||
-      check_page_keys(request->page_keys, request->n_page_keys, &planner->caps,
-                      &err) != RESHARD_OK) {
-    reshard_call_fail(call, &err);
-    return;
-  }
-  const char *manifest_key = NULL;
-  if (request->manifest_key[0] != '\0') {
-    char domain[RESHARD_DIGEST_HEX_LEN + 1];
-    if (parse_manifest_key(request->manifest_key, "manifest_key", domain,
-                           &err) != RESHARD_OK) {
-      reshard_call_fail(call, &err);
-      return;
-    }
-    if (strcmp(domain, request->model_domain) != 0) {
-      reshard_error_set(&err, RESHARD_INVALID_ARGUMENT,
-                        "manifest_key: belongs to model domain %s, not "
-                        "model_domain %s",
-                        domain, request->model_domain);
-      reshard_call_fail(call, &err);
-      return;
-    }
-    manifest_key = request->manifest_key;
-  }
-  ctx->forget = true;
-  ctx->domain = request->model_domain;
-  ctx->page_keys = request->page_keys;
-  ctx->page_count = request->n_page_keys;
-  planner->catalog->vtable->forget_pages(
-      planner->catalog, request->model_domain, manifest_key,
-      (const char *const *)request->page_keys, request->n_page_keys,
-      on_pages_changed, ctx);
-}
-
-/* ---- RegisterPlacement / PlanUpload ---- */
-
-/* Decodes and normalizes the request's placement into the call's arena. */
-static reshard_status decode_placement(reshard_call *call,
-                                       const Reshard__V1__Placement *pb,
-                                       reshard_placement *out,
-                                       char id[RESHARD_ID_SIZE],
-                                       reshard_error *err) {
-  reshard_arena *arena = reshard_call_arena(call);
-  reshard_status status =
-      reshard_wire_placement_from_pb(pb, "placement", arena, out, err);
-  if (status == RESHARD_OK) {
-    /* The caps the request was decoded under (the planner's). */
-    status = reshard_placement_check_limits(out, reshard_decode_caps(), err);
-  }
-  if (status == RESHARD_OK) {
-    status = reshard_placement_normalize(out, arena, err);
-  }
-  if (status == RESHARD_OK && id != NULL) {
-    status = reshard_placement_id(out, id, err);
-  }
-  return status;
-}
-
-static void handle_register_placement(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__RegisterPlacementRequest *request =
-      decode(call, &reshard__v1__register_placement_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
-  reshard_error err;
-  reshard_placement placement;
-  char id[RESHARD_ID_SIZE];
-  if (decode_placement(call, request->placement, &placement, id, &err) !=
-      RESHARD_OK) {
-    reshard_call_fail(call, &err);
-    return;
-  }
-  reshard_shared *hit = reshard_cache_get(
-      planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
-  if (hit == NULL) {
-    reshard_shared_placement *shared =
-        reshard_shared_placement_create(&placement, id);
-    bool cached = shared != NULL &&
-                  reshard_cache_put(planner->cache, RESHARD_CACHE_PLACEMENT, id,
-                                    strlen(id), &shared->base);
-    reshard_shared_unref(shared ? &shared->base : NULL);
-    if (!cached) {
-      reshard_error_set(&err, RESHARD_RESOURCE_EXHAUSTED,
-                        "placement: does not fit the cache (--cache-bytes)");
-      reshard_call_fail(call, &err);
-      return;
-    }
-  }
-  reshard_shared_unref(hit);
-  Reshard__V1__RegisterPlacementResponse response =
-      RESHARD__V1__REGISTER_PLACEMENT_RESPONSE__INIT;
-  response.placement_id = id;
-  reshard_call_reply(call, &response.base);
-}
-
-static void handle_plan_upload(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  Reshard__V1__PlanUploadRequest *request =
-      decode(call, &reshard__v1__plan_upload_request__descriptor);
-  if (request == NULL) {
-    return;
-  }
-  reshard_arena *arena = reshard_call_arena(call);
-  reshard_error err;
-  reshard_placement placement;
-  reshard_format format;
-  reshard_upload_plan plan;
-  if (decode_placement(call, request->placement, &placement, NULL, &err) !=
-          RESHARD_OK ||
-      reshard_wire_format_from_pb(request->format, "format", &format, &err) !=
-          RESHARD_OK ||
-      reshard_plan_upload(&placement, format, request->dp_rank != NULL,
-                          request->dp_rank ? request->dp_rank->value : 0,
-                          &planner->caps, arena, &plan, &err) != RESHARD_OK) {
-    reshard_call_fail(call, &err);
-    return;
-  }
-  Reshard__V1__PlanUploadResponse response =
-      RESHARD__V1__PLAN_UPLOAD_RESPONSE__INIT;
-  response.layout = reshard_wire_layout_to_pb(&plan.layout, arena);
-  if (response.layout == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  response.layout_id = plan.layout_id;
-  response.n_part_writers = plan.layout.shard_count;
-  response.part_writers = (char **)plan.part_writers;
-  reshard_call_reply(call, &response.base);
-}
-
-/* ---- PlanLoad ---- */
-
-/* What planning holds per copy, for the in-flight reservation: reshard-
- * bench measures 54-67 bytes of arena per copy at its peak on S1-S4
- * (copies, sort scratch, batches), and the encoded response adds 10-30. */
-enum { PLAN_BYTES_PER_COPY = 96 };
-
 typedef struct load_ctx {
   reshard_call *call;
   reshard_planner *planner;
   Reshard__V1__PlanLoadRequest *request;
   const char *operation_id;
 
-  reshard_shared_placement *placement_ref; /* when given by id */
-  reshard_placement inline_placement;
-  const reshard_placement *placement;
-  char placement_id[RESHARD_ID_SIZE];
+  reshard__target target;
+  const char *placement_id; /* target.id, the name encode_plan reads */
   bool has_dp_rank;
   uint64_t dp_rank;
   uint64_t effective_dp_rank;
@@ -699,9 +104,8 @@ typedef struct load_ctx {
 static void large_done(reshard_planner *planner);
 
 static void load_release_targets(load_ctx *ctx) {
-  reshard_shared_unref(ctx->placement_ref ? &ctx->placement_ref->base : NULL);
+  reshard__target_release(&ctx->target);
   reshard_shared_unref(ctx->binding_ref ? &ctx->binding_ref->base : NULL);
-  ctx->placement_ref = NULL;
   ctx->binding_ref = NULL;
 }
 
@@ -797,14 +201,8 @@ static void lower_pool_thread_priority(void) {
 static void load_work(uv_work_t *work) {
   load_ctx *ctx = work->data;
   reshard_call *call = ctx->call;
-  if (reshard_call_cancelled(call)) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_UNAVAILABLE,
-                                    "the call was cancelled before planning");
-    return;
-  }
-  if (reshard_call_expired(call)) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
-                                    "deadline exceeded before planning");
+  if ((ctx->status = reshard__planner_check_call(call, &ctx->err)) !=
+      RESHARD_OK) {
     return;
   }
   uint64_t start = uv_hrtime();
@@ -880,16 +278,9 @@ static void load_after_work(uv_work_t *work, int status) {
         continue;
       }
       ctx->built_joins[i] = NULL;
-      reshard_shared_join *shared = reshard_shared_join_wrap(built);
-      char key[RESHARD_ID_SIZE * 2 + 512];
-      size_t length = reshard_cache_join_key(
-          key, sizeof key, ctx->sources[i].layout_id, ctx->placement_id,
-          ctx->effective_dp_rank, participant);
-      if (shared != NULL && length > 0) {
-        reshard_cache_put(planner->cache, RESHARD_CACHE_JOIN, key, length,
-                          &shared->base);
-      }
-      reshard_shared_unref(shared ? &shared->base : NULL);
+      reshard__planner_keep_join(planner, built, ctx->sources[i].layout_id,
+                                 &ctx->target, ctx->effective_dp_rank,
+                                 participant);
     }
   }
   log_plan(ctx);
@@ -942,9 +333,6 @@ static void load_plan(load_ctx *ctx) {
     load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
-  const char *participant = ctx->binding.participant_id;
-  const reshard_placement_part *part =
-      reshard_placement_find_part(ctx->placement, participant);
   ctx->source_count = 0;
   for (size_t m = 0; m < ctx->manifest_count; m++) {
     const reshard_shared_manifest *manifest = ctx->manifests[m];
@@ -957,20 +345,10 @@ static void load_plan(load_ctx *ctx) {
     ctx->sources[s].layout = &manifest->manifest.layout;
     ctx->sources[s].layout_id = manifest->layout_id;
     ctx->source_keys[s] = manifest->manifest_key;
-    /* A template only exists for layouts the participant can read. */
-    if (part != NULL &&
-        reshard_descriptor_equal(&manifest->manifest.layout.descriptor,
-                                 &ctx->placement->descriptor, NULL)) {
-      char key[RESHARD_ID_SIZE * 2 + 512];
-      size_t length = reshard_cache_join_key(
-          key, sizeof key, manifest->layout_id, ctx->placement_id,
-          ctx->effective_dp_rank, participant);
-      reshard_shared *hit =
-          length > 0 ? reshard_cache_get(planner->cache, RESHARD_CACHE_JOIN,
-                                         key, length)
-                     : NULL;
-      if (hit != NULL) {
-        ctx->joins[s] = (reshard_shared_join *)hit;
+    if (reshard__planner_find_join(
+            planner, manifest, &ctx->target, ctx->effective_dp_rank,
+            ctx->binding.participant_id, &ctx->joins[s])) {
+      if (ctx->joins[s] != NULL) {
         ctx->sources[s].join = ctx->joins[s]->join;
         ctx->join_hits++;
       } else {
@@ -992,7 +370,7 @@ static void load_plan(load_ctx *ctx) {
   ctx->page_source_start[page_count] = at;
 
   ctx->load = (reshard_load_request){
-      .placement = ctx->placement,
+      .placement = ctx->target.placement,
       .has_dp_rank = ctx->has_dp_rank,
       .dp_rank = ctx->dp_rank,
       .binding = &ctx->binding,
@@ -1032,15 +410,8 @@ static void load_dispatch(reshard_call *call, const reshard_error *err,
     return;
   }
   ctx->work.data = ctx;
-  if (ctx->binding_values <= planner->inline_max_values) {
-    /* Small plans cost less than the hop to the pool and back. */
-    load_work(&ctx->work);
-    load_after_work(&ctx->work, 0);
-    return;
-  }
-  int error =
-      uv_queue_work(planner->loop, &ctx->work, pool_load_work, load_after_work);
-  if (error != 0) {
+  if (reshard__planner_run(planner, &ctx->work, ctx->binding_values, load_work,
+                           pool_load_work, load_after_work) != 0) {
     load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the plan");
   }
 }
@@ -1072,14 +443,14 @@ static void on_manifests_fetched(void *data, const reshard_error *err,
       continue;
     }
     reshard_error failure;
-    ctx->manifests[m] =
-        manifest_from_record(ctx->planner, ctx->manifest_keys[m], record->data,
-                             record->length, &failure);
+    ctx->manifests[m] = reshard__planner_manifest_from_record(
+        ctx->planner, ctx->manifest_keys[m], record->data, record->length,
+        &failure);
     if (ctx->manifests[m] == NULL) {
       load_fail(ctx, &failure);
       return;
     }
-    cache_manifest(ctx->planner, ctx->manifests[m]);
+    reshard__planner_cache_manifest(ctx->planner, ctx->manifests[m]);
   }
   load_plan(ctx);
 }
@@ -1222,7 +593,8 @@ static void remember_bindings(reshard_planner *planner, const char *domain,
   reshard_shared_unref(known);
   for (size_t p = 0; p < pages->page_count; p++) {
     char key[512];
-    size_t length = bindings_key(key, sizeof key, domain, page_keys[p]);
+    size_t length =
+        reshard__planner_bindings_key(key, sizeof key, domain, page_keys[p]);
     if (length == 0) {
       continue;
     }
@@ -1276,8 +648,8 @@ static void load_from_cache(load_ctx *ctx, const reshard_error *outage) {
   size_t total = 0;
   for (; prefix < page_count; prefix++) {
     char key[512];
-    size_t length =
-        bindings_key(key, sizeof key, domain, ctx->request->page_keys[prefix]);
+    size_t length = reshard__planner_bindings_key(
+        key, sizeof key, domain, ctx->request->page_keys[prefix]);
     reshard_shared *hit =
         length > 0 ? reshard_cache_get(planner->cache, RESHARD_CACHE_BINDINGS,
                                        key, length)
@@ -1363,16 +735,13 @@ static void use_cached_targets(load_ctx *ctx,
   if (placement == NULL) {
     return;
   }
-  ctx->placement_ref = (reshard_shared_placement *)placement;
-  ctx->placement = &ctx->placement_ref->placement;
-  snprintf(ctx->placement_id, sizeof ctx->placement_id, "%s",
-           ctx->placement_ref->placement_id);
+  reshard__target_take(&ctx->target, (reshard_shared_placement *)placement);
   const reshard_wire_span *strip[2] = {&fields->placement, NULL};
   size_t strip_count = 1;
   if (fields->binding.value != NULL) {
     size_t key_length;
     const char *key = reshard_inline_binding_key(
-        fields, ctx->placement_id, reshard_call_arena(ctx->call), &key_length);
+        fields, ctx->target.id, reshard_call_arena(ctx->call), &key_length);
     reshard_shared *binding =
         key ? reshard_cache_get(planner->cache, RESHARD_CACHE_BOUND_BINDING,
                                 key, key_length)
@@ -1406,7 +775,7 @@ static void cache_inline_placement(load_ctx *ctx,
     return;
   }
   reshard_shared_placement *shared =
-      reshard_shared_placement_create(ctx->placement, ctx->placement_id);
+      reshard_shared_placement_create(ctx->target.placement, ctx->target.id);
   if (shared != NULL) {
     reshard_cache_put(ctx->planner->cache, RESHARD_CACHE_INLINE_PLACEMENT,
                       (const char *)fields->placement.value,
@@ -1424,13 +793,13 @@ static void cache_binding(load_ctx *ctx, const reshard_inline_fields *fields) {
   }
   size_t key_length;
   const char *key = reshard_inline_binding_key(
-      fields, ctx->placement_id, reshard_call_arena(ctx->call), &key_length);
+      fields, ctx->target.id, reshard_call_arena(ctx->call), &key_length);
   if (key == NULL ||
       !reshard_inline_seen(&planner->recent_bindings, key, key_length)) {
     return;
   }
-  reshard_shared_binding *shared =
-      reshard_shared_binding_create(fields, ctx->placement, &ctx->limits);
+  reshard_shared_binding *shared = reshard_shared_binding_create(
+      fields, ctx->target.placement, &ctx->limits);
   if (shared == NULL) {
     return; /* the planner validates it and reports what is wrong */
   }
@@ -1444,43 +813,22 @@ static void cache_binding(load_ctx *ctx, const reshard_inline_fields *fields) {
  * kept by its bytes. */
 static bool resolve_target(load_ctx *ctx, const reshard_inline_fields *fields) {
   const Reshard__V1__PlanLoadRequest *request = ctx->request;
-  reshard_call *call = ctx->call;
-  reshard_planner *planner = ctx->planner;
+  bool given_inline =
+      request->target_case == RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT;
   reshard_error err;
-  switch (request->target_case) {
-  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT:
-    if (decode_placement(call, request->placement, &ctx->inline_placement,
-                         ctx->placement_id, &err) != RESHARD_OK) {
-      load_fail(ctx, &err);
-      return false;
-    }
-    ctx->placement = &ctx->inline_placement;
-    if (fields != NULL) {
-      cache_inline_placement(ctx, fields);
-    }
-    break;
-  case RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID: {
-    const char *id = request->placement_id;
-    reshard_shared *hit = reshard_cache_get(
-        planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
-    if (hit == NULL) {
-      reshard_error_set(&err, RESHARD_NOT_FOUND,
-                        "placement_id %.80s: not registered (call "
-                        "RegisterPlacement first)",
-                        id);
-      load_fail(ctx, &err);
-      return false;
-    }
-    ctx->placement_ref = (reshard_shared_placement *)hit;
-    ctx->placement = &ctx->placement_ref->placement;
-    snprintf(ctx->placement_id, sizeof ctx->placement_id, "%s",
-             ctx->placement_ref->placement_id);
-    break;
-  }
-  default:
-    load_fail_code(ctx, RESHARD_INVALID_ARGUMENT,
-                   "target: set placement or placement_id");
+  if (reshard__target_resolve(
+          &ctx->target, ctx->planner, ctx->call, given_inline,
+          request->placement,
+          request->target_case ==
+                  RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID
+              ? request->placement_id
+              : NULL,
+          &err) != RESHARD_OK) {
+    load_fail(ctx, &err);
     return false;
+  }
+  if (given_inline && fields != NULL) {
+    cache_inline_placement(ctx, fields);
   }
   return true;
 }
@@ -1500,11 +848,11 @@ static void decode_request(load_ctx *ctx) {
   }
   ctx->request = request;
   ctx->operation_id = request->operation_id;
-  if ((ctx->status = check_domain(request->model_domain, "model_domain",
-                                  &ctx->err)) != RESHARD_OK ||
-      (ctx->status = check_page_keys(request->page_keys, request->n_page_keys,
-                                     &planner->caps, &ctx->err)) !=
-          RESHARD_OK) {
+  if ((ctx->status = reshard__planner_check_domain(
+           request->model_domain, "model_domain", &ctx->err)) != RESHARD_OK ||
+      (ctx->status = reshard__planner_check_page_keys(
+           request->page_keys, request->n_page_keys, &planner->caps,
+           &ctx->err)) != RESHARD_OK) {
     return;
   }
   if (ctx->binding_ref == NULL) {
@@ -1545,7 +893,7 @@ static void continue_plan_load(load_ctx *ctx) {
     return;
   }
   /* An inline placement found by its bytes is resolved already. */
-  if (ctx->placement_ref == NULL &&
+  if (ctx->target.ref == NULL &&
       !resolve_target(ctx, ctx->by_content ? &ctx->fields : NULL)) {
     return;
   }
@@ -1556,74 +904,18 @@ static void continue_plan_load(load_ctx *ctx) {
   const Reshard__V1__PlanLoadRequest *request = ctx->request;
   ctx->has_dp_rank = request->target_dp_rank != NULL;
   ctx->dp_rank = ctx->has_dp_rank ? request->target_dp_rank->value : 0;
-  ctx->effective_dp_rank = ctx->has_dp_rank || ctx->placement->part_count == 0
-                               ? ctx->dp_rank
-                               : reshard_placement_lowest_dp(ctx->placement);
+  ctx->effective_dp_rank =
+      reshard__target_dp_rank(&ctx->target, ctx->has_dp_rank, ctx->dp_rank);
   ctx->planner->catalog->vtable->lookup_pages(
       ctx->planner->catalog, request->model_domain,
       (const char *const *)request->page_keys, request->n_page_keys,
       on_pages_found, ctx);
 }
 
-/* ---- Shared with the other RPC files (planner_internal.h) ---- */
-
-reshard__planner_env reshard__planner_env_of(reshard_planner *planner) {
-  return (reshard__planner_env){
-      .loop = planner->loop,
-      .catalog = planner->catalog,
-      .cache = planner->cache,
-      .caps = &planner->caps,
-      .inline_max_values = planner->inline_max_values,
-      .metrics = planner->metrics,
-  };
-}
-
-uint64_t reshard__planner_plan_reservation(uint64_t binding_values,
-                                           uint64_t max_operations) {
-  /* The binding's values bound the copies a plan can produce, and so does
-   * the operations limit. */
-  uint64_t copies =
-      binding_values < max_operations ? binding_values : max_operations;
-  uint64_t bytes;
-  return reshard_mul(copies, PLAN_BYTES_PER_COPY, &bytes) ? bytes : UINT64_MAX;
-}
-
-void *reshard__planner_decode(reshard_call *call,
-                              const ProtobufCMessageDescriptor *type) {
-  return decode(call, type);
-}
-
-reshard_status
-reshard__planner_parse_manifest_key(const char *key, const char *path,
-                                    char domain[RESHARD_DIGEST_HEX_LEN + 1],
-                                    reshard_error *err) {
-  return parse_manifest_key(key, path, domain, err);
-}
-
-reshard_status reshard__planner_decode_placement(
-    reshard_call *call, const Reshard__V1__Placement *pb,
-    reshard_placement *out, char id[RESHARD_ID_SIZE], reshard_error *err) {
-  return decode_placement(call, pb, out, id, err);
-}
-
-reshard_shared_manifest *
-reshard__planner_manifest_from_record(reshard_planner *planner, const char *key,
-                                      const uint8_t *data, size_t length,
-                                      reshard_error *err) {
-  return manifest_from_record(planner, key, data, length, err);
-}
-
-void reshard__planner_cache_manifest(reshard_planner *planner,
-                                     reshard_shared_manifest *manifest) {
-  cache_manifest(planner, manifest);
-}
-
 static void start_plan_load(reshard_planner *planner, reshard_call *call,
                             bool large) {
-  reshard_arena *arena = reshard_call_arena(call);
-  load_ctx *ctx = RESHARD_ARENA_NEW(arena, load_ctx, 1);
+  load_ctx *ctx = reshard__planner_call_alloc(call, sizeof *ctx);
   if (ctx == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     if (large) {
       large_done(planner);
     }
@@ -1632,14 +924,10 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   ctx->call = call;
   ctx->planner = planner;
   ctx->large = large;
-  if (reshard_call_cancelled(call)) {
-    load_fail_code(ctx, RESHARD_UNAVAILABLE,
-                   "the call was cancelled before planning");
-    return;
-  }
-  if (reshard_call_expired(call)) {
-    load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,
-                   "deadline exceeded before planning");
+  ctx->placement_id = ctx->target.id;
+  reshard_error err;
+  if (reshard__planner_check_call(call, &err) != RESHARD_OK) {
+    load_fail(ctx, &err);
     return;
   }
   size_t length;
@@ -1684,7 +972,7 @@ static void large_done(reshard_planner *planner) {
   planner->dequeuing = false;
 }
 
-static void handle_plan_load(reshard_call *call, void *data) {
+void reshard__handle_plan_load(reshard_call *call, void *data) {
   reshard_planner *planner = data;
   size_t length;
   reshard_call_payload(call, &length);
@@ -1697,10 +985,8 @@ static void handle_plan_load(reshard_call *call, void *data) {
     start_plan_load(planner, call, true);
     return;
   }
-  queued_load *node =
-      RESHARD_ARENA_NEW(reshard_call_arena(call), queued_load, 1);
+  queued_load *node = reshard__planner_call_alloc(call, sizeof(queued_load));
   if (node == NULL) {
-    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   node->call = call;
@@ -1710,55 +996,4 @@ static void handle_plan_load(reshard_call *call, void *data) {
     planner->queue_head = node;
   }
   planner->queue_tail = node;
-}
-
-/* ---- Life cycle ---- */
-
-reshard_planner *reshard_planner_create(uv_loop_t *loop,
-                                        reshard_catalog *catalog,
-                                        reshard_cache *cache,
-                                        const reshard_limits *caps,
-                                        uint64_t inline_max_values) {
-  reshard_planner *planner = calloc(1, sizeof *planner);
-  if (planner == NULL) {
-    return NULL;
-  }
-  planner->loop = loop;
-  planner->catalog = catalog;
-  planner->cache = cache;
-  planner->caps = *caps;
-  planner->inline_max_values = inline_max_values;
-  planner->cache_bindings = !catalog->vtable->lookups_are_local;
-  planner->max_large = uv_available_parallelism();
-  return planner;
-}
-
-void reshard_planner_register(reshard_planner *planner,
-                              reshard_server *server) {
-  static const struct {
-    const char *path;
-    reshard_method_fn fn;
-  } methods[] = {
-      {"/reshard.v1.Planner/PublishManifest", handle_publish},
-      {"/reshard.v1.Planner/GetManifest", handle_get_manifest},
-      {"/reshard.v1.Planner/RegisterPages", handle_register_pages},
-      {"/reshard.v1.Planner/ForgetPages", handle_forget_pages},
-      {"/reshard.v1.Planner/RegisterPlacement", handle_register_placement},
-      {"/reshard.v1.Planner/PlanUpload", handle_plan_upload},
-      {"/reshard.v1.Planner/PlanLoad", handle_plan_load},
-      {"/reshard.v1.Planner/PlanStore", reshard__handle_plan_store},
-  };
-  for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
-    reshard_server_add_method(server, methods[i].path, 0, methods[i].fn,
-                              planner);
-  }
-}
-
-void reshard_planner_set_metrics(reshard_planner *planner,
-                                 reshard_metrics *metrics) {
-  planner->metrics = metrics;
-}
-
-void reshard_planner_free(reshard_planner *planner) {
-  free(planner);
 }

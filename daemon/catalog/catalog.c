@@ -1,10 +1,10 @@
-#include "catalog.h"
+#include "catalog/catalog.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "catalog_lmdb.h"
-#include "catalog_redis.h"
+#include "catalog/catalog_lmdb.h"
+#include "catalog/catalog_redis.h"
 
 reshard_status reshard_catalog_open(uv_loop_t *loop, const char *spec,
                                     reshard_catalog **out, reshard_error *err) {

@@ -1,0 +1,203 @@
+/* What the planner's RPC files share (daemon/rpc/): the planner's state,
+ * the request checks every handler needs, and the handlers themselves,
+ * which reshard_planner_register (planner_service.c) installs. Internal
+ * to the daemon; everything here runs on the loop unless it says so. */
+#ifndef RESHARD_PLANNER_INTERNAL_H
+#define RESHARD_PLANNER_INTERNAL_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "cache.h"
+#include "catalog/catalog.h"
+#include "inline_cache.h"
+#include "metrics.h"
+#include "reshard/identity.h"
+#include "reshard/limits.h"
+#include "reshard/placement.h"
+#include "reshard/v1/planner.pb-c.h"
+#include "rpc/planner_service.h"
+#include "server.h"
+#include "shared.h"
+
+/* A handler of an RPC whose request the planner decodes before calling it:
+ * `message` is that request, in the call's arena. */
+typedef void reshard__planner_rpc(reshard_planner *planner, reshard_call *call,
+                                  void *message);
+
+/* What the server hands back for such an RPC (reshard_planner_register). */
+typedef struct reshard__planner_method {
+  reshard_planner *planner;
+  const ProtobufCMessageDescriptor *request;
+  reshard__planner_rpc *handle;
+} reshard__planner_method;
+
+/* The RPCs but PlanLoad, which decodes its request itself (plan_load.c). */
+enum { RESHARD__PLANNER_DECODED_RPCS = 7 };
+
+struct reshard_planner {
+  uv_loop_t *loop;
+  reshard_catalog *catalog;
+  reshard_cache *cache;
+  reshard_limits caps;
+  uint64_t inline_max_values;
+  bool cache_bindings;      /* a binding cache sits in front of the catalog */
+  reshard_metrics *metrics; /* may be NULL */
+
+  reshard_inline_recent recent_bindings; /* inline_cache.h */
+  /* Large PlanLoads being decoded or planned, and those waiting their
+   * turn as raw bytes (see "Where plans run" in docs/daemon.md). */
+  unsigned large_active;
+  unsigned max_large;
+  bool dequeuing;
+  struct queued_load *queue_head, *queue_tail;
+
+  reshard__planner_method methods[RESHARD__PLANNER_DECODED_RPCS];
+};
+
+/* ---- Request helpers (planner_service.c) ---- */
+
+/* `size` zeroed bytes from the call's arena, aligned for any object: a
+ * handler's context. NULL after failing the call (RESOURCE_EXHAUSTED) when
+ * memory runs out. */
+void *reshard__planner_call_alloc(reshard_call *call, size_t size);
+
+/* Checks a model domain field: required, 64 lowercase hex digits
+ * (INVALID_ARGUMENT naming `path`). */
+reshard_status reshard__planner_check_domain(const char *domain,
+                                             const char *path,
+                                             reshard_error *err);
+
+/* Checks "kv/{domain}/manifests/{digest}" (INVALID_ARGUMENT naming `path`)
+ * and extracts the domain. */
+reshard_status
+reshard__planner_parse_manifest_key(const char *key, const char *path,
+                                    char domain[RESHARD_DIGEST_HEX_LEN + 1],
+                                    reshard_error *err);
+
+/* Checks a request's page keys: at most caps->max_page_keys, none empty. */
+reshard_status reshard__planner_check_page_keys(char *const *keys, size_t count,
+                                                const reshard_limits *caps,
+                                                reshard_error *err);
+
+/* The bytes a plan (load or store) may hold, asked from
+ * --max-inflight-bytes with reshard_call_reserve before planning starts. */
+uint64_t reshard__planner_plan_reservation(uint64_t binding_values,
+                                           uint64_t max_operations);
+
+/* ---- Manifests (manifests.c) ---- */
+
+/* A catalog record of manifest `key`, decoded, normalized and checked to
+ * be that manifest; NULL with `err` (INTERNAL) otherwise. The caller owns
+ * the reference. */
+reshard_shared_manifest *
+reshard__planner_manifest_from_record(const reshard_planner *planner,
+                                      const char *key, const uint8_t *data,
+                                      size_t length, reshard_error *err);
+
+/* Puts a manifest in the cache (the cache takes its own reference). */
+void reshard__planner_cache_manifest(reshard_planner *planner,
+                                     reshard_shared_manifest *manifest);
+
+/* ---- Pages (pages.c) ---- */
+
+/* The binding cache's key for a page: "domain|page key" into `out`
+ * (capacity `size`); 0 when it does not fit (such pages are never cached).
+ * The model domain alone (no '|') marks the domain as known. */
+size_t reshard__planner_bindings_key(char *out, size_t size, const char *domain,
+                                     const char *page_key);
+
+/* A catalog answer to a read of manifest `key` alone: the manifest,
+ * cached and owned by the caller, or NULL with `err` (NOT_FOUND when it is
+ * not published, INTERNAL for a bad record). */
+reshard_shared_manifest *
+reshard__planner_manifest_found(reshard_planner *planner, const char *key,
+                                const reshard_catalog_record *records,
+                                size_t count, reshard_error *err);
+
+/* ---- Placements (placements.c) ---- */
+
+/* Decodes and normalizes a request's placement into the call's arena;
+ * `id` (may be NULL) receives its placement_id. */
+reshard_status reshard__planner_decode_placement(
+    reshard_call *call, const Reshard__V1__Placement *pb,
+    reshard_placement *out, char id[RESHARD_ID_SIZE], reshard_error *err);
+
+/* The placement a plan (load or store) targets. */
+typedef struct reshard__target {
+  reshard_shared_placement *ref; /* held when registered or found by bytes */
+  reshard_placement inline_placement; /* decoded from the request */
+  const reshard_placement *placement; /* one of the two */
+  char id[RESHARD_ID_SIZE];
+} reshard__target;
+
+/* Resolves a request's `target` oneof: the inline placement `pb` when
+ * `given_inline`, else the registered placement `id` (NULL: neither is
+ * set). INVALID_ARGUMENT for neither or a bad placement, NOT_FOUND for an
+ * id never registered. */
+reshard_status reshard__target_resolve(reshard__target *target,
+                                       reshard_planner *planner,
+                                       reshard_call *call, bool given_inline,
+                                       const Reshard__V1__Placement *pb,
+                                       const char *id, reshard_error *err);
+
+/* Targets the shared placement `shared` (takes the reference). */
+void reshard__target_take(reshard__target *target,
+                          reshard_shared_placement *shared);
+
+/* Drops the reference the target holds, if any. */
+void reshard__target_release(reshard__target *target);
+
+/* The data-parallel rank a plan reads or writes as: the request's, else
+ * the placement's lowest (SPEC §2.2); the join templates are cached under
+ * it. */
+uint64_t reshard__target_dp_rank(const reshard__target *target,
+                                 bool has_dp_rank, uint64_t dp_rank);
+
+/* ---- Planning (planner_service.c), shared by PlanLoad and PlanStore ---- */
+
+/* Whether planning may start: UNAVAILABLE once the call is cancelled,
+ * DEADLINE_EXCEEDED once its deadline passed. Any thread. */
+reshard_status reshard__planner_check_call(reshard_call *call,
+                                           reshard_error *err);
+
+/* The cached join template of `participant` (may be NULL) reading
+ * `manifest` in `target` at `dp_rank`, into *join (a reference, or NULL on
+ * a miss). False when no template can exist: the participant has no part
+ * in the placement or the layout's descriptor is not the placement's. */
+bool reshard__planner_find_join(reshard_planner *planner,
+                                const reshard_shared_manifest *manifest,
+                                const reshard__target *target, uint64_t dp_rank,
+                                const char *participant,
+                                reshard_shared_join **join);
+
+/* Keeps the template the planner built (takes `built`) under the key
+ * reshard__planner_find_join reads. */
+void reshard__planner_keep_join(reshard_planner *planner, reshard_join *built,
+                                const char *layout_id,
+                                const reshard__target *target, uint64_t dp_rank,
+                                const char *participant);
+
+/* Plans: `work` runs on the loop now when the binding covers at most
+ * the planner's inline_max_values values, then `after`; else `pool_work` runs
+ * on libuv's thread pool. Non-zero (a libuv error) when it cannot be queued:
+ * then nothing runs. */
+int reshard__planner_run(reshard_planner *planner, uv_work_t *work,
+                         uint64_t binding_values, uv_work_cb loop_work,
+                         uv_work_cb pool_work, uv_after_work_cb after);
+
+/* ---- The handlers ---- */
+
+reshard__planner_rpc reshard__handle_publish_manifest; /* manifests.c */
+reshard__planner_rpc reshard__handle_get_manifest;
+reshard__planner_rpc reshard__handle_register_pages; /* pages.c */
+reshard__planner_rpc reshard__handle_forget_pages;
+reshard__planner_rpc reshard__handle_register_placement; /* placements.c */
+reshard__planner_rpc reshard__handle_plan_upload;
+reshard__planner_rpc reshard__handle_plan_store; /* plan_store.c */
+/* plan_load.c; `data` is the planner. */
+void reshard__handle_plan_load(reshard_call *call, void *data);
+
+#endif
