@@ -479,8 +479,13 @@ def run(args):
                                     message.SerializeToString())
             # An empty HealthCheckRequest asks about the server as a whole.
             health_file = write_frame(tmp, "health.grpc", b"")
-            before_text = read_metrics(target.metrics)
-            before = request_counts(before_text)
+            # The set-up calls are counted a moment after they answered: wait
+            # for them, or one of them would be counted as load.
+            set_up_calls = {method_ok: 1}
+            if mix is not None:
+                set_up_calls[PLAN_LOAD_OK] = set_up_calls.get(PLAN_LOAD_OK, 0) + 1
+            before_text, before = settled_counts(target.metrics, {},
+                                                 set_up_calls)
             rss_start = rss_bytes(target.pid, before_text)
             if args.warmup > 0:
                 warm, _ = run_h2load(h2load, target.grpc, data_file,
