@@ -8,26 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "reshard/join.h"
 #include "scenario.h"
+#include "timing.h"
 
 #ifdef RESHARD_BENCH_ENCODE
 #include "chunk_pool.h"
 #include "plan_response.h"
 #endif
-
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int compare_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 typedef struct timing {
   double median_ns;
@@ -49,9 +38,9 @@ static int time_plans(scenario *s, const reshard_join *template_join, int runs,
     reshard_arena_init(&arena, 0);
     reshard_error err;
     reshard_load_plan plan;
-    double start = now_ns();
+    double start = bench_now_ns();
     reshard_status status = reshard_plan_load(&s->request, &arena, &plan, &err);
-    samples[r] = now_ns() - start;
+    samples[r] = bench_now_ns() - start;
     if (status) {
       fprintf(stderr, "plan failed: %s: %s\n", reshard_status_name(status),
               err.message);
@@ -76,9 +65,9 @@ static int time_plans(scenario *s, const reshard_join *template_join, int runs,
     reshard_load_plan_free_joins(&plan, 1);
     reshard_arena_destroy(&arena);
   }
-  qsort(samples, (size_t)runs, sizeof *samples, compare_double);
-  out->median_ns = samples[runs / 2];
-  out->p99_ns = samples[(size_t)((double)runs * 0.99)];
+  bench_sort_samples(samples, (size_t)runs);
+  out->median_ns = bench_median(samples, (size_t)runs);
+  out->p99_ns = bench_p99(samples, (size_t)runs);
   free(samples);
   return 0;
 }
@@ -138,12 +127,12 @@ static int time_encoding(scenario *s, const reshard_join *template_join,
     reshard_arena_init_from(&arena, 64 * 1024, reshard_chunk_pool_source(pool));
     reshard_error err;
     reshard_load_plan plan;
-    double start = now_ns();
+    double start = bench_now_ns();
     if (reshard_plan_load(&s->request, &arena, &plan, &err)) {
       fprintf(stderr, "plan failed: %s\n", err.message);
       failed = 1;
     } else {
-      double planned = now_ns();
+      double planned = bench_now_ns();
       reshard_wire_plan_names names = bench_names(s, &arena);
       reshard_plan_response response;
       uint8_t *buffer = NULL;
@@ -153,7 +142,7 @@ static int time_encoding(scenario *s, const reshard_join *template_join,
         failed = 1;
       } else {
         out->bytes = reshard_plan_response_write(&response, buffer);
-        encode_ns[r] = now_ns() - planned;
+        encode_ns[r] = bench_now_ns() - planned;
         plan_ns[r] = planned - start;
       }
       free(buffer);
@@ -164,10 +153,10 @@ static int time_encoding(scenario *s, const reshard_join *template_join,
     reshard_arena_destroy(&arena);
   }
   if (!failed) {
-    qsort(plan_ns, (size_t)count, sizeof *plan_ns, compare_double);
-    qsort(encode_ns, (size_t)count, sizeof *encode_ns, compare_double);
-    out->plan_ns = plan_ns[count / 2];
-    out->encode_ns = encode_ns[count / 2];
+    bench_sort_samples(plan_ns, (size_t)count);
+    bench_sort_samples(encode_ns, (size_t)count);
+    out->plan_ns = bench_median(plan_ns, (size_t)count);
+    out->encode_ns = bench_median(encode_ns, (size_t)count);
   }
   s->request.runs = false;
   s->request.varint_columns = false;

@@ -16,12 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "reshard/join.h"
 #include "reshard_client.h"
 #include "scenario.h"
+#include "timing.h"
 #include "wire.h"
 
 #ifndef RESHARD_DAEMON_PATH
@@ -29,22 +29,6 @@
 #endif
 
 typedef enum reader_memory { READER_PAGED, READER_CONTIGUOUS } reader_memory;
-
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int compare_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *samples, int count) {
-  qsort(samples, (size_t)count, sizeof *samples, compare_double);
-  return samples[count / 2];
-}
 
 /* ---- The daemon ---- */
 
@@ -262,10 +246,10 @@ static int measure(reshard_client *client, const scenario_spec *spec,
     reshard_arena scratch;
     reshard_arena_init(&scratch, 0);
     reshard_load_plan plan;
-    double start = now_ns();
+    double start = bench_now_ns();
     reshard_status status =
         reshard_plan_load(&s.request, &scratch, &plan, &err);
-    samples[r] = now_ns() - start;
+    samples[r] = bench_now_ns() - start;
     if (status == RESHARD_OK) {
       out->copies = plan.operations;
     }
@@ -275,7 +259,8 @@ static int measure(reshard_client *client, const scenario_spec *spec,
       goto done;
     }
   }
-  out->plan_ns = median(samples, runs);
+  bench_sort_samples(samples, (size_t)runs);
+  out->plan_ns = bench_median(samples, (size_t)runs);
 
   if (set_up(client, spec, s.request.page_count, &s, &arena, &request) != 0) {
     goto done;
@@ -292,11 +277,11 @@ static int measure(reshard_client *client, const scenario_spec *spec,
     reshard_client_status st;
     uint8_t *response = NULL;
     size_t response_length = 0;
-    double start = now_ns();
+    double start = bench_now_ns();
     int code = reshard_client_call_raw(client, "/reshard.v1.Planner/PlanLoad",
                                        bytes, length, 60000, &response,
                                        &response_length, &st);
-    double elapsed = now_ns() - start;
+    double elapsed = bench_now_ns() - start;
     if (code != RESHARD_STATUS_OK) {
       fprintf(stderr, "%s: PlanLoad: %s: %s\n", spec->name,
               reshard_status_code_name(code), st.message);
@@ -324,7 +309,8 @@ static int measure(reshard_client *client, const scenario_spec *spec,
       samples[r] = elapsed;
     }
   }
-  out->round_ns = median(samples, runs);
+  bench_sort_samples(samples, (size_t)runs);
+  out->round_ns = bench_median(samples, (size_t)runs);
   result = 0;
 done:
   reshard_join_free(join);

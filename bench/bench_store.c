@@ -7,21 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "reshard/join.h"
 #include "scenario.h"
-
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int compare_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+#include "timing.h"
 
 /* What one row prints. */
 typedef struct figures {
@@ -97,18 +86,18 @@ static int measure(plan_fn fn, void *context, const reshard_join *warm,
   size_t peak = 0;
   for (int pass = 0; pass < 2; pass++) {
     for (int r = 0; r < runs; r++) {
-      double start = now_ns();
+      double start = bench_now_ns();
       size_t bytes = fn(context, pass ? warm : NULL, &counts);
-      samples[r] = now_ns() - start;
+      samples[r] = bench_now_ns() - start;
       if (bytes == 0) {
         free(samples);
         return -1;
       }
       peak = bytes > peak ? bytes : peak;
     }
-    qsort(samples, (size_t)runs, sizeof *samples, compare_double);
-    out->median_ns[pass] = samples[runs / 2];
-    out->p99_ns[pass] = samples[(size_t)((double)runs * 0.99)];
+    bench_sort_samples(samples, (size_t)runs);
+    out->median_ns[pass] = bench_median(samples, (size_t)runs);
+    out->p99_ns[pass] = bench_p99(samples, (size_t)runs);
   }
   out->before = counts.before;
   out->after = counts.after;
