@@ -175,29 +175,15 @@ static batch_outcome run_case(oracle_case *c) {
   return out;
 }
 
-typedef struct matrix_param {
-  reshard_format format;
-  oracle_memory_style style;
-} matrix_param;
-
-#define MATRIX_SIZE (3 * ORACLE_MEM_STYLE_COUNT)
-
 ParameterizedTestParameters(batch, format_x_memory) {
-  static matrix_param params[MATRIX_SIZE];
-  size_t k = 0;
-  for (int f = RESHARD_FORMAT_PLHD; f <= RESHARD_FORMAT_HPLD; f++) {
-    for (int s = 0; s < ORACLE_MEM_STYLE_COUNT; s++) {
-      params[k].format = (reshard_format)f;
-      params[k].style = (oracle_memory_style)s;
-      k++;
-    }
-  }
-  return cr_make_param_array(matrix_param, params, MATRIX_SIZE);
+  static oracle_matrix_param params[ORACLE_MATRIX_SIZE];
+  oracle_fill_matrix(params, false);
+  return cr_make_param_array(oracle_matrix_param, params, ORACLE_MATRIX_SIZE);
 }
 
 /* 18 x 12 cases: 8 with 3 operations / 100 bytes, 4 with random small
  * limits (odd byte budgets split inside elements). */
-ParameterizedTest(matrix_param *param, batch, format_x_memory) {
+ParameterizedTest(oracle_matrix_param *param, batch, format_x_memory) {
   oracle_rng rng;
   uint64_t stream = 2000 + (uint64_t)param->format * 10 + param->style;
   oracle_rng_seed(&rng, oracle_case_seed(oracle_base_seed(), stream, 999));

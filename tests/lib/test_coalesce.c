@@ -105,27 +105,13 @@ static coalesce_result check_case(oracle_case *c) {
 
 /* ---- random cases on every format x memory style ---- */
 
-typedef struct matrix_param {
-  reshard_format format;
-  oracle_memory_style style;
-} matrix_param;
-
-#define MATRIX_SIZE (3 * ORACLE_MEM_STYLE_COUNT)
-
 ParameterizedTestParameters(coalesce, format_x_memory) {
-  static matrix_param params[MATRIX_SIZE];
-  size_t k = 0;
-  for (int f = RESHARD_FORMAT_PLHD; f <= RESHARD_FORMAT_HPLD; f++) {
-    for (int s = 0; s < ORACLE_MEM_STYLE_COUNT; s++) {
-      params[k].format = (reshard_format)f;
-      params[k].style = (oracle_memory_style)s;
-      k++;
-    }
-  }
-  return cr_make_param_array(matrix_param, params, MATRIX_SIZE);
+  static oracle_matrix_param params[ORACLE_MATRIX_SIZE];
+  oracle_fill_matrix(params, false);
+  return cr_make_param_array(oracle_matrix_param, params, ORACLE_MATRIX_SIZE);
 }
 
-ParameterizedTest(matrix_param *param, coalesce, format_x_memory) {
+ParameterizedTest(oracle_matrix_param *param, coalesce, format_x_memory) {
   oracle_case_opts opts;
   memset(&opts, 0, sizeof opts);
   opts.format = param->format;

@@ -61,59 +61,32 @@ static void run_many(uint64_t stream, unsigned count,
 
 /* ---- format x memory style ---- */
 
-typedef struct matrix_param {
-  reshard_format format;
-  oracle_memory_style style;
-  bool single_tensor;
-} matrix_param;
-
-#define MATRIX_SIZE (3 * ORACLE_MEM_STYLE_COUNT)
-
-static void fill_matrix(matrix_param *params, bool single_tensor) {
-  size_t k = 0;
-  for (int f = RESHARD_FORMAT_PLHD; f <= RESHARD_FORMAT_HPLD; f++) {
-    for (int s = 0; s < ORACLE_MEM_STYLE_COUNT; s++) {
-      params[k].format = (reshard_format)f;
-      params[k].style = (oracle_memory_style)s;
-      params[k].single_tensor = single_tensor;
-      k++;
-    }
-  }
-}
-
 ParameterizedTestParameters(oracle, format_x_memory) {
-  static matrix_param params[MATRIX_SIZE];
-  fill_matrix(params, false);
-  return cr_make_param_array(matrix_param, params, MATRIX_SIZE);
+  static oracle_matrix_param params[ORACLE_MATRIX_SIZE];
+  oracle_fill_matrix(params, false);
+  return cr_make_param_array(oracle_matrix_param, params, ORACLE_MATRIX_SIZE);
 }
 
-/* 18 x 60 = 1080 cases: random topologies on both sides, 1-3 candidate
- * layouts, misses, preferences and mismatched candidates. */
-ParameterizedTest(matrix_param *param, oracle, format_x_memory) {
+/* 18 x 60 = 1080 cases (oracle_matrix_stream says which). */
+ParameterizedTest(oracle_matrix_param *param, oracle, format_x_memory) {
   oracle_case_opts opts;
-  memset(&opts, 0, sizeof opts);
-  opts.format = param->format;
-  opts.style = param->style;
-  opts.max_sources = 3;
-  opts.selection_twists = true;
-  run_many(100 + (uint64_t)param->format * 10 + param->style, 60, &opts);
+  unsigned count;
+  uint64_t stream = oracle_matrix_stream(param, &opts, &count);
+  run_many(stream, count, &opts);
 }
 
 ParameterizedTestParameters(oracle, single_tensor) {
-  static matrix_param params[MATRIX_SIZE];
-  fill_matrix(params, true);
-  return cr_make_param_array(matrix_param, params, MATRIX_SIZE);
+  static oracle_matrix_param params[ORACLE_MATRIX_SIZE];
+  oracle_fill_matrix(params, true);
+  return cr_make_param_array(oracle_matrix_param, params, ORACLE_MATRIX_SIZE);
 }
 
 /* 18 x 6 = 108 cases with value_head_dim = 0 (MLA-style latent caches). */
-ParameterizedTest(matrix_param *param, oracle, single_tensor) {
+ParameterizedTest(oracle_matrix_param *param, oracle, single_tensor) {
   oracle_case_opts opts;
-  memset(&opts, 0, sizeof opts);
-  opts.format = param->format;
-  opts.style = param->style;
-  opts.max_sources = 2;
-  opts.single_tensor = true;
-  run_many(200 + (uint64_t)param->format * 10 + param->style, 6, &opts);
+  unsigned count;
+  uint64_t stream = oracle_matrix_stream(param, &opts, &count);
+  run_many(stream, count, &opts);
 }
 
 /* ---- explicit TP/PP/DP/replica changes ---- */

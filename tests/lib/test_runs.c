@@ -338,57 +338,31 @@ static void assert_planned(runs_totals totals) {
 
 /* ---- the random oracle cases ---- */
 
-typedef struct matrix_param {
-  reshard_format format;
-  oracle_memory_style style;
-  bool single_tensor;
-} matrix_param;
-
-#define MATRIX_SIZE (3 * ORACLE_MEM_STYLE_COUNT)
-
-static void fill_matrix(matrix_param *params, bool single_tensor) {
-  size_t k = 0;
-  for (int f = RESHARD_FORMAT_PLHD; f <= RESHARD_FORMAT_HPLD; f++) {
-    for (int s = 0; s < ORACLE_MEM_STYLE_COUNT; s++) {
-      params[k++] = (matrix_param){(reshard_format)f, (oracle_memory_style)s,
-                                   single_tensor};
-    }
-  }
-}
-
 ParameterizedTestParameters(runs, format_x_memory) {
-  static matrix_param params[MATRIX_SIZE];
-  fill_matrix(params, false);
-  return cr_make_param_array(matrix_param, params, MATRIX_SIZE);
+  static oracle_matrix_param params[ORACLE_MATRIX_SIZE];
+  oracle_fill_matrix(params, false);
+  return cr_make_param_array(oracle_matrix_param, params, ORACLE_MATRIX_SIZE);
 }
 
 /* The oracle suite's streams, so these are the very cases it executes. */
-ParameterizedTest(matrix_param *param, runs, format_x_memory) {
+ParameterizedTest(oracle_matrix_param *param, runs, format_x_memory) {
   oracle_case_opts opts;
-  memset(&opts, 0, sizeof opts);
-  opts.format = param->format;
-  opts.style = param->style;
-  opts.max_sources = 3;
-  opts.selection_twists = true;
-  assert_planned(run_seeded(100 + (uint64_t)param->format * 10 + param->style,
-                            0, 60, &opts));
+  unsigned count;
+  uint64_t stream = oracle_matrix_stream(param, &opts, &count);
+  assert_planned(run_seeded(stream, 0, count, &opts));
 }
 
 ParameterizedTestParameters(runs, single_tensor) {
-  static matrix_param params[MATRIX_SIZE];
-  fill_matrix(params, true);
-  return cr_make_param_array(matrix_param, params, MATRIX_SIZE);
+  static oracle_matrix_param params[ORACLE_MATRIX_SIZE];
+  oracle_fill_matrix(params, true);
+  return cr_make_param_array(oracle_matrix_param, params, ORACLE_MATRIX_SIZE);
 }
 
-ParameterizedTest(matrix_param *param, runs, single_tensor) {
+ParameterizedTest(oracle_matrix_param *param, runs, single_tensor) {
   oracle_case_opts opts;
-  memset(&opts, 0, sizeof opts);
-  opts.format = param->format;
-  opts.style = param->style;
-  opts.max_sources = 2;
-  opts.single_tensor = true;
-  assert_planned(run_seeded(200 + (uint64_t)param->format * 10 + param->style,
-                            0, 6, &opts));
+  unsigned count;
+  uint64_t stream = oracle_matrix_stream(param, &opts, &count);
+  assert_planned(run_seeded(stream, 0, count, &opts));
 }
 
 static const oracle_topology topology_pairs[][2] = {

@@ -655,6 +655,39 @@ bool oracle_check_upload(const reshard_placement *placement,
 /* Runtime bindings                                                    */
 /* ------------------------------------------------------------------ */
 
+void oracle_fill_matrix(oracle_matrix_param *params, bool single_tensor) {
+  size_t k = 0;
+  for (int f = RESHARD_FORMAT_PLHD; f <= RESHARD_FORMAT_HPLD; f++) {
+    for (int s = 0; s < ORACLE_MEM_STYLE_COUNT; s++) {
+      params[k++] = (oracle_matrix_param){
+          (reshard_format)f, (oracle_memory_style)s, single_tensor};
+    }
+  }
+}
+
+uint64_t oracle_matrix_stream(const oracle_matrix_param *param,
+                              oracle_case_opts *opts, unsigned *count) {
+  memset(opts, 0, sizeof *opts);
+  opts->format = param->format;
+  opts->style = param->style;
+  uint64_t base;
+  if (param->single_tensor) {
+    /* 18 x 6 cases with no V component anywhere. */
+    opts->max_sources = 2;
+    opts->single_tensor = true;
+    base = 200;
+    *count = 6;
+  } else {
+    /* 18 x 60 cases: random topologies on both sides, 1-3 candidate
+     * layouts, misses, preferences and mismatched candidates. */
+    opts->max_sources = 3;
+    opts->selection_twists = true;
+    base = 100;
+    *count = 60;
+  }
+  return base + (uint64_t)param->format * 10 + param->style;
+}
+
 const char *oracle_memory_style_name(oracle_memory_style style) {
   switch (style) {
   case ORACLE_MEM_CONTIGUOUS:

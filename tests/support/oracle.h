@@ -281,6 +281,25 @@ typedef struct oracle_case_opts {
 
 #define ORACLE_MAX_SOURCES 6
 
+/* The format x memory-style matrix the oracle suites are parameterized
+ * over, and the seeded case streams of tests/lib/test_oracle.c, so that
+ * suites replaying those very cases (test_runs.c) cannot drift from them. */
+typedef struct oracle_matrix_param {
+  reshard_format format;
+  oracle_memory_style style;
+  bool single_tensor;
+} oracle_matrix_param;
+
+#define ORACLE_MATRIX_SIZE (3 * ORACLE_MEM_STYLE_COUNT)
+
+/* Fills params[0 .. ORACLE_MATRIX_SIZE) with every (format, style). */
+void oracle_fill_matrix(oracle_matrix_param *params, bool single_tensor);
+
+/* The options of the matrix case `param` and the stream its seeds come
+ * from; *count is how many cases the stream holds. */
+uint64_t oracle_matrix_stream(const oracle_matrix_param *param,
+                              oracle_case_opts *opts, unsigned *count);
+
 typedef struct oracle_case {
   reshard_arena arena;
   uint64_t seed;
