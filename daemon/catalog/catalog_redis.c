@@ -30,12 +30,17 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "catalog/redis_reply.h"
 #include "catalog/redis_url.h"
 #include "log.h"
 #include "table.h"
 
 #define VERIFIED_MAX 4096
 #define WATCHDOG_MS 50
+/* Arrays a reply may hold whatever was asked: the manifests bound to one
+ * page (SMEMBERS), which only a fleet publishing tens of thousands of
+ * layouts of one page could pass. */
+#define MIN_REPLY_ELEMENTS 65536
 
 typedef enum conn_state {
   CONN_DOWN,
@@ -97,6 +102,10 @@ struct redis_catalog {
   int port;
   int db;
   reshard_redis_url credentials; /* sent with AUTH on every connection */
+  /* The largest array reply the connection accepts: what the largest
+   * command sent so far can answer, and never less than
+   * MIN_REPLY_ELEMENTS (redis_reply.h says why replies need a bound). */
+  reshard_redis_reply_bound reply_bound;
 
   conn_state state;
   redisAsyncContext *ac;
@@ -428,6 +437,12 @@ static void connect_to(redis_catalog *r, const char *ip) {
     go_down(r);
     return;
   }
+  if (!reshard_redis_reader_bound(ac->c.reader, &r->reply_bound)) {
+    set_error(r, "cannot bound the reply reader (out of memory)");
+    redisAsyncFree(ac);
+    go_down(r);
+    return;
+  }
   if (redisLibuvAttach(ac, r->base.loop) != REDIS_OK) {
     set_error(r, "cannot watch the socket");
     redisAsyncFree(ac);
@@ -689,6 +704,13 @@ static bool send_commands(redis_op *op) {
   args a = {0};
   bool ok = true;
   bool multi = op->kind != OP_GET;
+  /* The largest array this operation's reply holds: MGET's values, or
+   * EXEC's results (at most two commands a key, plus two). */
+  size_t reply_elements =
+      op->key_count <= (SIZE_MAX - 4) / 2 ? 2 * op->key_count + 4 : SIZE_MAX;
+  if (reply_elements > r->reply_bound.max_elements) {
+    r->reply_bound.max_elements = reply_elements;
+  }
   if (multi) {
     args_word(&a, "MULTI");
     ok = send_args(r, &a, NULL, NULL);
@@ -1333,6 +1355,7 @@ reshard_status reshard_catalog_redis_open(uv_loop_t *loop, const char *spec,
   if (r == NULL) {
     return reshard_error_set(err, RESHARD_INTERNAL, "catalog: out of memory");
   }
+  r->reply_bound.max_elements = MIN_REPLY_ELEMENTS;
   /* Messages show the address only, never the credentials. */
   if (!reshard_redis_url_split(spec, &r->credentials) ||
       strlen(r->credentials.address) >= sizeof r->spec ||

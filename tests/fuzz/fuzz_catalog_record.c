@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "catalog/redis_reply.h"
 #include "reshard/arena.h"
 #include "reshard/identity.h"
 #include "wire.h"
@@ -53,8 +54,14 @@ static void walk_reply(const redisReply *reply, int depth) {
 }
 
 static void decode_resp(const uint8_t *data, size_t size) {
+  /* The daemon's reader bound (catalog/redis_reply.h), at its floor. */
+  static reshard_redis_reply_bound bound = {65536};
   redisReader *reader = redisReaderCreate();
   if (reader == NULL) {
+    return;
+  }
+  if (!reshard_redis_reader_bound(reader, &bound)) {
+    redisReaderFree(reader);
     return;
   }
   if (redisReaderFeed(reader, (const char *)data, size) == REDIS_OK) {
