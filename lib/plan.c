@@ -374,7 +374,7 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
                           : max_copies;
   if (request->runs) {
     reshard_status status = reshard__run_folder_init(
-        &folder, max_copies, batch_room, max_batches, plan->arena, plan->err);
+        &folder, max_copies, max_batches, plan->arena, plan->err);
     if (status) {
       return status;
     }

@@ -106,14 +106,15 @@ typedef struct reshard__run_folder {
   size_t batch_count;
   struct fold_slot *slots; /* class table, mask + 1 slots */
   size_t mask;
+  reshard_arena *arena; /* where the table grows */
 } reshard__run_folder;
 
-/* Sizes the folder for `max_copies` copies in all, at most
- * `max_batch_copies` in one batch, and `max_batches` batches. */
-reshard_status
-reshard__run_folder_init(reshard__run_folder *folder, size_t max_copies,
-                         size_t max_batch_copies, size_t max_batches,
-                         reshard_arena *arena, reshard_error *err);
+/* Sizes the folder for `max_copies` copies in all and `max_batches`
+ * batches; the class table grows in `arena` as batches need. */
+reshard_status reshard__run_folder_init(reshard__run_folder *folder,
+                                        size_t max_copies, size_t max_batches,
+                                        reshard_arena *arena,
+                                        reshard_error *err);
 /* Folds the next batch, `count` copies. */
 reshard_status reshard__run_folder_batch(reshard__run_folder *folder,
                                          const reshard_copy *copies,
