@@ -1,6 +1,6 @@
 /* Strided runs (SPEC §2.2 step 7): one pass over each batch, a small
- * open-addressing table finding each copy's class, so folding costs a hash
- * probe per copy and writes one entry per run. A batch has few classes
+ * open-addressing table finding each copy's class, so folding costs at most
+ * a hash probe per copy and writes one entry per run. A batch has few classes
  * (S1 read into one region per layer: 32 a page), so the table starts small
  * enough to stay in L1 and doubles when half full, rather than being sized
  * for a batch of all-distinct classes (512 KiB, zeroed per plan, for
