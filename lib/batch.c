@@ -74,6 +74,20 @@ void reshard__batcher_push(reshard__batcher *batcher,
   batcher->pushed += count;
 }
 
+bool reshard__batcher_fits(const reshard__batcher *batcher, size_t count,
+                           uint64_t bytes) {
+  return count < batcher->limits.max_operations - batcher->batch_ops &&
+         bytes < batcher->limits.max_bytes - batcher->batch_bytes;
+}
+
+void reshard__batcher_commit(reshard__batcher *batcher, size_t count,
+                             uint64_t bytes) {
+  batcher->written += count;
+  batcher->batch_ops += count;
+  batcher->batch_bytes += bytes;
+  batcher->pushed += count;
+}
+
 void reshard__batcher_finish(reshard__batcher *batcher) {
   if (batcher->batch_ops > 0) {
     close_batch(batcher);

@@ -18,28 +18,41 @@ static void insertion_sort(reshard__keyed *items, size_t count) {
   }
 }
 
-/* LSD radix sort, 8 bits a pass, over bits [low, high) of the keys; a pass
- * whose digit is the same for every key is skipped. */
+/* LSD radix sort over bits [low, high) of the keys, 8 bits a pass; a pass
+ * whose digit is the same for every key is skipped. When the bits fit one
+ * digit as wide as the item count makes worthwhile (up to MAX_DIGIT_BITS,
+ * no more buckets than items), one pass takes them all: a page of 1 024
+ * copies whose keys differ in 10 bits is sorted in one pass, not two.
+ * Wider digits over several passes measured slower (S3: pages of 5 120
+ * copies lose the skipped passes of 8-bit digits). */
+enum { DIGIT_BITS = 8, MAX_DIGIT_BITS = 11 };
+
 static reshard__keyed *radix_sort(reshard__keyed *items, reshard__keyed *spare,
                                   size_t count, unsigned low, unsigned high) {
-  enum { DIGIT_BITS = 8, BUCKETS = 1 << DIGIT_BITS };
-  size_t histogram[BUCKETS];
-  for (unsigned shift = low; shift < high; shift += DIGIT_BITS) {
-    memset(histogram, 0, sizeof histogram);
+  unsigned widest = DIGIT_BITS;
+  while (widest < MAX_DIGIT_BITS && ((size_t)2 << widest) <= count) {
+    widest++;
+  }
+  unsigned digit_bits = high - low <= widest ? high - low : DIGIT_BITS;
+  size_t buckets = (size_t)1 << digit_bits;
+  uint64_t mask = buckets - 1;
+  size_t histogram[(size_t)1 << MAX_DIGIT_BITS];
+  for (unsigned shift = low; shift < high; shift += digit_bits) {
+    memset(histogram, 0, buckets * sizeof histogram[0]);
     for (size_t i = 0; i < count; i++) {
-      histogram[(items[i].key >> shift) & (BUCKETS - 1)]++;
+      histogram[(items[i].key >> shift) & mask]++;
     }
-    if (histogram[(items[0].key >> shift) & (BUCKETS - 1)] == count) {
+    if (histogram[(items[0].key >> shift) & mask] == count) {
       continue;
     }
     size_t total = 0;
-    for (size_t b = 0; b < BUCKETS; b++) {
+    for (size_t b = 0; b < buckets; b++) {
       size_t n = histogram[b];
       histogram[b] = total;
       total += n;
     }
     for (size_t i = 0; i < count; i++) {
-      spare[histogram[(items[i].key >> shift) & (BUCKETS - 1)]++] = items[i];
+      spare[histogram[(items[i].key >> shift) & mask]++] = items[i];
     }
     reshard__keyed *swap = items;
     items = spare;

@@ -25,6 +25,7 @@ typedef struct planner {
   reshard__keyed *trial_keys;
   reshard__keyed *trial_spare;
   size_t trial_capacity;
+  uint64_t *page_bytes; /* per hit page, what lowering it moves */
 } planner;
 
 static reshard_status no_memory(planner *plan) {
@@ -289,6 +290,7 @@ static reshard_status select_and_count(planner *plan, reshard_load_plan *out,
     if (cost.copies > *largest_page) {
       *largest_page = cost.copies;
     }
+    plan->page_bytes[page] = cost.bytes;
     out->page_source[page] = source;
     out->hit_pages = page + 1;
   }
@@ -374,7 +376,7 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
                           : max_copies;
   if (request->runs) {
     reshard_status status = reshard__run_folder_init(
-        &folder, max_copies, batch_room, max_batches, plan->arena, plan->err);
+        &folder, max_copies, max_batches, plan->arena, plan->err);
     if (status) {
       return status;
     }
@@ -396,9 +398,17 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
     const reshard_join *join = plan->joins[out->page_source[page]];
     reshard__page_lowering lowering = page_lowering(plan, join, page);
     size_t count = reshard__lower_page(&lowering, lowered);
-    count = reshard__coalesce_page(lowered, count, join->part_base, keys, spare,
-                                   coalesced);
-    reshard__batcher_push(&batcher, coalesced, count);
+    if (reshard__batcher_fits(&batcher, count, plan->page_bytes[page])) {
+      /* No batch closes inside this page: coalesce straight into the
+       * batched copies rather than through a copy of the page. */
+      count = reshard__coalesce_page(lowered, count, join->part_base, keys,
+                                     spare, batcher.out + batcher.written);
+      reshard__batcher_commit(&batcher, count, plan->page_bytes[page]);
+    } else {
+      count = reshard__coalesce_page(lowered, count, join->part_base, keys,
+                                     spare, coalesced);
+      reshard__batcher_push(&batcher, coalesced, count);
+    }
     /* Fold and encode the batches this page closed while their copies are
      * in cache. */
     reshard_status status = RESHARD_OK;
@@ -448,7 +458,9 @@ static reshard_status plan_load(planner *plan, reshard_load_plan *out) {
   }
   out->page_source =
       RESHARD_ARENA_ARRAY(plan->arena, size_t, (size_t)request->page_count);
-  if (out->page_source == NULL) {
+  plan->page_bytes =
+      RESHARD_ARENA_ARRAY(plan->arena, uint64_t, (size_t)request->page_count);
+  if (out->page_source == NULL || plan->page_bytes == NULL) {
     return no_memory(plan);
   }
   const reshard_descriptor *descriptor = &request->placement->descriptor;

@@ -3,6 +3,7 @@
 #ifndef RESHARD_PLAN_INTERNAL_H
 #define RESHARD_PLAN_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -94,6 +95,15 @@ void reshard__batcher_init(reshard__batcher *batcher,
                            reshard_batch *batches);
 void reshard__batcher_push(reshard__batcher *batcher,
                            const reshard_copy *copies, size_t count);
+/* Whether `count` copies moving `bytes` in all fit the open batch with
+ * room to spare, so none is split and no batch closes among them. */
+bool reshard__batcher_fits(const reshard__batcher *batcher, size_t count,
+                           uint64_t bytes);
+/* Takes `count` copies moving `bytes` that the caller wrote at
+ * out + written, after reshard__batcher_fits said they fit: what
+ * reshard__batcher_push of the same copies would have done. */
+void reshard__batcher_commit(reshard__batcher *batcher, size_t count,
+                             uint64_t bytes);
 void reshard__batcher_finish(reshard__batcher *batcher);
 
 /* Folds batches into runs one at a time (SPEC §2.2 step 7), so the
@@ -106,14 +116,15 @@ typedef struct reshard__run_folder {
   size_t batch_count;
   struct fold_slot *slots; /* class table, mask + 1 slots */
   size_t mask;
+  reshard_arena *arena; /* where the table grows */
 } reshard__run_folder;
 
-/* Sizes the folder for `max_copies` copies in all, at most
- * `max_batch_copies` in one batch, and `max_batches` batches. */
-reshard_status
-reshard__run_folder_init(reshard__run_folder *folder, size_t max_copies,
-                         size_t max_batch_copies, size_t max_batches,
-                         reshard_arena *arena, reshard_error *err);
+/* Sizes the folder for `max_copies` copies in all and `max_batches`
+ * batches; the class table grows in `arena` as batches need. */
+reshard_status reshard__run_folder_init(reshard__run_folder *folder,
+                                        size_t max_copies, size_t max_batches,
+                                        reshard_arena *arena,
+                                        reshard_error *err);
 /* Folds the next batch, `count` copies. */
 reshard_status reshard__run_folder_batch(reshard__run_folder *folder,
                                          const reshard_copy *copies,

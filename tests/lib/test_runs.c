@@ -507,6 +507,38 @@ Test(runs, fold_by_hand) {
   reshard_arena_destroy(&arena);
 }
 
+Test(runs, fold_many_classes) {
+  /* More classes in a batch than the class table starts with, so it grows
+   * while runs are open: every class keeps its run across the growth, and
+   * the next batch starts each class afresh in the grown table. */
+  enum { CLASSES = 300 };
+  reshard_copy copies[3 * CLASSES];
+  for (size_t k = 0; k < 3; k++) {
+    for (size_t c = 0; c < CLASSES; c++) {
+      copies[k * CLASSES + c] =
+          (reshard_copy){0, 0, k * 100000 + c * 10, c, k * 64, 10};
+    }
+  }
+  const reshard_batch batches[] = {{0, 2 * CLASSES, 20 * CLASSES},
+                                   {2 * CLASSES, CLASSES, 10 * CLASSES}};
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_runs runs;
+  reshard_error err;
+  cr_assert_eq(reshard_runs_fold(copies, batches, 2, &arena, &runs, &err),
+               RESHARD_OK, "%s", err.message);
+  cr_assert_eq(runs.run_count, 2 * CLASSES);
+  cr_assert_eq(runs.batch_first[1], CLASSES);
+  for (size_t c = 0; c < CLASSES; c++) {
+    const reshard_run first = {copies[c], 2, 100000, 64};
+    const reshard_run second = {copies[2 * CLASSES + c], 1, 0, 0};
+    cr_assert(memcmp(&runs.runs[c], &first, sizeof first) == 0, "run %zu", c);
+    cr_assert(memcmp(&runs.runs[CLASSES + c], &second, sizeof second) == 0,
+              "run %zu of batch 1", c);
+  }
+  reshard_arena_destroy(&arena);
+}
+
 Test(runs, fold_rejects_unordered_class) {
   const reshard_copy copies[] = {{0, 0, 100, 0, 0, 10}, {0, 0, 0, 0, 10, 10}};
   const reshard_batch batch = {0, 2, 20};
