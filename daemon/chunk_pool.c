@@ -1,5 +1,6 @@
 #include "chunk_pool.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <uv.h>
@@ -16,6 +17,7 @@ typedef struct free_block {
 } free_block;
 
 struct reshard_chunk_pool {
+  atomic_size_t references;
   uv_mutex_t lock;
   free_block *free[CLASS_COUNT];
   size_t retain_bytes;
@@ -43,13 +45,19 @@ reshard_chunk_pool *reshard_chunk_pool_create(size_t retain_bytes) {
     free(pool);
     return NULL;
   }
+  atomic_init(&pool->references, 1);
   pool->retain_bytes = retain_bytes;
   pool->source = (reshard_arena_source){source_take, source_give, pool};
   return pool;
 }
 
+void reshard_chunk_pool_retain(reshard_chunk_pool *pool) {
+  atomic_fetch_add_explicit(&pool->references, 1, memory_order_relaxed);
+}
+
 void reshard_chunk_pool_free(reshard_chunk_pool *pool) {
-  if (pool == NULL) {
+  if (pool == NULL || atomic_fetch_sub_explicit(&pool->references, 1,
+                                                memory_order_acq_rel) > 1) {
     return;
   }
   for (int c = 0; c < CLASS_COUNT; c++) {

@@ -20,9 +20,15 @@ typedef struct reshard_chunk_pool reshard_chunk_pool;
  * out of memory. */
 reshard_chunk_pool *reshard_chunk_pool_create(size_t retain_bytes);
 
-/* Frees the pool and every block it keeps. Blocks still out must not be
- * given back afterwards. NULL is accepted. */
+/* Drops the caller's reference; the last one frees the pool and every
+ * block it keeps. Blocks still out must not be given back after the last
+ * reference is gone: a holder that may outlive the creator's reference (a
+ * response buffer gRPC frees when it likes) takes its own. NULL is
+ * accepted. */
 void reshard_chunk_pool_free(reshard_chunk_pool *pool);
+
+/* Takes another reference, dropped with reshard_chunk_pool_free. */
+void reshard_chunk_pool_retain(reshard_chunk_pool *pool);
 
 /* A block of at least `size` bytes; its real size goes to *capacity. NULL
  * when memory runs out. */

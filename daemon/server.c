@@ -8,6 +8,7 @@
 #include <grpc/slice.h>
 #include <grpc/support/time.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -452,11 +453,52 @@ reshard_status reshard_call_pack(reshard_call *call,
                                    pack_message, (void *)message);
 }
 
+/* A response buffer from the call pool: gRPC frees the slice on whichever
+ * thread sends it last, maybe after the server is gone, so the buffer
+ * keeps the pool alive. Reusing these blocks spares every large response
+ * the page faults of fresh memory (a 90 KB response cost the planner's
+ * thread ~4 % of the daemon's CPU in faults). */
+typedef struct pooled_response {
+  reshard_chunk_pool *pool;
+  size_t capacity;
+  max_align_t align; /* the bytes start after this header, aligned */
+} pooled_response;
+
+static void give_response(void *block) {
+  pooled_response *header = block;
+  reshard_chunk_pool *pool = header->pool;
+  reshard_chunk_pool_give(pool, block, header->capacity);
+  reshard_chunk_pool_free(pool);
+}
+
+static bool pooled_slice(reshard_chunk_pool *pool, size_t size,
+                         grpc_slice *out) {
+  size_t capacity;
+  size_t offset = offsetof(pooled_response, align);
+  if (size > SIZE_MAX - offset) {
+    return false;
+  }
+  pooled_response *header =
+      reshard_chunk_pool_take(pool, offset + size, &capacity);
+  if (header == NULL) {
+    return false;
+  }
+  header->pool = pool;
+  header->capacity = capacity;
+  reshard_chunk_pool_retain(pool);
+  *out = grpc_slice_new_with_user_data((uint8_t *)header + offset, size,
+                                       give_response, header);
+  return true;
+}
+
 reshard_status reshard_call_pack_encoded(reshard_call *call, size_t size,
                                          size_t (*write)(void *context,
                                                          uint8_t *out),
                                          void *context) {
-  grpc_slice slice = grpc_slice_malloc(size);
+  grpc_slice slice;
+  if (!pooled_slice(call->server->pool, size, &slice)) {
+    return RESHARD_RESOURCE_EXHAUSTED;
+  }
   size_t written = write(context, GRPC_SLICE_START_PTR(slice));
   assert(written == size);
   (void)written;

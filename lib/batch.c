@@ -76,8 +76,8 @@ void reshard__batcher_push(reshard__batcher *batcher,
 
 bool reshard__batcher_fits(const reshard__batcher *batcher, size_t count,
                            uint64_t bytes) {
-  return count < batcher->limits.max_operations - batcher->batch_ops &&
-         bytes < batcher->limits.max_bytes - batcher->batch_bytes;
+  return count <= batcher->limits.max_operations - batcher->batch_ops &&
+         bytes <= batcher->limits.max_bytes - batcher->batch_bytes;
 }
 
 void reshard__batcher_commit(reshard__batcher *batcher, size_t count,
@@ -86,6 +86,12 @@ void reshard__batcher_commit(reshard__batcher *batcher, size_t count,
   batcher->batch_ops += count;
   batcher->batch_bytes += bytes;
   batcher->pushed += count;
+  /* As a push of the same copies would: the batch closes at its last copy
+   * when that fills it. */
+  if (batcher->batch_ops == batcher->limits.max_operations ||
+      batcher->batch_bytes == batcher->limits.max_bytes) {
+    close_batch(batcher);
+  }
 }
 
 void reshard__batcher_finish(reshard__batcher *batcher) {

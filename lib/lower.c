@@ -222,3 +222,105 @@ size_t reshard__lower_page(const reshard__page_lowering *page,
   for_each_block(page, emit_block, &emit);
   return emit.count;
 }
+
+/* Lowering to strided sequences: each block becomes the few progressions
+ * its copies form, so a page costs work per block rather than per copy. */
+typedef struct sequencer {
+  reshard_run *out;
+  size_t count;
+  size_t room;
+  bool refused; /* a sequence would not fit, or its copies overlap */
+  uint64_t page_index;
+  uint64_t page_start;
+} sequencer;
+
+static void put_sequence(sequencer *seq, const reshard_copy *first,
+                         uint64_t count, uint64_t part_stride,
+                         uint64_t region_stride) {
+  if (seq->count == seq->room) {
+    seq->refused = true;
+    return;
+  }
+  if (count > 1 && part_stride < first->nbytes) {
+    /* Copies of a valid page never overlap in the Part; leave anything
+     * else to the copy-by-copy path, which reports it. */
+    seq->refused = true;
+    return;
+  }
+  if (count > 1 && part_stride == first->nbytes &&
+      region_stride == first->nbytes) {
+    /* Contiguous on both sides: coalescing makes it one copy. */
+    reshard_copy whole = *first;
+    whole.nbytes *= count;
+    seq->out[seq->count++] = (reshard_run){whole, 1, 0, 0};
+    return;
+  }
+  seq->out[seq->count++] = (reshard_run){
+      *first,
+      count,
+      count > 1 ? part_stride : 0,
+      count > 1 ? region_stride : 0,
+  };
+}
+
+static void sequence_block(void *context, const reshard_join_entry *entry,
+                           const reshard_bound_range *range, const block *b) {
+  sequencer *seq = context;
+  if (seq->refused) {
+    return;
+  }
+  bool rows, whole;
+  block_copies(entry, range, b, &rows, &whole);
+  uint64_t tokens = b->token_end - b->token_start;
+  uint64_t heads = b->head_end - b->head_start;
+  uint64_t hb = b->head_bytes;
+  reshard_copy first = {
+      .page_index = seq->page_index,
+      .part_index = entry->part_index,
+      .part_offset = entry->part_offset +
+                     (b->token_start - seq->page_start) * entry->token_stride +
+                     (b->head_start - entry->head_start) * entry->head_stride,
+      .region_index = range->region_index,
+      .region_offset =
+          range->region_offset +
+          (b->token_start - range->token_start) * range->token_stride +
+          (b->head_start - range->head_start) * range->head_stride,
+  };
+  if (whole) {
+    first.nbytes = tokens * heads * hb;
+    put_sequence(seq, &first, 1, 0, 0);
+  } else if (rows) {
+    first.nbytes = heads * hb;
+    put_sequence(seq, &first, tokens, entry->token_stride, range->token_stride);
+  } else if (heads == 1 ||
+             (tokens > 1 && entry->token_stride < entry->head_stride)) {
+    /* Tokens are the inner (closer in the Part) dimension: one sequence
+     * along the tokens per head. */
+    first.nbytes = hb;
+    for (uint64_t h = 0; h < heads; h++) {
+      put_sequence(seq, &first, tokens, entry->token_stride,
+                   range->token_stride);
+      first.part_offset += entry->head_stride;
+      first.region_offset += range->head_stride;
+    }
+  } else {
+    first.nbytes = hb;
+    for (uint64_t t = 0; t < tokens; t++) {
+      put_sequence(seq, &first, heads, entry->head_stride, range->head_stride);
+      first.part_offset += entry->token_stride;
+      first.region_offset += range->token_stride;
+    }
+  }
+}
+
+size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
+                                     reshard_run *out, size_t room) {
+  sequencer seq = {
+      .out = out,
+      .room = room,
+      .page_index = page->page_index,
+      .page_start = page->page_index * page->page_size,
+  };
+  for_each_block(page, sequence_block, &seq);
+  return seq.refused ? SIZE_MAX : seq.count;
+}

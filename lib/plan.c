@@ -26,6 +26,13 @@ typedef struct planner {
   reshard__keyed *trial_spare;
   size_t trial_capacity;
   uint64_t *page_bytes; /* per hit page, what lowering it moves */
+  reshard__sequence_scratch sequence_scratch;
+  /* Pages whose sequences could not stand for their copies; past a few,
+   * the plan stops trying and lowers copy by copy. */
+  unsigned sequence_refusals;
+  /* Whether the plan writes every copy: always, unless the caller reads
+   * only runs (request.runs_only) and no varint columns. */
+  bool keep_copies;
 } planner;
 
 static reshard_status no_memory(planner *plan) {
@@ -299,20 +306,32 @@ static reshard_status select_and_count(planner *plan, reshard_load_plan *out,
   return RESHARD_OK;
 }
 
-/* Folds the batches closed since `*folded` into runs. */
-static reshard_status fold_closed(planner *plan, reshard__run_folder *folder,
-                                  const reshard__batcher *batcher,
-                                  size_t *folded) {
-  for (; *folded < batcher->batch_count; (*folded)++) {
-    const reshard_batch *batch = &batcher->batches[*folded];
-    reshard_status status = reshard__run_folder_batch(
-        folder, batcher->out + batch->first, batch->count, plan->err);
+/* Folds the copies batched since the last call into runs, closing the
+ * batches closed since `*closed`; `*folded` counts the copies folded. */
+static reshard_status fold_batched(planner *plan, reshard__run_folder *folder,
+                                   const reshard__batcher *batcher,
+                                   size_t *closed, size_t *folded) {
+  for (; *closed < batcher->batch_count; (*closed)++) {
+    const reshard_batch *batch = &batcher->batches[*closed];
+    size_t end = batch->first + batch->count;
+    reshard_status status = reshard__run_folder_copies(
+        folder, batcher->out + *folded, end - *folded, plan->err);
     if (status) {
       return status;
     }
+    *folded = end;
+    reshard__run_folder_close(folder);
   }
-  return RESHARD_OK;
+  reshard_status status = reshard__run_folder_copies(
+      folder, batcher->out + *folded, batcher->written - *folded, plan->err);
+  *folded = batcher->written;
+  return status;
 }
+
+/* A plan whose pages keep refusing sequences (shapes that coalesce
+ * across them) stops trying after this many, rather than lowering each
+ * page twice. */
+enum { MAX_SEQUENCE_REFUSALS = 4 };
 
 /* Encodes the copies batched since the last call as varint columns,
  * closing the batches closed since `*closed`. */
@@ -332,6 +351,63 @@ static reshard_status encode_batched(planner *plan,
   reshard__column_encoder_rows(encoder, batcher->out + encoder->rows,
                                batcher->written - encoder->rows);
   return RESHARD_OK;
+}
+
+/* Batches a page lowered as sequences and, with a folder, folds it into
+ * runs. A page that fits the open batch is folded a group at a time (its
+ * copies written only when the plan keeps them); one that closes a batch
+ * goes through `scratch` and the batcher copy by copy, to be folded by
+ * fold_batched. `*folded_copies` counts the copies folded so far. */
+static reshard_status
+batch_sequences(planner *plan, const reshard__page_sequences *sequences,
+                uint64_t page_bytes, reshard__batcher *batcher,
+                reshard__run_folder *folder, size_t *folded_copies,
+                reshard_copy *scratch) {
+  size_t count = (size_t)sequences->copies;
+  if (!reshard__batcher_fits(batcher, count, page_bytes)) {
+    reshard__page_sequences_expand(sequences, scratch);
+    reshard__batcher_push(batcher, scratch, count);
+    return RESHARD_OK;
+  }
+  if (plan->keep_copies) {
+    reshard__page_sequences_expand(sequences, batcher->out + batcher->written);
+  }
+  reshard__batcher_commit(batcher, count, page_bytes);
+  if (folder == NULL) {
+    return RESHARD_OK;
+  }
+  size_t first = 0;
+  for (size_t g = 0; g < sequences->group_count; g++) {
+    size_t end = sequences->group_ends[g];
+    reshard_status status = reshard__run_folder_group(
+        folder, sequences->sequences + first, end - first, plan->err);
+    if (status) {
+      return status;
+    }
+    first = end;
+  }
+  *folded_copies = batcher->written;
+  return RESHARD_OK;
+}
+
+/* Lowers, coalesces and batches a page copy by copy. */
+static void batch_copies(const reshard__page_lowering *lowering,
+                         uint64_t page_bytes, reshard__batcher *batcher,
+                         reshard_copy *lowered, reshard__keyed *keys,
+                         reshard__keyed *spare, reshard_copy *coalesced) {
+  const uint64_t *part_base = lowering->join->part_base;
+  size_t count = reshard__lower_page(lowering, lowered);
+  if (reshard__batcher_fits(batcher, count, page_bytes)) {
+    /* No batch closes inside this page: coalesce straight into the
+     * batched copies rather than through a copy of the page. */
+    count = reshard__coalesce_page(lowered, count, part_base, keys, spare,
+                                   batcher->out + batcher->written);
+    reshard__batcher_commit(batcher, count, page_bytes);
+  } else {
+    count = reshard__coalesce_page(lowered, count, part_base, keys, spare,
+                                   coalesced);
+    reshard__batcher_push(batcher, coalesced, count);
+  }
 }
 
 /* Pass 2: lower, coalesce and batch each hit page in turn; only one page's
@@ -367,13 +443,25 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   }
   reshard__batcher batcher;
   reshard__batcher_init(&batcher, &batching, out->copies, out->batches);
-  reshard__run_folder folder = {0};
-  size_t folded = 0; /* batches folded so far */
+  reshard__run_folder folder;
+  size_t folded_batches = 0, folded_copies = 0;
   reshard__column_encoder encoder = {0};
   size_t encoded = 0; /* batches closed in the encoder */
   size_t batch_room = batching.max_operations < max_copies
                           ? (size_t)batching.max_operations
                           : max_copies;
+  plan->sequence_scratch = (reshard__sequence_scratch){
+      .lowered = RESHARD_ARENA_ARRAY(plan->arena, reshard_run, page_room),
+      .sorted = RESHARD_ARENA_ARRAY(plan->arena, reshard_run, page_room),
+      .keys = keys,
+      .spare = spare,
+      .group_ends = RESHARD_ARENA_ARRAY(plan->arena, size_t, page_room),
+      .room = page_room,
+  };
+  if (!plan->sequence_scratch.lowered || !plan->sequence_scratch.sorted ||
+      !plan->sequence_scratch.group_ends) {
+    return no_memory(plan);
+  }
   if (request->runs) {
     reshard_status status = reshard__run_folder_init(
         &folder, max_copies, max_batches, plan->arena, plan->err);
@@ -397,23 +485,28 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
                             (page + 1) * page_size);
     const reshard_join *join = plan->joins[out->page_source[page]];
     reshard__page_lowering lowering = page_lowering(plan, join, page);
-    size_t count = reshard__lower_page(&lowering, lowered);
-    if (reshard__batcher_fits(&batcher, count, plan->page_bytes[page])) {
-      /* No batch closes inside this page: coalesce straight into the
-       * batched copies rather than through a copy of the page. */
-      count = reshard__coalesce_page(lowered, count, join->part_base, keys,
-                                     spare, batcher.out + batcher.written);
-      reshard__batcher_commit(&batcher, count, plan->page_bytes[page]);
-    } else {
-      count = reshard__coalesce_page(lowered, count, join->part_base, keys,
-                                     spare, coalesced);
-      reshard__batcher_push(&batcher, coalesced, count);
+    reshard__page_sequences sequences;
+    bool by_sequences = false;
+    if (plan->sequence_refusals < MAX_SEQUENCE_REFUSALS) {
+      by_sequences = reshard__sequence_page(&lowering, &plan->sequence_scratch,
+                                            &sequences);
+      plan->sequence_refusals += !by_sequences;
     }
-    /* Fold and encode the batches this page closed while their copies are
-     * in cache. */
     reshard_status status = RESHARD_OK;
-    if (request->runs) {
-      status = fold_closed(plan, &folder, &batcher, &folded);
+    if (by_sequences) {
+      out->sequence_pages++;
+      status = batch_sequences(plan, &sequences, plan->page_bytes[page],
+                               &batcher, request->runs ? &folder : NULL,
+                               &folded_copies, coalesced);
+    } else {
+      batch_copies(&lowering, plan->page_bytes[page], &batcher, lowered, keys,
+                   spare, coalesced);
+    }
+    /* Fold and encode the copies this page batched while they are in
+     * cache. */
+    if (status == RESHARD_OK && request->runs) {
+      status = fold_batched(plan, &folder, &batcher, &folded_batches,
+                            &folded_copies);
     }
     if (status == RESHARD_OK && request->varint_columns) {
       status = encode_batched(plan, &encoder, &batcher, &encoded);
@@ -424,7 +517,8 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   }
   reshard__batcher_finish(&batcher);
   if (request->runs) {
-    reshard_status status = fold_closed(plan, &folder, &batcher, &folded);
+    reshard_status status =
+        fold_batched(plan, &folder, &batcher, &folded_batches, &folded_copies);
     if (status) {
       return status;
     }
@@ -444,6 +538,9 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
         batcher.written, (unsigned long long)limits->max_operations);
   }
   out->copy_count = batcher.written;
+  if (!plan->keep_copies) {
+    out->copies = NULL;
+  }
   out->batch_count = batcher.batch_count;
   out->operations = batcher.written;
   out->copies_after_coalescing = batcher.pushed;
@@ -496,6 +593,8 @@ reshard_status reshard_plan_load(const reshard_load_request *request,
   size_t sources = request->source_count;
   planner plan = {
       .request = request,
+      .keep_copies =
+          !(request->runs && request->runs_only) || request->varint_columns,
       .arena = arena,
       .err = err,
       .joins = RESHARD_ARENA_NEW(arena, const reshard_join *, sources + 1),

@@ -56,6 +56,49 @@ reshard__page_cost reshard__lower_count(const reshard__page_lowering *page);
 size_t reshard__lower_page(const reshard__page_lowering *page,
                            reshard_copy *out);
 
+/* Writes the page's copies into `out` as strided sequences (reshard_run:
+ * `count` copies `part_stride` and `region_stride` apart), at most `room`
+ * of them, in lowering order. Returns how many, or SIZE_MAX when they do
+ * not fit `room` or a sequence's copies would overlap in the Part: then
+ * the caller lowers the page copy by copy. */
+size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
+                                     reshard_run *out, size_t room);
+
+/* One page lowered to strided sequences sorted by first copy, standing for
+ * its coalesced copies (see lib/sequences.c). The sequences form groups
+ * one after another in the Part: group g is sequences [group_ends[g - 1],
+ * group_ends[g]), and source order takes copy k of each of its sequences
+ * in turn, k = 0, 1, ... (a group of one is its sequence). */
+typedef struct reshard__page_sequences {
+  const reshard_run *sequences;
+  size_t count;
+  const size_t *group_ends;
+  size_t group_count;
+  uint64_t copies;
+} reshard__page_sequences;
+
+/* Scratch for reshard__page_sequences: `room` entries in each array. */
+typedef struct reshard__sequence_scratch {
+  reshard_run *lowered;
+  reshard_run *sorted;
+  reshard__keyed *keys;
+  reshard__keyed *spare;
+  size_t *group_ends;
+  size_t room;
+} reshard__sequence_scratch;
+
+/* Lowers a page to sequences when they can stand for its coalesced copies:
+ * at most `room` of them, in groups as above, no two copies coalescing. Returns
+ * false otherwise; the caller then lowers and coalesces copy by copy. `out`
+ * points into `scratch`. */
+bool reshard__sequence_page(const reshard__page_lowering *lowering,
+                            reshard__sequence_scratch *scratch,
+                            reshard__page_sequences *out);
+/* Writes the page's copies, in source order, to `out` (room for
+ * page->copies). */
+void reshard__page_sequences_expand(const reshard__page_sequences *page,
+                                    reshard_copy *out);
+
 /* Sorts the copies of one page by (part, part_offset) and merges those
  * whose source and destination both continue the previous copy, writing
  * the result to `out`; returns the number written. `keyed` and `spare` are
@@ -95,8 +138,8 @@ void reshard__batcher_init(reshard__batcher *batcher,
                            reshard_batch *batches);
 void reshard__batcher_push(reshard__batcher *batcher,
                            const reshard_copy *copies, size_t count);
-/* Whether `count` copies moving `bytes` in all fit the open batch with
- * room to spare, so none is split and no batch closes among them. */
+/* Whether `count` copies moving `bytes` in all fit the open batch, so none
+ * is split and the batch closes, if at all, at the last of them. */
 bool reshard__batcher_fits(const reshard__batcher *batcher, size_t count,
                            uint64_t bytes);
 /* Takes `count` copies moving `bytes` that the caller wrote at
@@ -106,17 +149,30 @@ void reshard__batcher_commit(reshard__batcher *batcher, size_t count,
                              uint64_t bytes);
 void reshard__batcher_finish(reshard__batcher *batcher);
 
-/* Folds batches into runs one at a time (SPEC §2.2 step 7), so the
- * planner can fold each batch while its copies are still in cache. */
+/* Folds batches into runs as the batcher fills them (SPEC §2.2 step 7),
+ * so each copy is folded while it is still in cache: fold the open batch's
+ * copies (or strided sequences of them) in plan order, then close it. */
 struct fold_slot;
+enum { RESHARD__FOLD_RECENT = 64 };
 typedef struct reshard__run_folder {
   reshard_run *runs;
   size_t run_count;
-  size_t *batch_first; /* batch_count + 1 entries once finished */
-  size_t batch_count;
+  size_t *batch_first;     /* batch_count + 1 entries */
+  size_t batch_count;      /* closed batches */
   struct fold_slot *slots; /* class table, mask + 1 slots */
   size_t mask;
-  reshard_arena *arena; /* where the table grows */
+  size_t live;        /* classes of the open batch in the table */
+  size_t open_copies; /* copies folded into the open batch */
+  /* The last slot seen per region (modulo the size), for the open batch
+   * and the current table only: copies in source order visit one region
+   * per layer in turn, and each finds its class here without hashing. */
+  struct fold_slot *recent[RESHARD__FOLD_RECENT];
+  /* Scratch for one group, grown in the arena as groups need. */
+  struct fold_step *steps;
+  reshard__keyed *keys;
+  reshard__keyed *spare_keys;
+  size_t group_room;
+  reshard_arena *arena; /* where the table and scratch grow */
 } reshard__run_folder;
 
 /* Sizes the folder for `max_copies` copies in all and `max_batches`
@@ -125,10 +181,20 @@ reshard_status reshard__run_folder_init(reshard__run_folder *folder,
                                         size_t max_copies, size_t max_batches,
                                         reshard_arena *arena,
                                         reshard_error *err);
-/* Folds the next batch, `count` copies. */
-reshard_status reshard__run_folder_batch(reshard__run_folder *folder,
-                                         const reshard_copy *copies,
-                                         size_t count, reshard_error *err);
+/* Folds `count` more copies of the open batch. */
+reshard_status reshard__run_folder_copies(reshard__run_folder *folder,
+                                          const reshard_copy *copies,
+                                          size_t count, reshard_error *err);
+/* Folds a group of `width` sequences (see reshard__page_sequences: copy k
+ * of each in turn, k = 0, 1, ...) into the open batch: what folding its
+ * copies one by one would do, in work per run rather than per copy when
+ * the group is one sequence, sequences of distinct new classes, or
+ * sequences of one class with equal strides. */
+reshard_status reshard__run_folder_group(reshard__run_folder *folder,
+                                         const reshard_run *group, size_t width,
+                                         reshard_error *err);
+/* Closes the open batch. */
+void reshard__run_folder_close(reshard__run_folder *folder);
 void reshard__run_folder_finish(const reshard__run_folder *folder,
                                 reshard_runs *out);
 

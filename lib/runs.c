@@ -40,7 +40,7 @@ static size_t class_hash(const reshard_copy *copy) {
 }
 
 /* 64 slots of 64 bytes: 4 KiB. */
-enum { INITIAL_SLOTS = 64, RECENT = 64 };
+enum { INITIAL_SLOTS = 64 };
 
 /* The slot of `copy`'s class in the batch `stamp`: its live slot, or the
  * free slot where it belongs. */
@@ -80,6 +80,8 @@ static reshard_status grow_slots(reshard__run_folder *folder, uint64_t stamp,
   }
   folder->slots = grown;
   folder->mask = mask;
+  /* The cached slots are in the old table. */
+  memset(folder->recent, 0, sizeof folder->recent);
   return RESHARD_OK;
 }
 
@@ -102,78 +104,338 @@ reshard_status reshard__run_folder_init(reshard__run_folder *folder,
   return RESHARD_OK;
 }
 
-reshard_status reshard__run_folder_batch(reshard__run_folder *folder,
-                                         const reshard_copy *copies,
-                                         size_t count, reshard_error *err) {
-  reshard_run *runs = folder->runs;
-  size_t written = folder->run_count;
-  /* Stamps start at 1 so the zeroed table holds no live slot. */
-  uint64_t stamp = ++folder->batch_count;
-  size_t live = 0; /* classes of this batch in the table */
-  /* The last slot seen per region (modulo RECENT), valid for this batch
-   * and this table only: copies in source order visit one region per layer
-   * in turn, token after token, and each finds its class here without
-   * hashing. */
-  fold_slot *recent[RECENT] = {0};
-  for (size_t i = 0; i < count; i++) {
-    const reshard_copy *copy = &copies[i];
-    fold_slot **cached = &recent[copy->region_index % RECENT];
-    fold_slot *slot = *cached;
-    if (slot == NULL || !in_class(slot, copy)) {
+/* Stamps start at 1 so the zeroed table holds no live slot. */
+static uint64_t open_stamp(const reshard__run_folder *folder) {
+  return folder->batch_count + 1;
+}
+
+/* Folds one copy into the open batch; *out is the slot of its class, whose
+ * run now ends with the copy. */
+static reshard_status fold_copy(reshard__run_folder *folder,
+                                const reshard_copy *copy, fold_slot **out,
+                                reshard_error *err) {
+  uint64_t stamp = open_stamp(folder);
+  fold_slot **cached =
+      &folder->recent[copy->region_index % RESHARD__FOLD_RECENT];
+  fold_slot *slot = *cached;
+  if (slot == NULL || !in_class(slot, copy)) {
+    slot = find_slot(folder->slots, folder->mask, stamp, copy);
+    if (slot->stamp != stamp && 2 * (folder->live + 1) > folder->mask + 1) {
+      reshard_status status = grow_slots(folder, stamp, err);
+      if (status) {
+        return status;
+      }
+      cached = &folder->recent[copy->region_index % RESHARD__FOLD_RECENT];
       slot = find_slot(folder->slots, folder->mask, stamp, copy);
-      if (slot->stamp != stamp && 2 * (live + 1) > folder->mask + 1) {
-        reshard_status status = grow_slots(folder, stamp, err);
-        if (status) {
-          return status;
-        }
-        /* The cached slots are in the old table. */
-        memset(recent, 0, sizeof recent);
-        slot = find_slot(folder->slots, folder->mask, stamp, copy);
-      }
     }
-    if (slot->stamp == stamp) {
-      reshard_run *run = &runs[slot->run];
-      if (copy->part_offset <= slot->last_part) {
-        return reshard_error_set(
-            err, RESHARD_INVALID_ARGUMENT,
-            "runs: copy %zu of batch %zu: part_offset %llu does not follow "
-            "%llu of its class; copies must be in increasing part offset",
-            i, folder->batch_count - 1, (unsigned long long)copy->part_offset,
-            (unsigned long long)slot->last_part);
-      }
-      uint64_t part_step = copy->part_offset - slot->last_part;
-      uint64_t region_step = copy->region_offset - slot->last_region;
-      bool forward = copy->region_offset >= slot->last_region;
-      if (forward && run->count == 1) {
-        run->part_stride = part_step;
-        run->region_stride = region_step;
-        run->count = 2;
-      } else if (forward && part_step == run->part_stride &&
-                 region_step == run->region_stride) {
-        run->count++;
-      } else {
-        slot->run = written;
-        runs[written++] = (reshard_run){*copy, 1, 0, 0};
-      }
-    } else {
-      live++;
-      *slot = (fold_slot){stamp,
-                          copy->page_index,
-                          copy->part_index,
-                          copy->region_index,
-                          copy->nbytes,
-                          written,
-                          0,
-                          0};
-      runs[written++] = (reshard_run){*copy, 1, 0, 0};
-    }
-    slot->last_part = copy->part_offset;
-    slot->last_region = copy->region_offset;
-    *cached = slot;
   }
-  folder->run_count = written;
-  folder->batch_first[folder->batch_count] = written;
+  reshard_run *runs = folder->runs;
+  if (slot->stamp == stamp) {
+    reshard_run *run = &runs[slot->run];
+    if (copy->part_offset <= slot->last_part) {
+      return reshard_error_set(
+          err, RESHARD_INVALID_ARGUMENT,
+          "runs: copy %zu of batch %zu: part_offset %llu does not follow "
+          "%llu of its class; copies must be in increasing part offset",
+          folder->open_copies, folder->batch_count,
+          (unsigned long long)copy->part_offset,
+          (unsigned long long)slot->last_part);
+    }
+    uint64_t part_step = copy->part_offset - slot->last_part;
+    uint64_t region_step = copy->region_offset - slot->last_region;
+    bool forward = copy->region_offset >= slot->last_region;
+    if (forward && run->count == 1) {
+      run->part_stride = part_step;
+      run->region_stride = region_step;
+      run->count = 2;
+    } else if (forward && part_step == run->part_stride &&
+               region_step == run->region_stride) {
+      run->count++;
+    } else {
+      slot->run = folder->run_count;
+      runs[folder->run_count++] = (reshard_run){*copy, 1, 0, 0};
+    }
+  } else {
+    folder->live++;
+    *slot = (fold_slot){stamp,
+                        copy->page_index,
+                        copy->part_index,
+                        copy->region_index,
+                        copy->nbytes,
+                        folder->run_count,
+                        0,
+                        0};
+    runs[folder->run_count++] = (reshard_run){*copy, 1, 0, 0};
+  }
+  slot->last_part = copy->part_offset;
+  slot->last_region = copy->region_offset;
+  folder->open_copies++;
+  *cached = slot;
+  *out = slot;
   return RESHARD_OK;
+}
+
+reshard_status reshard__run_folder_copies(reshard__run_folder *folder,
+                                          const reshard_copy *copies,
+                                          size_t count, reshard_error *err) {
+  for (size_t i = 0; i < count; i++) {
+    fold_slot *slot;
+    reshard_status status = fold_copy(folder, &copies[i], &slot, err);
+    if (status) {
+      return status;
+    }
+  }
+  return RESHARD_OK;
+}
+
+/* Folds one sequence's copies: after its first copy joins a run, every
+ * later copy steps by the sequence's strides, so once the second joins a
+ * run (the first's, or a new one) the rest follow it. */
+static reshard_status fold_sequence(reshard__run_folder *folder,
+                                    const reshard_run *sequence,
+                                    reshard_error *err) {
+  fold_slot *slot;
+  reshard_status status = fold_copy(folder, &sequence->first, &slot, err);
+  if (status || sequence->count == 1) {
+    return status;
+  }
+  uint64_t rest = sequence->count - 1;
+  reshard_run *run = &folder->runs[slot->run];
+  if (run->count == 1) {
+    run->part_stride = sequence->part_stride;
+    run->region_stride = sequence->region_stride;
+    run->count += rest;
+  } else if (run->part_stride == sequence->part_stride &&
+             run->region_stride == sequence->region_stride) {
+    run->count += rest;
+  } else {
+    slot->run = folder->run_count;
+    folder->runs[folder->run_count++] = (reshard_run){
+        reshard_run_copy(sequence, 1),
+        rest,
+        rest > 1 ? sequence->part_stride : 0,
+        rest > 1 ? sequence->region_stride : 0,
+    };
+  }
+  reshard_copy last = reshard_run_copy(sequence, rest);
+  folder->open_copies += rest;
+  slot->last_part = last.part_offset;
+  slot->last_region = last.region_offset;
+  return RESHARD_OK;
+}
+
+/* The step from one copy of a group to the next in source order, and how
+ * many steps in a row (cyclically) equal it. */
+typedef struct fold_step {
+  uint64_t part, region;
+  bool forward;
+  uint64_t repeats; /* UINT64_MAX: every step of the group is this one */
+} fold_step;
+
+static reshard_status group_scratch(reshard__run_folder *folder, size_t width,
+                                    reshard_error *err) {
+  if (width <= folder->group_room) {
+    return RESHARD_OK;
+  }
+  size_t room = width > 2 * folder->group_room ? width : 2 * folder->group_room;
+  folder->steps = RESHARD_ARENA_ARRAY(folder->arena, fold_step, room);
+  folder->keys = RESHARD_ARENA_ARRAY(folder->arena, reshard__keyed, room);
+  folder->spare_keys = RESHARD_ARENA_ARRAY(folder->arena, reshard__keyed, room);
+  if (!folder->steps || !folder->keys || !folder->spare_keys) {
+    folder->group_room = 0;
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "runs: out of memory");
+  }
+  folder->group_room = room;
+  return RESHARD_OK;
+}
+
+static bool same_class(const reshard_copy *a, const reshard_copy *b) {
+  return a->page_index == b->page_index && a->part_index == b->part_index &&
+         a->region_index == b->region_index && a->nbytes == b->nbytes;
+}
+
+/* Whether sequence `sequence`, its class's only one in its group, folds
+ * with all its runs started at its first copy: true unless that copy joins
+ * a run whose stride (then) is not the sequence's, which would start a run
+ * at the second copy, after the other sequences' first copies. */
+static bool starts_runs_first(const reshard__run_folder *folder,
+                              const reshard_run *sequence) {
+  uint64_t stamp = open_stamp(folder);
+  const reshard_copy *first = &sequence->first;
+  const fold_slot *slot = find_slot(folder->slots, folder->mask, stamp, first);
+  if (slot->stamp != stamp || sequence->count == 1) {
+    return true;
+  }
+  if (first->part_offset <= slot->last_part ||
+      first->region_offset < slot->last_region) {
+    return true; /* an error or a new run, either way at the first copy */
+  }
+  const reshard_run *run = &folder->runs[slot->run];
+  uint64_t part_step = first->part_offset - slot->last_part;
+  uint64_t region_step = first->region_offset - slot->last_region;
+  if (run->count > 1 &&
+      (part_step != run->part_stride || region_step != run->region_stride)) {
+    return true; /* the first copy starts a new run */
+  }
+  return part_step == sequence->part_stride &&
+         region_step == sequence->region_stride;
+}
+
+/* Whether folding the group one sequence at a time is folding its copies
+ * in order: each sequence is its class's only one in the group (so its
+ * class sees only its copies, in its order) and starts its runs at its
+ * first copy (so runs come in the order of their first copies).
+ * Conservative on hash collisions. */
+static bool folds_by_sequence(reshard__run_folder *folder,
+                              const reshard_run *group, size_t width) {
+  for (size_t s = 0; s < width; s++) {
+    if (!starts_runs_first(folder, &group[s])) {
+      return false;
+    }
+    folder->keys[s] = (reshard__keyed){class_hash(&group[s].first), s};
+  }
+  const reshard__keyed *order =
+      reshard__sort_keyed(folder->keys, folder->spare_keys, width);
+  for (size_t s = 1; s < width; s++) {
+    if (order[s].key == order[s - 1].key) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Whether the group is one class with one region stride, so the steps
+ * between its copies repeat with the group's width. */
+static bool one_class(const reshard_run *group, size_t width) {
+  for (size_t s = 1; s < width; s++) {
+    if (!same_class(&group[s].first, &group[0].first) ||
+        group[s].region_stride != group[0].region_stride) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Folds a one-class group run by run. Its copies in order are c(i),
+ * i = k * width + s, copy k of sequence s; the step after c(i) depends on
+ * i mod width only. The greedy fold either starts a run or extends the
+ * current one over the longest stretch of steps equal to its stride, which
+ * is the precomputed repeat count: work per run, not per copy. */
+static reshard_status fold_one_class(reshard__run_folder *folder,
+                                     const reshard_run *group, size_t width,
+                                     reshard_error *err) {
+  fold_step *steps = folder->steps;
+  for (size_t s = 0; s < width; s++) {
+    reshard_copy from = group[s].first;
+    reshard_copy to =
+        s + 1 < width ? group[s + 1].first : reshard_run_copy(&group[0], 1);
+    steps[s] = (fold_step){to.part_offset - from.part_offset,
+                           to.region_offset - from.region_offset,
+                           to.region_offset >= from.region_offset, 1};
+  }
+  size_t differs = width; /* a step unlike the next, if any */
+  for (size_t s = 0; s < width && differs == width; s++) {
+    const fold_step *next = &steps[(s + 1) % width];
+    if (steps[s].part != next->part || steps[s].region != next->region) {
+      differs = s;
+    }
+  }
+  if (differs == width) {
+    for (size_t s = 0; s < width; s++) {
+      steps[s].repeats = UINT64_MAX;
+    }
+  } else {
+    for (size_t n = 1, s = differs; n < width; n++) {
+      size_t previous = (s + width - 1) % width;
+      const fold_step *at = &steps[s];
+      fold_step *before = &steps[previous];
+      before->repeats = before->part == at->part && before->region == at->region
+                            ? at->repeats + 1
+                            : 1;
+      s = previous;
+    }
+  }
+  fold_slot *slot;
+  reshard_status status = fold_copy(folder, &group[0].first, &slot, err);
+  if (status) {
+    return status;
+  }
+  uint64_t total = group[0].count * width;
+  uint64_t i = 0; /* the last copy folded */
+  while (i + 1 < total) {
+    reshard_run *run = &folder->runs[slot->run];
+    const fold_step *step = &steps[i % width];
+    uint64_t left = total - 1 - i;
+    uint64_t stretch = step->repeats < left ? step->repeats : left;
+    if (step->forward && run->count == 1) {
+      run->part_stride = step->part;
+      run->region_stride = step->region;
+      run->count += stretch;
+      i += stretch;
+    } else if (step->forward && step->part == run->part_stride &&
+               step->region == run->region_stride) {
+      run->count += stretch;
+      i += stretch;
+    } else {
+      i++;
+      slot->run = folder->run_count;
+      folder->runs[folder->run_count++] = (reshard_run){
+          reshard_run_copy(&group[i % width], i / width), 1, 0, 0};
+    }
+  }
+  reshard_copy last = reshard_run_copy(&group[width - 1], group[0].count - 1);
+  folder->open_copies += total - 1;
+  slot->last_part = last.part_offset;
+  slot->last_region = last.region_offset;
+  return RESHARD_OK;
+}
+
+reshard_status reshard__run_folder_group(reshard__run_folder *folder,
+                                         const reshard_run *group, size_t width,
+                                         reshard_error *err) {
+  for (size_t s = 0; s < width; s++) {
+    if (group[s].count > 1 && group[s].part_stride == 0) {
+      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                               "runs: batch %zu: a sequence of %llu copies "
+                               "with part_stride 0 repeats its part offset",
+                               folder->batch_count,
+                               (unsigned long long)group[s].count);
+    }
+  }
+  if (width == 1) {
+    return fold_sequence(folder, group, err);
+  }
+  reshard_status status = group_scratch(folder, width, err);
+  if (status) {
+    return status;
+  }
+  if (one_class(group, width)) {
+    return fold_one_class(folder, group, width, err);
+  }
+  if (folds_by_sequence(folder, group, width)) {
+    for (size_t s = 0; status == RESHARD_OK && s < width; s++) {
+      status = fold_sequence(folder, &group[s], err);
+    }
+    return status;
+  }
+  for (uint64_t k = 0; k < group[0].count; k++) {
+    for (size_t s = 0; s < width; s++) {
+      reshard_copy copy = reshard_run_copy(&group[s], k);
+      fold_slot *slot;
+      if ((status = fold_copy(folder, &copy, &slot, err))) {
+        return status;
+      }
+    }
+  }
+  return RESHARD_OK;
+}
+
+void reshard__run_folder_close(reshard__run_folder *folder) {
+  folder->batch_first[++folder->batch_count] = folder->run_count;
+  folder->live = 0;
+  folder->open_copies = 0;
+  memset(folder->recent, 0, sizeof folder->recent);
 }
 
 void reshard__run_folder_finish(const reshard__run_folder *folder,
@@ -199,8 +461,9 @@ reshard_status reshard_runs_fold(const reshard_copy *copies,
   reshard_status status =
       reshard__run_folder_init(&folder, total, batch_count, arena, err);
   for (size_t b = 0; status == RESHARD_OK && b < batch_count; b++) {
-    status = reshard__run_folder_batch(&folder, copies + batches[b].first,
-                                       batches[b].count, err);
+    status = reshard__run_folder_copies(&folder, copies + batches[b].first,
+                                        batches[b].count, err);
+    reshard__run_folder_close(&folder);
   }
   if (status == RESHARD_OK) {
     reshard__run_folder_finish(&folder, out);

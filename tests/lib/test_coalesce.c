@@ -19,6 +19,7 @@
 typedef struct coalesce_result {
   uint64_t before, after;
   uint64_t ref_before, ref_after;
+  uint64_t hit_pages, sequence_pages;
 } coalesce_result;
 
 /* Re-joins the plan's copies in sorted order (batching may split a copy
@@ -77,6 +78,8 @@ static coalesce_result check_case(oracle_case *c) {
     res.ref_after = ref.count;
     res.before = plan.copies_before_coalescing;
     res.after = plan.copies_after_coalescing;
+    res.hit_pages = plan.hit_pages;
+    res.sequence_pages = plan.sequence_pages;
     same = same_as_reference(&plan, &ref, detail, sizeof detail);
     /* with the default 64 MiB budget nothing here needs splitting */
     if (plan.bytes <= c->request.limits.max_batch_bytes) {
@@ -111,28 +114,54 @@ ParameterizedTestParameters(coalesce, format_x_memory) {
   return cr_make_param_array(oracle_matrix_param, params, ORACLE_MATRIX_SIZE);
 }
 
-ParameterizedTest(oracle_matrix_param *param, coalesce, format_x_memory) {
+/* Builds and checks case `index` of the matrix cell `param`'s stream. */
+static coalesce_result check_matrix_case(const oracle_matrix_param *param,
+                                         unsigned index) {
   oracle_case_opts opts;
   memset(&opts, 0, sizeof opts);
   opts.format = param->format;
   opts.style = param->style;
   opts.max_sources = 1;
   uint64_t stream = 1000 + (uint64_t)param->format * 10 + param->style;
+  uint64_t seed = oracle_case_seed(oracle_base_seed(), stream, index);
+  oracle_case c;
+  char msg[ORACLE_MSG_SIZE];
+  bool built = oracle_case_build(&c, seed, &opts, msg, sizeof msg);
+  if (!built) {
+    oracle_case_destroy(&c);
+  }
+  cr_assert(built, "RESHARD_ORACLE_SEED=0x%016" PRIx64 " case %u: %s",
+            oracle_base_seed(), index, msg);
+  return check_case(&c);
+}
+
+ParameterizedTest(oracle_matrix_param *param, coalesce, format_x_memory) {
   uint64_t total_before = 0;
   for (unsigned i = 0; i < 16; i++) {
-    uint64_t seed = oracle_case_seed(oracle_base_seed(), stream, i);
-    oracle_case c;
-    char msg[ORACLE_MSG_SIZE];
-    bool built = oracle_case_build(&c, seed, &opts, msg, sizeof msg);
-    if (!built) {
-      oracle_case_destroy(&c);
-    }
-    cr_assert(built, "RESHARD_ORACLE_SEED=0x%016" PRIx64 " case %u: %s",
-              oracle_base_seed(), i, msg);
-    coalesce_result r = check_case(&c);
-    total_before += r.before;
+    total_before += check_matrix_case(param, i).before;
   }
   cr_assert_gt(total_before, 0, "no copies planned at all");
+}
+
+/* The planner lowers a page as strided sequences when they can stand for
+ * its coalesced copies (lib/sequences.c) and copy by copy otherwise. The
+ * random cases above check every page against the reference either way;
+ * this makes sure both ways are among them, on the same streams. */
+Test(coalesce, both_lowering_paths_are_checked) {
+  oracle_matrix_param params[ORACLE_MATRIX_SIZE];
+  oracle_fill_matrix(params, false);
+  uint64_t hit_pages = 0, sequence_pages = 0;
+  for (size_t p = 0; p < ORACLE_MATRIX_SIZE; p++) {
+    for (unsigned i = 0; i < 16; i++) {
+      coalesce_result r = check_matrix_case(&params[p], i);
+      hit_pages += r.hit_pages;
+      sequence_pages += r.sequence_pages;
+    }
+  }
+  cr_assert_gt(sequence_pages, 0, "no page was lowered as sequences");
+  cr_assert_lt(sequence_pages, hit_pages,
+               "every one of %" PRIu64 " pages was lowered as sequences",
+               hit_pages);
 }
 
 /* ---- hand-computed cases (they also keep the reference honest) ---- */

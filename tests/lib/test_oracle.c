@@ -468,12 +468,13 @@ static void run_scenario(int scenario, uint64_t pages,
                                     sizeof msg);
     oracle_exec_stats stats;
     memset(&stats, 0, sizeof stats);
-    uint64_t hits = 0;
+    uint64_t hits = 0, sequence_pages = 0;
     if (ok) {
       reshard_arena plan_arena;
       reshard_load_plan plan;
       ok = oracle_case_run(&c, &plan_arena, &plan, &stats, msg, sizeof msg);
       hits = plan.hit_pages;
+      sequence_pages = plan.sequence_pages;
       oracle_plan_release(&c, &plan_arena, &plan);
     }
     const reshard_placement_part *part = c.participant;
@@ -488,6 +489,11 @@ static void run_scenario(int scenario, uint64_t pages,
     oracle_case_destroy(&c);
     cr_assert(ok, "S%d participant #%zu: %s", scenario, participants[i], msg);
     cr_assert_eq(hits, pages);
+    /* Every page of the standard scenarios takes the strided-sequence path
+     * (lib/sequences.c), so the byte-exact check above proves it. */
+    cr_assert_eq(sequence_pages, pages,
+                 "S%d: %" PRIu64 " of %" PRIu64 " pages lowered as sequences",
+                 scenario, sequence_pages, pages);
     /* the participant's whole share of every page arrived */
     cr_assert_eq(stats.bytes, expect_bytes,
                  "S%d: copied %" PRIu64 " bytes, expected %" PRIu64, scenario,

@@ -382,6 +382,9 @@ Test(plan, plhd_single_page_coalesces_k_and_v) {
   expect_copy(0, 0, 1, 0, 0, 16);
   cr_assert_eq(fx.plan.copies_before_coalescing, 2);
   cr_assert_eq(fx.plan.copies_after_coalescing, 1);
+  /* K's single copy runs into V's: lowered as sequences, the two merge as
+   * coalescing merges them. */
+  cr_assert_eq(fx.plan.sequence_pages, 1);
   check_stats();
 }
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "oracle.h"
+#include "plan_internal.h"
 #include "reshard/runs.h"
 
 /* ---- an independent reference, written from the SPEC text ---- */
@@ -298,6 +299,28 @@ static void run_case(oracle_case *c, const char *what, runs_totals *totals) {
             "%s: runs changed the explicit plan", what);
   totals->runs += check_plan_runs(&runs_plan);
   totals->copies += runs_plan.copy_count;
+  /* Asked for runs only (as the daemon asks), the plan need not write the
+   * copies, and its runs and batches are the same. */
+  reshard_arena only_arena;
+  reshard_load_plan only_plan;
+  reshard_arena_init(&only_arena, 0);
+  c->request.runs_only = true;
+  cr_assert_eq(reshard_plan_load(&c->request, &only_arena, &only_plan, &err),
+               RESHARD_OK, "%s: %s", what, err.message);
+  c->request.runs_only = false;
+  cr_assert_eq(only_plan.copies, NULL);
+  cr_assert_eq(only_plan.runs.run_count, runs_plan.runs.run_count, "%s", what);
+  cr_assert(runs_plan.runs.run_count == 0 ||
+                memcmp(only_plan.runs.runs, runs_plan.runs.runs,
+                       runs_plan.runs.run_count * sizeof(reshard_run)) == 0,
+            "%s: runs differ when only runs are asked for", what);
+  cr_assert_eq(only_plan.batch_count, runs_plan.batch_count);
+  for (size_t b = 0; b < runs_plan.batch_count; b++) {
+    cr_assert_eq(only_plan.batches[b].count, runs_plan.batches[b].count);
+    cr_assert_eq(only_plan.batches[b].bytes, runs_plan.batches[b].bytes);
+    cr_assert_eq(only_plan.runs.batch_first[b], runs_plan.runs.batch_first[b]);
+  }
+  oracle_plan_release(c, &only_arena, &only_plan);
   oracle_plan_release(c, &runs_arena, &runs_plan);
   oracle_plan_release(c, &explicit_arena, &explicit_plan);
 }
@@ -564,4 +587,136 @@ Test(runs, fold_of_nothing) {
   cr_assert_eq(runs.batch_count, 0);
   cr_assert_eq(runs.batch_first[0], 0);
   reshard_arena_destroy(&arena);
+}
+
+/* ---- group folds against copy-by-copy folds ---- */
+
+/* The planner folds a page's strided sequences a group at a time
+ * (reshard__run_folder_group) rather than copy by copy. Random groups
+ * cover its three ways: sequences of one class with one region stride
+ * (with steps that repeat, or all equal), sequences of distinct classes,
+ * and mixed ones; some classes already have runs in the batch, some of
+ * those with the sequence's own stride. Each must give exactly the runs of
+ * folding the group's copies one by one in source order. */
+
+enum { GROUP_MAX = 12, PREFIX_MAX = 4 };
+
+typedef struct random_group {
+  reshard_run sequences[GROUP_MAX];
+  size_t width;
+  reshard_copy prefix[PREFIX_MAX]; /* copies folded before the group */
+  size_t prefix_count;
+} random_group;
+
+static void make_group(oracle_rng *rng, random_group *g) {
+  memset(g, 0, sizeof *g);
+  g->width = (size_t)oracle_rng_between(rng, 1, GROUP_MAX);
+  uint64_t count = oracle_rng_between(rng, g->width == 1 ? 1 : 2, 6);
+  uint64_t nbytes = 8 * oracle_rng_between(rng, 1, 2);
+  uint64_t gap = nbytes + 8 * oracle_rng_between(rng, 0, 2);
+  unsigned regions = (unsigned)oracle_rng_between(rng, 0, 2);
+  bool progression = oracle_rng_chance(rng, 50);
+  uint64_t region_step = 8 * oracle_rng_between(rng, 0, 8);
+  uint64_t region_stride = 8 * oracle_rng_between(rng, 0, 16);
+  bool equal_steps = oracle_rng_chance(rng, 25);
+  uint64_t part_stride = g->width * gap;
+  if (equal_steps) {
+    region_stride = g->width * region_step; /* every step the same */
+  } else {
+    part_stride += 8 * oracle_rng_between(rng, 0, 2);
+  }
+  for (size_t s = 0; s < g->width; s++) {
+    reshard_run *sequence = &g->sequences[s];
+    /* regions: 0 one region, 1 one per sequence, 2 two, mixed */
+    uint64_t region = regions == 0   ? 0
+                      : regions == 1 ? s
+                                     : oracle_rng_between(rng, 0, 1);
+    uint64_t region_offset = progression
+                                 ? 1024 + s * region_step
+                                 : 8 * oracle_rng_between(rng, 128, 512);
+    sequence->first =
+        (reshard_copy){0, 0, 1000 + s * gap, region, region_offset, nbytes};
+    sequence->count = count;
+    sequence->part_stride = count > 1 ? part_stride : 0;
+    sequence->region_stride = count == 1 ? 0
+                              : regions == 2 && oracle_rng_chance(rng, 30)
+                                  ? region_stride + 8
+                                  : region_stride;
+  }
+  /* Earlier copies of some of the classes, in increasing part offset; one
+   * may sit exactly a stride before its sequence's first copy. */
+  g->prefix_count = (size_t)oracle_rng_between(rng, 0, PREFIX_MAX);
+  for (size_t i = 0; i < g->prefix_count; i++) {
+    const reshard_run *sequence =
+        &g->sequences[oracle_rng_between(rng, 0, g->width - 1)];
+    reshard_copy copy = sequence->first;
+    copy.part_offset = 100 * (i + 1);
+    copy.region_offset = 8 * oracle_rng_between(rng, 0, 256);
+    if (i + 1 == g->prefix_count && sequence->count > 1 &&
+        oracle_rng_chance(rng, 50)) {
+      copy.part_offset = sequence->first.part_offset - sequence->part_stride;
+      copy.region_offset =
+          sequence->first.region_offset - sequence->region_stride;
+    }
+    g->prefix[i] = copy;
+  }
+}
+
+/* Folds the group's prefix and then the group, by groups or copy by copy,
+ * as one batch. */
+static reshard_runs fold_group(const random_group *g, bool by_group,
+                               reshard_arena *arena) {
+  reshard__run_folder folder;
+  size_t copies = g->prefix_count + g->width * g->sequences[0].count;
+  reshard_error err;
+  cr_assert_eq(reshard__run_folder_init(&folder, copies, 1, arena, &err),
+               RESHARD_OK);
+  cr_assert_eq(
+      reshard__run_folder_copies(&folder, g->prefix, g->prefix_count, &err),
+      RESHARD_OK, "%s", err.message);
+  if (by_group) {
+    cr_assert_eq(
+        reshard__run_folder_group(&folder, g->sequences, g->width, &err),
+        RESHARD_OK, "%s", err.message);
+  } else {
+    for (uint64_t k = 0; k < g->sequences[0].count; k++) {
+      for (size_t s = 0; s < g->width; s++) {
+        reshard_copy copy = reshard_run_copy(&g->sequences[s], k);
+        cr_assert_eq(reshard__run_folder_copies(&folder, &copy, 1, &err),
+                     RESHARD_OK, "%s", err.message);
+      }
+    }
+  }
+  reshard__run_folder_close(&folder);
+  reshard_runs runs;
+  reshard__run_folder_finish(&folder, &runs);
+  return runs;
+}
+
+Test(runs, group_folds_equal_copy_by_copy_folds) {
+  uint64_t multi_copy_runs = 0;
+  for (unsigned i = 0; i < 4000; i++) {
+    oracle_rng rng;
+    oracle_rng_seed(&rng, oracle_case_seed(oracle_base_seed(), 9100, i));
+    random_group g;
+    make_group(&rng, &g);
+    reshard_arena arena;
+    reshard_arena_init(&arena, 0);
+    reshard_runs by_group = fold_group(&g, true, &arena);
+    reshard_runs by_copy = fold_group(&g, false, &arena);
+    cr_assert_eq(by_group.run_count, by_copy.run_count,
+                 "RESHARD_ORACLE_SEED=0x%016" PRIx64 " case %u: %zu runs by "
+                 "group, %zu copy by copy",
+                 oracle_base_seed(), i, by_group.run_count, by_copy.run_count);
+    for (size_t r = 0; r < by_copy.run_count; r++) {
+      cr_assert(memcmp(&by_group.runs[r], &by_copy.runs[r],
+                       sizeof by_copy.runs[r]) == 0,
+                "RESHARD_ORACLE_SEED=0x%016" PRIx64 " case %u: run %zu differs",
+                oracle_base_seed(), i, r);
+      multi_copy_runs += by_copy.runs[r].count > 2;
+    }
+    reshard_arena_destroy(&arena);
+  }
+  /* The groups fold into long runs, not only single copies. */
+  cr_assert_gt(multi_copy_runs, 1000);
 }

@@ -45,6 +45,11 @@ typedef struct reshard_load_request {
   /* Also fold each batch into strided runs (SPEC §2.2 step 7). The
    * explicit copies and batches are returned either way. */
   bool runs;
+  /* With runs (and without varint_columns): the caller reads only the
+   * runs and the batches' counts and bytes, so the plan need not write the
+   * explicit copies where it forms runs without them; the plan's `copies`
+   * is then NULL. */
+  bool runs_only;
   /* Also encode each batch's copies as varint columns (the plan's
    * `columns`), right after batching it: what a PlanLoad response without
    * runs carries. */
@@ -67,7 +72,7 @@ typedef struct reshard_load_request {
 typedef struct reshard_load_plan {
   uint64_t hit_pages;
   size_t *page_source;  /* chosen source index per hit page */
-  reshard_copy *copies; /* in batch order */
+  reshard_copy *copies; /* in batch order; NULL with request.runs_only */
   size_t copy_count;
   reshard_batch *batches;
   size_t batch_count;
@@ -75,7 +80,10 @@ typedef struct reshard_load_plan {
   uint64_t bytes;
   uint64_t copies_before_coalescing;
   uint64_t copies_after_coalescing; /* before batch splitting */
-  reshard_join **built_joins;       /* per source; non-NULL where built here */
+  /* Hit pages lowered as strided sequences rather than copy by copy (the
+   * same plan either way; this says how often the faster path applied). */
+  uint64_t sequence_pages;
+  reshard_join **built_joins; /* per source; non-NULL where built here */
   /* With request.runs: the batches folded into runs (runs.batch_count ==
    * batch_count, runs.batch_first non-NULL even for an empty plan); all
    * zero otherwise. */

@@ -1,0 +1,154 @@
+/* A page as strided sequences (SPEC §2.2 steps 3-4 without a copy at a
+ * time): the common memory shapes lower a page to a few dozen sequences of
+ * equal strides, whose copies in source order are either the sequences one
+ * after another or, when the Part keeps tokens outermost, the k-th copy of
+ * every sequence in turn. When no two of those copies coalesce, the sorted
+ * sequences are the coalesced page; anything else is left to the copy by
+ * copy path, which handles every shape. */
+#include "plan_internal.h"
+
+static uint64_t position(const uint64_t *part_base, const reshard_copy *copy) {
+  return part_base[copy->part_index] + copy->part_offset;
+}
+
+/* Whether `a` ends where `b` starts in both the Part and the region. */
+static bool coalesce(const reshard_copy *a, const reshard_copy *b) {
+  return a->part_index == b->part_index &&
+         a->part_offset + a->nbytes == b->part_offset &&
+         a->region_index == b->region_index &&
+         a->region_offset + a->nbytes == b->region_offset;
+}
+
+/* Whether some copy k of `from` ends in the region where the next copy in
+ * source order, copy k (k + 1 when `next_row`) of `to`, starts: then the
+ * two would coalesce when they also touch in the Part. With unequal
+ * region strides that depends on k; such groups count as touching. */
+static bool touches_in_region(const reshard_run *from, const reshard_run *to,
+                              bool next_row) {
+  if (from->first.region_index != to->first.region_index) {
+    return false;
+  }
+  if (from->region_stride != to->region_stride) {
+    return true;
+  }
+  uint64_t to_start =
+      to->first.region_offset + (next_row ? to->region_stride : 0);
+  return from->first.region_offset + from->first.nbytes == to_start;
+}
+
+/* The end of sequence `i`'s first group in `sorted`, or 0 when the page
+ * does not split into groups whose copies are the sequences of each group
+ * in turn without coalescing. A group is one sequence, or sequences in
+ * lockstep: equal counts and Part strides, all first copies within one
+ * stride, each ending before the next starts, so source order takes copy k
+ * of each in turn, and no copy continuing the one before it in both the
+ * Part and the region. The group's copies all lie before the next
+ * group's first, and its last copy does not coalesce with that one. */
+static size_t group_end(const reshard_run *sorted, size_t count, size_t i,
+                        const uint64_t *part_base) {
+  const reshard_run *head = &sorted[i];
+  uint64_t start = position(part_base, &head->first);
+  size_t end = i + 1;
+  if (head->count > 1) {
+    while (end < count && sorted[end].count == head->count &&
+           sorted[end].part_stride == head->part_stride &&
+           position(part_base, &sorted[end].first) <
+               start + head->part_stride) {
+      end++;
+    }
+  }
+  for (size_t s = i; end - i > 1 && s < end; s++) {
+    /* Copy k of sequence s is followed by copy k of s + 1, or by copy
+     * k + 1 of the group's first after its last. */
+    const reshard_run *from = &sorted[s];
+    const reshard_run *to = s + 1 < end ? &sorted[s + 1] : head;
+    uint64_t shift = s + 1 < end ? 0 : head->part_stride;
+    uint64_t from_end = position(part_base, &from->first) + from->first.nbytes;
+    uint64_t to_start = position(part_base, &to->first) + shift;
+    if (from_end > to_start) {
+      return 0;
+    }
+    if (from_end == to_start && touches_in_region(from, to, shift > 0)) {
+      return 0;
+    }
+  }
+  if (end < count) {
+    const reshard_run *last_sequence = &sorted[end - 1];
+    reshard_copy last =
+        reshard_run_copy(last_sequence, last_sequence->count - 1);
+    if (position(part_base, &last) + last.nbytes >
+            position(part_base, &sorted[end].first) ||
+        coalesce(&last, &sorted[end].first)) {
+      return 0;
+    }
+  }
+  return end;
+}
+
+bool reshard__sequence_page(const reshard__page_lowering *lowering,
+                            reshard__sequence_scratch *scratch,
+                            reshard__page_sequences *out) {
+  const uint64_t *part_base = lowering->join->part_base;
+  size_t count =
+      reshard__lower_page_sequences(lowering, scratch->lowered, scratch->room);
+  if (count == SIZE_MAX || count == 0) {
+    return false;
+  }
+  reshard__keyed *keys = scratch->keys;
+  for (size_t i = 0; i < count; i++) {
+    keys[i] =
+        (reshard__keyed){position(part_base, &scratch->lowered[i].first), i};
+  }
+  const reshard__keyed *order =
+      reshard__sort_keyed(keys, scratch->spare, count);
+  /* Single copies that continue one another coalesce here (whole blocks
+   * that happen to lie back to back on both sides); copies of longer
+   * sequences that would are refused below. */
+  size_t kept = 0;
+  uint64_t copies = 0;
+  for (size_t i = 0; i < count; i++) {
+    const reshard_run *next = &scratch->lowered[order[i].index];
+    reshard_run *previous = kept > 0 ? &scratch->sorted[kept - 1] : NULL;
+    if (previous != NULL && previous->count == 1 && next->count == 1 &&
+        coalesce(&previous->first, &next->first)) {
+      previous->first.nbytes += next->first.nbytes;
+      continue;
+    }
+    scratch->sorted[kept++] = *next;
+    copies += next->count;
+  }
+  count = kept;
+  size_t groups = 0;
+  for (size_t i = 0; i < count;) {
+    size_t end = group_end(scratch->sorted, count, i, part_base);
+    if (end == 0) {
+      return false;
+    }
+    scratch->group_ends[groups++] = end;
+    i = end;
+  }
+  *out = (reshard__page_sequences){
+      .sequences = scratch->sorted,
+      .count = count,
+      .group_ends = scratch->group_ends,
+      .group_count = groups,
+      .copies = copies,
+  };
+  return true;
+}
+
+void reshard__page_sequences_expand(const reshard__page_sequences *page,
+                                    reshard_copy *out) {
+  size_t first = 0;
+  for (size_t g = 0; g < page->group_count; g++) {
+    size_t end = page->group_ends[g];
+    const reshard_run *group = &page->sequences[first];
+    size_t width = end - first;
+    for (uint64_t k = 0; k < group->count; k++) {
+      for (size_t s = 0; s < width; s++) {
+        *out++ = reshard_run_copy(&group[s], k);
+      }
+    }
+    first = end;
+  }
+}
