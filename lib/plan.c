@@ -306,28 +306,6 @@ static reshard_status select_and_count(planner *plan, reshard_load_plan *out,
   return RESHARD_OK;
 }
 
-/* Folds the copies batched since the last call into runs, closing the
- * batches closed since `*closed`; `*folded` counts the copies folded. */
-static reshard_status fold_batched(planner *plan, reshard__run_folder *folder,
-                                   const reshard__batcher *batcher,
-                                   size_t *closed, size_t *folded) {
-  for (; *closed < batcher->batch_count; (*closed)++) {
-    const reshard_batch *batch = &batcher->batches[*closed];
-    size_t end = batch->first + batch->count;
-    reshard_status status = reshard__run_folder_copies(
-        folder, batcher->out + *folded, end - *folded, plan->err);
-    if (status) {
-      return status;
-    }
-    *folded = end;
-    reshard__run_folder_close(folder);
-  }
-  reshard_status status = reshard__run_folder_copies(
-      folder, batcher->out + *folded, batcher->written - *folded, plan->err);
-  *folded = batcher->written;
-  return status;
-}
-
 /* A plan whose pages keep refusing sequences (shapes that coalesce
  * across them) stops trying after this many, rather than lowering each
  * page twice. */
@@ -353,40 +331,132 @@ static reshard_status encode_batched(planner *plan,
   return RESHARD_OK;
 }
 
+/* Where folding stands: batches closed and copies folded so far. */
+typedef struct fold_progress {
+  size_t batches;
+  size_t copies;
+} fold_progress;
+
+/* Folds the copies batched since the last call into runs, closing the
+ * batches the batcher closed since. */
+static reshard_status fold_batched(planner *plan, reshard__run_folder *folder,
+                                   const reshard__batcher *batcher,
+                                   fold_progress *progress) {
+  for (; progress->batches < batcher->batch_count; progress->batches++) {
+    const reshard_batch *batch = &batcher->batches[progress->batches];
+    size_t end = batch->first + batch->count;
+    reshard_status status =
+        reshard__run_folder_copies(folder, batcher->out + progress->copies,
+                                   end - progress->copies, plan->err);
+    if (status) {
+      return status;
+    }
+    progress->copies = end;
+    reshard__run_folder_close(folder);
+  }
+  reshard_status status = reshard__run_folder_copies(
+      folder, batcher->out + progress->copies,
+      batcher->written - progress->copies, plan->err);
+  progress->copies = batcher->written;
+  return status;
+}
+
+/* Batches (and with a folder, folds) copy k of each of the `width`
+ * sequences at `group`, k in [row, row + rows), from column `column` of the
+ * first row on: a stretch that fits the open batch. */
+static reshard_status batch_stretch(planner *plan, const reshard_run *group,
+                                    size_t width, uint64_t row, uint64_t rows,
+                                    size_t column, reshard__batcher *batcher,
+                                    reshard__run_folder *folder,
+                                    fold_progress *progress) {
+  /* The stretch as a group of its own: the sequences from `row` on, or
+   * the single copies of one row from `column` on. */
+  size_t first = rows == 1 ? column : 0;
+  size_t stretch_width = width - first;
+  bool whole = row == 0 && rows == group->count;
+  reshard_run *scratch = plan->sequence_scratch.lowered;
+  const reshard_run *stretch = whole ? group : scratch;
+  uint64_t bytes = 0;
+  for (size_t s = 0; s < stretch_width; s++) {
+    const reshard_run *sequence = &group[first + s];
+    if (!whole) {
+      scratch[s] = (reshard_run){reshard_run_copy(sequence, row), rows,
+                                 rows > 1 ? sequence->part_stride : 0,
+                                 rows > 1 ? sequence->region_stride : 0};
+    }
+    bytes += rows * sequence->first.nbytes;
+  }
+  size_t copies = (size_t)rows * stretch_width;
+  if (plan->keep_copies) {
+    reshard__group_expand(stretch, stretch_width,
+                          batcher->out + batcher->written);
+  }
+  reshard__batcher_commit(batcher, copies, bytes);
+  if (folder == NULL) {
+    return RESHARD_OK;
+  }
+  reshard_status status =
+      reshard__run_folder_group(folder, stretch, stretch_width, plan->err);
+  if (status) {
+    return status;
+  }
+  progress->copies = batcher->written;
+  return fold_batched(plan, folder, batcher, progress);
+}
+
 /* Batches a page lowered as sequences and, with a folder, folds it into
- * runs. A page that fits the open batch is folded a group at a time (its
- * copies written only when the plan keeps them); one that closes a batch
- * goes through `scratch` and the batcher copy by copy, to be folded by
- * fold_batched. `*folded_copies` counts the copies folded so far. */
+ * runs, a group at a time where a group fits the open batch and in
+ * stretches of whole rows (or of one row's copies) where a batch closes
+ * inside it: the copies are written only when the plan keeps them. A page
+ * that could fill a batch's byte budget goes through `scratch` and the
+ * batcher copy by copy (a copy may be split there). */
 static reshard_status
 batch_sequences(planner *plan, const reshard__page_sequences *sequences,
                 uint64_t page_bytes, reshard__batcher *batcher,
-                reshard__run_folder *folder, size_t *folded_copies,
+                reshard__run_folder *folder, fold_progress *progress,
                 reshard_copy *scratch) {
-  size_t count = (size_t)sequences->copies;
-  if (!reshard__batcher_fits(batcher, count, page_bytes)) {
+  const reshard__batching *limits = &batcher->limits;
+  if (page_bytes > limits->max_bytes - batcher->batch_bytes) {
     reshard__page_sequences_expand(sequences, scratch);
-    reshard__batcher_push(batcher, scratch, count);
-    return RESHARD_OK;
-  }
-  if (plan->keep_copies) {
-    reshard__page_sequences_expand(sequences, batcher->out + batcher->written);
-  }
-  reshard__batcher_commit(batcher, count, page_bytes);
-  if (folder == NULL) {
-    return RESHARD_OK;
+    reshard__batcher_push(batcher, scratch, (size_t)sequences->copies);
+    return folder ? fold_batched(plan, folder, batcher, progress) : RESHARD_OK;
   }
   size_t first = 0;
   for (size_t g = 0; g < sequences->group_count; g++) {
     size_t end = sequences->group_ends[g];
-    reshard_status status = reshard__run_folder_group(
-        folder, sequences->sequences + first, end - first, plan->err);
-    if (status) {
-      return status;
+    const reshard_run *group = sequences->sequences + first;
+    size_t width = end - first;
+    uint64_t count = group->count;
+    uint64_t row = 0;
+    size_t column = 0;
+    while (row < count) {
+      uint64_t room = limits->max_operations - batcher->batch_ops;
+      uint64_t rows = column == 0 ? room / width : 0;
+      if (rows > count - row) {
+        rows = count - row;
+      }
+      reshard_status status;
+      if (rows > 0) {
+        status = batch_stretch(plan, group, width, row, rows, 0, batcher,
+                               folder, progress);
+        row += rows;
+      } else {
+        /* Less than the rest of a row fits: as much of it as fits. */
+        size_t take = width - column < room ? width - column : (size_t)room;
+        status = batch_stretch(plan, group, column + take, row, 1, column,
+                               batcher, folder, progress);
+        column += take;
+        if (column == width) {
+          column = 0;
+          row++;
+        }
+      }
+      if (status) {
+        return status;
+      }
     }
     first = end;
   }
-  *folded_copies = batcher->written;
   return RESHARD_OK;
 }
 
@@ -444,7 +514,7 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   reshard__batcher batcher;
   reshard__batcher_init(&batcher, &batching, out->copies, out->batches);
   reshard__run_folder folder;
-  size_t folded_batches = 0, folded_copies = 0;
+  fold_progress folded = {0, 0};
   reshard__column_encoder encoder = {0};
   size_t encoded = 0; /* batches closed in the encoder */
   size_t batch_room = batching.max_operations < max_copies
@@ -495,9 +565,9 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
     reshard_status status = RESHARD_OK;
     if (by_sequences) {
       out->sequence_pages++;
-      status = batch_sequences(plan, &sequences, plan->page_bytes[page],
-                               &batcher, request->runs ? &folder : NULL,
-                               &folded_copies, coalesced);
+      status =
+          batch_sequences(plan, &sequences, plan->page_bytes[page], &batcher,
+                          request->runs ? &folder : NULL, &folded, coalesced);
     } else {
       batch_copies(&lowering, plan->page_bytes[page], &batcher, lowered, keys,
                    spare, coalesced);
@@ -505,8 +575,7 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
     /* Fold and encode the copies this page batched while they are in
      * cache. */
     if (status == RESHARD_OK && request->runs) {
-      status = fold_batched(plan, &folder, &batcher, &folded_batches,
-                            &folded_copies);
+      status = fold_batched(plan, &folder, &batcher, &folded);
     }
     if (status == RESHARD_OK && request->varint_columns) {
       status = encode_batched(plan, &encoder, &batcher, &encoded);
@@ -517,8 +586,7 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   }
   reshard__batcher_finish(&batcher);
   if (request->runs) {
-    reshard_status status =
-        fold_batched(plan, &folder, &batcher, &folded_batches, &folded_copies);
+    reshard_status status = fold_batched(plan, &folder, &batcher, &folded);
     if (status) {
       return status;
     }

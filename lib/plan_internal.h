@@ -94,6 +94,11 @@ typedef struct reshard__sequence_scratch {
 bool reshard__sequence_page(const reshard__page_lowering *lowering,
                             reshard__sequence_scratch *scratch,
                             reshard__page_sequences *out);
+/* Writes a group's copies (copy k of each of its `width` sequences in
+ * turn, k = 0, 1, ...; the sequences' counts are equal) to `out`; returns
+ * the end of what it wrote. */
+reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
+                                   reshard_copy *out);
 /* Writes the page's copies, in source order, to `out` (room for
  * page->copies). */
 void reshard__page_sequences_expand(const reshard__page_sequences *page,

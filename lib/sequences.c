@@ -137,18 +137,22 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
   return true;
 }
 
+reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
+                                   reshard_copy *out) {
+  for (uint64_t k = 0; k < group->count; k++) {
+    for (size_t s = 0; s < width; s++) {
+      *out++ = reshard_run_copy(&group[s], k);
+    }
+  }
+  return out;
+}
+
 void reshard__page_sequences_expand(const reshard__page_sequences *page,
                                     reshard_copy *out) {
   size_t first = 0;
   for (size_t g = 0; g < page->group_count; g++) {
     size_t end = page->group_ends[g];
-    const reshard_run *group = &page->sequences[first];
-    size_t width = end - first;
-    for (uint64_t k = 0; k < group->count; k++) {
-      for (size_t s = 0; s < width; s++) {
-        *out++ = reshard_run_copy(&group[s], k);
-      }
-    }
+    out = reshard__group_expand(&page->sequences[first], end - first, out);
     first = end;
   }
 }
