@@ -309,7 +309,7 @@ static reshard_status select_and_count(planner *plan, reshard_load_plan *out,
 /* A plan whose pages keep refusing sequences (shapes that coalesce
  * across them) stops trying after this many, rather than lowering each
  * page twice. */
-enum { MAX_SEQUENCE_REFUSALS = 4 };
+enum { MAX_SEQUENCE_REFUSALS = 4, SEQUENCE_ROOM_DIVISOR = 4 };
 
 /* Encodes the copies batched since the last call as varint columns,
  * closing the batches closed since `*closed`. */
@@ -520,13 +520,17 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   size_t batch_room = batching.max_operations < max_copies
                           ? (size_t)batching.max_operations
                           : max_copies;
+  /* Sequences pay off when they are a few times fewer than the copies;
+   * a page with more goes copy by copy, so the scratch stays a fraction of
+   * the page's copies (the in-flight reservation counts per copy). */
+  size_t sequence_room = page_room / SEQUENCE_ROOM_DIVISOR + 16;
   plan->sequence_scratch = (reshard__sequence_scratch){
-      .lowered = RESHARD_ARENA_ARRAY(plan->arena, reshard_run, page_room),
-      .sorted = RESHARD_ARENA_ARRAY(plan->arena, reshard_run, page_room),
+      .lowered = RESHARD_ARENA_ARRAY(plan->arena, reshard_run, sequence_room),
+      .sorted = RESHARD_ARENA_ARRAY(plan->arena, reshard_run, sequence_room),
       .keys = keys,
       .spare = spare,
-      .group_ends = RESHARD_ARENA_ARRAY(plan->arena, size_t, page_room),
-      .room = page_room,
+      .group_ends = RESHARD_ARENA_ARRAY(plan->arena, size_t, sequence_room),
+      .room = sequence_room,
   };
   if (!plan->sequence_scratch.lowered || !plan->sequence_scratch.sorted ||
       !plan->sequence_scratch.group_ends) {
