@@ -119,7 +119,8 @@ static int time_encoding(scenario *s, const reshard_join *template_join,
   int failed = plan_ns == NULL || encode_ns == NULL;
   s->source.join = template_join;
   s->request.runs = runs;
-  s->request.runs_only = runs; /* as the daemon asks */
+  /* As the daemon asks, unless the encoder is to read the copies. */
+  s->request.omit_copies = runs || columns;
   s->request.varint_columns = columns;
   reshard_chunk_pool *pool = reshard_chunk_pool_create(16u << 20);
   failed |= pool == NULL;
@@ -160,7 +161,7 @@ static int time_encoding(scenario *s, const reshard_join *template_join,
     out->encode_ns = bench_median(encode_ns, (size_t)count);
   }
   s->request.runs = false;
-  s->request.runs_only = false;
+  s->request.omit_copies = false;
   s->request.varint_columns = false;
   reshard_chunk_pool_free(pool);
   free(plan_ns);

@@ -30,8 +30,8 @@ typedef struct planner {
   /* Pages whose sequences could not stand for their copies; past a few,
    * the plan stops trying and lowers copy by copy. */
   unsigned sequence_refusals;
-  /* Whether the plan writes every copy: always, unless the caller reads
-   * only runs (request.runs_only) and no varint columns. */
+  /* Whether the plan writes every copy: unless the caller reads only runs
+   * or varint columns (request.omit_copies). */
   bool keep_copies;
 } planner;
 
@@ -311,14 +311,52 @@ static reshard_status select_and_count(planner *plan, reshard_load_plan *out,
  * page twice. */
 enum { MAX_SEQUENCE_REFUSALS = 4, SEQUENCE_ROOM_DIVISOR = 4 };
 
+/* Where batched copies go besides the batcher: the run folder and the
+ * column encoder, each NULL unless the plan asks for it, and how far each
+ * has taken them (the encoder counts its rows itself). Pages lowered copy
+ * by copy are drained from the batcher's copies; stretches of sequences
+ * are folded and encoded as they are batched, before the drain. */
+typedef struct batch_sinks {
+  reshard__batcher *batcher;
+  reshard__run_folder *folder;
+  size_t folded_batches;
+  size_t folded_copies;
+  reshard__column_encoder *encoder;
+  size_t encoded_batches;
+} batch_sinks;
+
+/* Folds the copies batched since the last call into runs, closing the
+ * batches the batcher closed since. */
+static reshard_status fold_batched(planner *plan, batch_sinks *sinks) {
+  const reshard__batcher *batcher = sinks->batcher;
+  for (; sinks->folded_batches < batcher->batch_count;
+       sinks->folded_batches++) {
+    const reshard_batch *batch = &batcher->batches[sinks->folded_batches];
+    size_t end = batch->first + batch->count;
+    reshard_status status = reshard__run_folder_copies(
+        sinks->folder, batcher->out + sinks->folded_copies,
+        end - sinks->folded_copies, plan->err);
+    if (status) {
+      return status;
+    }
+    sinks->folded_copies = end;
+    reshard__run_folder_close(sinks->folder);
+  }
+  reshard_status status = reshard__run_folder_copies(
+      sinks->folder, batcher->out + sinks->folded_copies,
+      batcher->written - sinks->folded_copies, plan->err);
+  sinks->folded_copies = batcher->written;
+  return status;
+}
+
 /* Encodes the copies batched since the last call as varint columns,
- * closing the batches closed since `*closed`. */
-static reshard_status encode_batched(planner *plan,
-                                     reshard__column_encoder *encoder,
-                                     const reshard__batcher *batcher,
-                                     size_t *closed) {
-  for (; *closed < batcher->batch_count; (*closed)++) {
-    const reshard_batch *batch = &batcher->batches[*closed];
+ * closing the batches the batcher closed since. */
+static reshard_status encode_batched(planner *plan, batch_sinks *sinks) {
+  const reshard__batcher *batcher = sinks->batcher;
+  reshard__column_encoder *encoder = sinks->encoder;
+  for (; sinks->encoded_batches < batcher->batch_count;
+       sinks->encoded_batches++) {
+    const reshard_batch *batch = &batcher->batches[sinks->encoded_batches];
     reshard__column_encoder_rows(encoder, batcher->out + encoder->rows,
                                  batch->first + batch->count - encoder->rows);
     reshard_status status = reshard__column_encoder_close(encoder, plan->err);
@@ -331,46 +369,29 @@ static reshard_status encode_batched(planner *plan,
   return RESHARD_OK;
 }
 
-/* Where folding stands: batches closed and copies folded so far. */
-typedef struct fold_progress {
-  size_t batches;
-  size_t copies;
-} fold_progress;
-
-/* Folds the copies batched since the last call into runs, closing the
- * batches the batcher closed since. */
-static reshard_status fold_batched(planner *plan, reshard__run_folder *folder,
-                                   const reshard__batcher *batcher,
-                                   fold_progress *progress) {
-  for (; progress->batches < batcher->batch_count; progress->batches++) {
-    const reshard_batch *batch = &batcher->batches[progress->batches];
-    size_t end = batch->first + batch->count;
-    reshard_status status =
-        reshard__run_folder_copies(folder, batcher->out + progress->copies,
-                                   end - progress->copies, plan->err);
-    if (status) {
-      return status;
-    }
-    progress->copies = end;
-    reshard__run_folder_close(folder);
+/* Folds and encodes what was batched since the last call, while it is
+ * still in cache. */
+static reshard_status drain_batched(planner *plan, batch_sinks *sinks) {
+  reshard_status status = RESHARD_OK;
+  if (sinks->folder != NULL) {
+    status = fold_batched(plan, sinks);
   }
-  reshard_status status = reshard__run_folder_copies(
-      folder, batcher->out + progress->copies,
-      batcher->written - progress->copies, plan->err);
-  progress->copies = batcher->written;
+  if (status == RESHARD_OK && sinks->encoder != NULL) {
+    status = encode_batched(plan, sinks);
+  }
   return status;
 }
 
-/* Batches (and with a folder, folds) copy k of each of the `width`
- * sequences at `group`, k in [row, row + rows), from column `column` of the
- * first row on: a stretch that fits the open batch. */
+/* Batches copy k of each of the `width` sequences at `group`, k in
+ * [row, row + rows), from column `column` of the first row on: a stretch
+ * that fits the open batch. The sinks take it as sequences; the copies are
+ * written only when the plan keeps them. */
 static reshard_status batch_stretch(planner *plan, const reshard_run *group,
                                     size_t width, uint64_t row, uint64_t rows,
-                                    size_t column, reshard__batcher *batcher,
-                                    reshard__run_folder *folder,
-                                    fold_progress *progress) {
+                                    size_t column, batch_sinks *sinks) {
   /* The stretch as a group of its own: the sequences from `row` on, or
    * the single copies of one row from `column` on. */
+  reshard__batcher *batcher = sinks->batcher;
   size_t first = rows == 1 ? column : 0;
   size_t stretch_width = width - first;
   bool whole = row == 0 && rows == group->count;
@@ -386,40 +407,40 @@ static reshard_status batch_stretch(planner *plan, const reshard_run *group,
     }
     bytes += rows * sequence->first.nbytes;
   }
-  size_t copies = (size_t)rows * stretch_width;
   if (plan->keep_copies) {
     reshard__group_expand(stretch, stretch_width,
                           batcher->out + batcher->written);
   }
-  reshard__batcher_commit(batcher, copies, bytes);
-  if (folder == NULL) {
-    return RESHARD_OK;
+  reshard__batcher_commit(batcher, (size_t)rows * stretch_width, bytes);
+  if (sinks->folder != NULL) {
+    reshard_status status = reshard__run_folder_group(sinks->folder, stretch,
+                                                      stretch_width, plan->err);
+    if (status) {
+      return status;
+    }
+    sinks->folded_copies = batcher->written;
   }
-  reshard_status status =
-      reshard__run_folder_group(folder, stretch, stretch_width, plan->err);
-  if (status) {
-    return status;
+  if (sinks->encoder != NULL) {
+    reshard__column_encoder_group(sinks->encoder, stretch, stretch_width);
   }
-  progress->copies = batcher->written;
-  return fold_batched(plan, folder, batcher, progress);
+  return drain_batched(plan, sinks);
 }
 
-/* Batches a page lowered as sequences and, with a folder, folds it into
- * runs, a group at a time where a group fits the open batch and in
- * stretches of whole rows (or of one row's copies) where a batch closes
- * inside it: the copies are written only when the plan keeps them. A page
- * that could fill a batch's byte budget goes through `scratch` and the
- * batcher copy by copy (a copy may be split there). */
-static reshard_status
-batch_sequences(planner *plan, const reshard__page_sequences *sequences,
-                uint64_t page_bytes, reshard__batcher *batcher,
-                reshard__run_folder *folder, fold_progress *progress,
-                reshard_copy *scratch) {
+/* Batches a page lowered as sequences, a group at a time where a group
+ * fits the open batch and in stretches of whole rows (or of one row's
+ * copies) where a batch closes inside it. A page that could fill a
+ * batch's byte budget goes through `scratch` and the batcher copy by copy
+ * (a copy may be split there). */
+static reshard_status batch_sequences(planner *plan,
+                                      const reshard__page_sequences *sequences,
+                                      uint64_t page_bytes, batch_sinks *sinks,
+                                      reshard_copy *scratch) {
+  reshard__batcher *batcher = sinks->batcher;
   const reshard__batching *limits = &batcher->limits;
   if (page_bytes > limits->max_bytes - batcher->batch_bytes) {
     reshard__page_sequences_expand(sequences, scratch);
     reshard__batcher_push(batcher, scratch, (size_t)sequences->copies);
-    return folder ? fold_batched(plan, folder, batcher, progress) : RESHARD_OK;
+    return drain_batched(plan, sinks);
   }
   size_t first = 0;
   for (size_t g = 0; g < sequences->group_count; g++) {
@@ -437,14 +458,13 @@ batch_sequences(planner *plan, const reshard__page_sequences *sequences,
       }
       reshard_status status;
       if (rows > 0) {
-        status = batch_stretch(plan, group, width, row, rows, 0, batcher,
-                               folder, progress);
+        status = batch_stretch(plan, group, width, row, rows, 0, sinks);
         row += rows;
       } else {
         /* Less than the rest of a row fits: as much of it as fits. */
         size_t take = width - column < room ? width - column : (size_t)room;
-        status = batch_stretch(plan, group, column + take, row, 1, column,
-                               batcher, folder, progress);
+        status =
+            batch_stretch(plan, group, column + take, row, 1, column, sinks);
         column += take;
         if (column == width) {
           column = 0;
@@ -514,9 +534,12 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   reshard__batcher batcher;
   reshard__batcher_init(&batcher, &batching, out->copies, out->batches);
   reshard__run_folder folder;
-  fold_progress folded = {0, 0};
   reshard__column_encoder encoder = {0};
-  size_t encoded = 0; /* batches closed in the encoder */
+  batch_sinks sinks = {
+      .batcher = &batcher,
+      .folder = request->runs ? &folder : NULL,
+      .encoder = request->varint_columns ? &encoder : NULL,
+  };
   size_t batch_room = batching.max_operations < max_copies
                           ? (size_t)batching.max_operations
                           : max_copies;
@@ -566,41 +589,29 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
                                             &sequences);
       plan->sequence_refusals += !by_sequences;
     }
-    reshard_status status = RESHARD_OK;
+    reshard_status status;
     if (by_sequences) {
       out->sequence_pages++;
-      status =
-          batch_sequences(plan, &sequences, plan->page_bytes[page], &batcher,
-                          request->runs ? &folder : NULL, &folded, coalesced);
+      status = batch_sequences(plan, &sequences, plan->page_bytes[page], &sinks,
+                               coalesced);
     } else {
       batch_copies(&lowering, plan->page_bytes[page], &batcher, lowered, keys,
                    spare, coalesced);
-    }
-    /* Fold and encode the copies this page batched while they are in
-     * cache. */
-    if (status == RESHARD_OK && request->runs) {
-      status = fold_batched(plan, &folder, &batcher, &folded);
-    }
-    if (status == RESHARD_OK && request->varint_columns) {
-      status = encode_batched(plan, &encoder, &batcher, &encoded);
+      status = drain_batched(plan, &sinks);
     }
     if (status) {
       return status;
     }
   }
   reshard__batcher_finish(&batcher);
+  reshard_status status = drain_batched(plan, &sinks);
+  if (status) {
+    return status;
+  }
   if (request->runs) {
-    reshard_status status = fold_batched(plan, &folder, &batcher, &folded);
-    if (status) {
-      return status;
-    }
     reshard__run_folder_finish(&folder, &out->runs);
   }
   if (request->varint_columns) {
-    reshard_status status = encode_batched(plan, &encoder, &batcher, &encoded);
-    if (status) {
-      return status;
-    }
     out->columns = encoder.out;
   }
   if (batcher.written > limits->max_operations) {
@@ -666,7 +677,7 @@ reshard_status reshard_plan_load(const reshard_load_request *request,
   planner plan = {
       .request = request,
       .keep_copies =
-          !(request->runs && request->runs_only) || request->varint_columns,
+          !(request->omit_copies && (request->runs || request->varint_columns)),
       .arena = arena,
       .err = err,
       .joins = RESHARD_ARENA_NEW(arena, const reshard_join *, sources + 1),

@@ -98,7 +98,7 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
  * turn, k = 0, 1, ...; the sequences' counts are equal) to `out`; returns
  * the end of what it wrote. */
 reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
-                                   reshard_copy *out);
+                                    reshard_copy *out);
 /* Writes the page's copies, in source order, to `out` (room for
  * page->copies). */
 void reshard__page_sequences_expand(const reshard__page_sequences *page,
@@ -226,6 +226,10 @@ reshard_status reshard__column_encoder_init(reshard__column_encoder *encoder,
 /* Appends `count` copies to the open batch. */
 void reshard__column_encoder_rows(reshard__column_encoder *encoder,
                                   const reshard_copy *copies, size_t count);
+/* Appends a group's copies (see reshard__group_expand) to the open batch,
+ * read from the sequences. */
+void reshard__column_encoder_group(reshard__column_encoder *encoder,
+                                   const reshard_run *group, size_t width);
 /* Closes the open batch. */
 reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
                                              reshard_error *err);

@@ -65,6 +65,31 @@ void reshard__column_encoder_rows(reshard__column_encoder *encoder,
   encoder->rows += count;
 }
 
+void reshard__column_encoder_group(reshard__column_encoder *encoder,
+                                   const reshard_run *group, size_t width) {
+  /* Straight from the sequences, in source order (copy k of each in
+   * turn): the copies are never written out and read back. */
+  uint8_t *c0 = encoder->cursor[0], *c1 = encoder->cursor[1];
+  uint8_t *c2 = encoder->cursor[2], *c3 = encoder->cursor[3];
+  uint8_t *c4 = encoder->cursor[4], *c5 = encoder->cursor[5];
+  for (uint64_t k = 0; k < group->count; k++) {
+    for (size_t s = 0; s < width; s++) {
+      const reshard_run *sequence = &group[s];
+      c0 = reshard_varint_put(c0, sequence->first.page_index);
+      c1 = reshard_varint_put(c1, sequence->first.part_index);
+      c2 = reshard_varint_put(c2, sequence->first.part_offset +
+                                      k * sequence->part_stride);
+      c3 = reshard_varint_put(c3, sequence->first.region_index);
+      c4 = reshard_varint_put(c4, sequence->first.region_offset +
+                                      k * sequence->region_stride);
+      c5 = reshard_varint_put(c5, sequence->first.nbytes);
+    }
+  }
+  uint8_t *cursor[RESHARD_COPY_COLUMNS] = {c0, c1, c2, c3, c4, c5};
+  memcpy(encoder->cursor, cursor, sizeof cursor);
+  encoder->rows += (size_t)group->count * width;
+}
+
 reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
                                              reshard_error *err) {
   /* The open batch's columns, packed into the arena exactly as long as

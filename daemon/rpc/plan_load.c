@@ -384,7 +384,7 @@ static void load_plan(load_ctx *ctx) {
       .preferred_count = ctx->request->n_preferred_layout_ids,
       .limits = ctx->limits,
       .runs = ctx->request->runs,
-      .runs_only = ctx->request->runs,
+      .omit_copies = true, /* the response is the runs or the columns */
       /* Without runs the response is the copies' varint columns. */
       .varint_columns = !ctx->request->runs,
       .bound_binding = ctx->binding_ref ? &ctx->binding_ref->bound : NULL,

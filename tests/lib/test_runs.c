@@ -304,10 +304,10 @@ static void run_case(oracle_case *c, const char *what, runs_totals *totals) {
   reshard_arena only_arena;
   reshard_load_plan only_plan;
   reshard_arena_init(&only_arena, 0);
-  c->request.runs_only = true;
+  c->request.omit_copies = true;
   cr_assert_eq(reshard_plan_load(&c->request, &only_arena, &only_plan, &err),
                RESHARD_OK, "%s: %s", what, err.message);
-  c->request.runs_only = false;
+  c->request.omit_copies = false;
   cr_assert_eq(only_plan.copies, NULL);
   cr_assert_eq(only_plan.runs.run_count, runs_plan.runs.run_count, "%s", what);
   cr_assert(runs_plan.runs.run_count == 0 ||

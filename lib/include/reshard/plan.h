@@ -45,11 +45,10 @@ typedef struct reshard_load_request {
   /* Also fold each batch into strided runs (SPEC §2.2 step 7). The
    * explicit copies and batches are returned either way. */
   bool runs;
-  /* With runs (and without varint_columns): the caller reads only the
-   * runs and the batches' counts and bytes, so the plan need not write the
-   * explicit copies where it forms runs without them; the plan's `copies`
-   * is then NULL. */
-  bool runs_only;
+  /* With runs or varint_columns: the caller reads only those and the
+   * batches' counts and bytes, not the copies, so the plan writes copies
+   * only where it needs them itself; the plan's `copies` is then NULL. */
+  bool omit_copies;
   /* Also encode each batch's copies as varint columns (the plan's
    * `columns`), right after batching it: what a PlanLoad response without
    * runs carries. */
@@ -72,7 +71,7 @@ typedef struct reshard_load_request {
 typedef struct reshard_load_plan {
   uint64_t hit_pages;
   size_t *page_source;  /* chosen source index per hit page */
-  reshard_copy *copies; /* in batch order; NULL with request.runs_only */
+  reshard_copy *copies; /* in batch order; NULL with request.omit_copies */
   size_t copy_count;
   reshard_batch *batches;
   size_t batch_count;
