@@ -739,7 +739,11 @@ static void use_cached_targets(load_ctx *ctx,
   reshard__target_take(&ctx->target, (reshard_shared_placement *)placement);
   const reshard_wire_span *strip[2] = {&fields->placement, NULL};
   size_t strip_count = 1;
-  if (fields->binding.value != NULL) {
+  /* Bindings past INLINE_BINDING_MAX_BYTES are never kept, so looking one
+   * up would only copy and hash it on the loop (S5's 640 KB: a measurable
+   * share of the loop while small plans wait). */
+  if (fields->binding.value != NULL &&
+      fields->binding.value_length <= INLINE_BINDING_MAX_BYTES) {
     size_t key_length;
     const char *key = reshard_inline_binding_key(
         fields, ctx->target.id, reshard_call_arena(ctx->call), &key_length);
