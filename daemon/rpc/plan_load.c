@@ -7,9 +7,6 @@
  * (see "Where plans run" in docs/daemon.md). */
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "google/protobuf/wrappers.pb-c.h"
 #include "inline_cache.h"
@@ -74,7 +71,7 @@ typedef struct load_ctx {
   reshard_load_request load;
 
   unsigned manifest_hits, manifest_misses, join_hits, join_misses;
-  uv_work_t work;
+  reshard_work work;
   /* Planning scratch and the plan: freed as soon as the response is
    * encoded, so a call waiting to send holds its response, not its plan. */
   reshard_arena scratch;
@@ -180,25 +177,9 @@ static size_t write_plan_response(void *context, uint8_t *out) {
 
 static void encode_plan(load_ctx *ctx);
 
-/* Plans on the thread pool are the large ones; the loop answers small
- * plans and does every call's I/O. Pool threads run at a lower priority
- * (nice +POOL_NICE, once per thread: an unprivileged thread cannot raise
- * it back), so on a machine with fewer cores than busy threads the kernel
- * runs the loop first and large plans do not stall small ones; they still
- * get the CPU the loop leaves. */
-enum { POOL_NICE = 10 };
-
-static void lower_pool_thread_priority(void) {
-  static _Thread_local bool lowered;
-  if (!lowered) {
-    lowered = true;
-    pid_t thread = (pid_t)syscall(SYS_gettid);
-    int nice_now = getpriority(PRIO_PROCESS, (id_t)thread);
-    (void)setpriority(PRIO_PROCESS, (id_t)thread, nice_now + POOL_NICE);
-  }
-}
-
-static void load_work(uv_work_t *work) {
+/* Plans on the work pool are the large ones; the loop answers small plans
+ * and does every call's I/O. */
+static void load_work(reshard_work *work) {
   load_ctx *ctx = work->data;
   reshard_call *call = ctx->call;
   if ((ctx->status = reshard__planner_check_call(call, &ctx->err)) !=
@@ -254,24 +235,15 @@ static void encode_plan(load_ctx *ctx) {
   ctx->response_bytes = response.size;
 }
 
-static void pool_load_work(uv_work_t *work) {
-  lower_pool_thread_priority();
-  load_work(work);
-}
-
 /* Loop: keep the join templates the planner built, then answer. */
 static void load_dispatch(reshard_call *call, const reshard_error *err,
                           void *data);
 
-static void load_after_work(uv_work_t *work, int status) {
+static void load_after_work(reshard_work *work) {
   load_ctx *ctx = work->data;
   reshard_planner *planner = ctx->planner;
-  if (status != 0) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_UNAVAILABLE,
-                                    "planning was cancelled (shutting down)");
-  }
   const char *participant = ctx->binding.participant_id;
-  if (status == 0 && ctx->planned) {
+  if (ctx->planned) {
     for (size_t i = 0; i < ctx->source_count; i++) {
       reshard_join *built = ctx->built_joins[i];
       if (built == NULL) {
@@ -412,7 +384,7 @@ static void load_dispatch(reshard_call *call, const reshard_error *err,
   }
   ctx->work.data = ctx;
   if (reshard__planner_run(planner, &ctx->work, ctx->binding_values, load_work,
-                           pool_load_work, load_after_work) != 0) {
+                           load_after_work) != 0) {
     load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the plan");
   }
 }
@@ -873,21 +845,14 @@ static void decode_request(load_ctx *ctx) {
   ctx->limits = reshard_limits_clamp(&planner->caps, &requested);
 }
 
-static void decode_work(uv_work_t *work) {
-  lower_pool_thread_priority();
+static void decode_work(reshard_work *work) {
   decode_request(work->data);
 }
 
 static void continue_plan_load(load_ctx *ctx);
 
-static void decode_after_work(uv_work_t *work, int status) {
-  load_ctx *ctx = work->data;
-  if (status != 0) {
-    load_fail_code(ctx, RESHARD_UNAVAILABLE,
-                   "decoding was cancelled (shutting down)");
-    return;
-  }
-  continue_plan_load(ctx);
+static void decode_after_work(reshard_work *work) {
+  continue_plan_load(work->data);
 }
 
 /* Loop: the request is decoded; resolve its target and look its pages
@@ -951,8 +916,8 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   }
   /* Decoding a large request takes milliseconds: not on the loop. */
   ctx->work.data = ctx;
-  if (uv_queue_work(planner->loop, &ctx->work, decode_work,
-                    decode_after_work) != 0) {
+  if (reshard_work_pool_submit(planner->pool, &ctx->work, decode_work,
+                               decode_after_work) != 0) {
     load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the request");
   }
 }

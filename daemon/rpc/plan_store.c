@@ -25,7 +25,7 @@ typedef struct store_ctx {
   reshard_shared_join *join; /* cached template, or NULL */
   bool manifest_hit, join_hit;
 
-  uv_work_t work;
+  reshard_work work;
   reshard_store_request store;
   reshard_store_plan plan;
   bool planned;
@@ -75,7 +75,7 @@ static void log_store(const store_ctx *ctx) {
 
 /* Worker thread (or the loop for small plans): plan and pack. Touches only
  * the context, the call's arena and response, and immutable shared data. */
-static void store_work(uv_work_t *work) {
+static void store_work(reshard_work *work) {
   store_ctx *ctx = work->data;
   reshard_call *call = ctx->call;
   if ((ctx->status = reshard__planner_check_call(call, &ctx->err)) !=
@@ -106,13 +106,8 @@ static void store_work(uv_work_t *work) {
 }
 
 /* Loop: keep the join template the planner built, then answer. */
-static void store_after_work(uv_work_t *work, int status) {
+static void store_after_work(reshard_work *work) {
   store_ctx *ctx = work->data;
-  if (status != 0) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_UNAVAILABLE,
-                                    "planning was cancelled (shutting down)");
-  }
-  /* planned implies status == 0: a cancelled work item never ran. */
   if (ctx->planned && ctx->plan.built_join != NULL) {
     reshard__planner_keep_join(
         ctx->planner, ctx->plan.built_join, ctx->manifest->layout_id,
@@ -172,7 +167,7 @@ static void store_dispatch(reshard_call *call, const reshard_error *err,
   }
   ctx->work.data = ctx;
   if (reshard__planner_run(ctx->planner, &ctx->work, ctx->binding_values,
-                           store_work, store_work, store_after_work) != 0) {
+                           store_work, store_after_work) != 0) {
     reshard_error failure;
     reshard_error_set(&failure, RESHARD_UNAVAILABLE, "cannot queue the plan");
     store_fail(ctx, &failure);

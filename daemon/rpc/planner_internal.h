@@ -21,6 +21,7 @@
 #include "rpc/planner_service.h"
 #include "server.h"
 #include "shared.h"
+#include "work_pool.h"
 
 /* A handler of an RPC whose request the planner decodes before calling it:
  * `message` is that request, in the call's arena. */
@@ -43,6 +44,7 @@ struct reshard_planner {
   reshard_cache *cache;
   reshard_limits caps;
   uint64_t inline_max_values;
+  reshard_work_pool *pool;  /* decoding and planning off the loop */
   bool cache_bindings;      /* a binding cache sits in front of the catalog */
   reshard_metrics *metrics; /* may be NULL */
 
@@ -180,13 +182,13 @@ void reshard__planner_keep_join(reshard_planner *planner, reshard_join *built,
                                 const reshard__target *target, uint64_t dp_rank,
                                 const char *participant);
 
-/* Plans: `work` runs on the loop now when the binding covers at most
- * the planner's inline_max_values values, then `after`; else `pool_work` runs
- * on libuv's thread pool. Non-zero (a libuv error) when it cannot be queued:
- * then nothing runs. */
-int reshard__planner_run(reshard_planner *planner, uv_work_t *work,
-                         uint64_t binding_values, uv_work_cb loop_work,
-                         uv_work_cb pool_work, uv_after_work_cb after);
+/* Plans: `fn` runs on the loop now when the binding covers at most the
+ * planner's inline_max_values values, else on the planner's work pool;
+ * then `after` runs on the loop. Non-zero (a negative errno) when it
+ * cannot be queued: then nothing runs. */
+int reshard__planner_run(reshard_planner *planner, reshard_work *work,
+                         uint64_t binding_values, reshard_work_fn fn,
+                         reshard_after_work_fn after);
 
 /* ---- The handlers ---- */
 

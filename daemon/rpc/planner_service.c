@@ -18,6 +18,13 @@
  * (copies, sort scratch, batches), and the encoded response adds 10-30. */
 enum { PLAN_BYTES_PER_COPY = 96 };
 
+/* Large plans and decodes run on WORK_POOL_THREADS workers (libuv's pool
+ * size) at nice +WORK_POOL_NICE, so on a machine with fewer cores than
+ * busy threads the kernel runs the loop and the gRPC thread first and
+ * large plans do not stall small ones; they still get the CPU the loop
+ * leaves. */
+enum { WORK_POOL_THREADS = 4, WORK_POOL_NICE = 10 };
+
 /* Decodes the call's request as `type`; on failure the call is failed and
  * NULL returned. */
 static void *decode(reshard_call *call,
@@ -183,16 +190,16 @@ void reshard__planner_keep_join(reshard_planner *planner, reshard_join *built,
   reshard_shared_unref(shared ? &shared->base : NULL);
 }
 
-int reshard__planner_run(reshard_planner *planner, uv_work_t *work,
-                         uint64_t binding_values, uv_work_cb loop_work,
-                         uv_work_cb pool_work, uv_after_work_cb after) {
+int reshard__planner_run(reshard_planner *planner, reshard_work *work,
+                         uint64_t binding_values, reshard_work_fn fn,
+                         reshard_after_work_fn after) {
   if (binding_values <= planner->inline_max_values) {
     /* Small plans cost less than the hop to the pool and back. */
-    loop_work(work);
-    after(work, 0);
+    fn(work);
+    after(work);
     return 0;
   }
-  return uv_queue_work(planner->loop, work, pool_work, after);
+  return reshard_work_pool_submit(planner->pool, work, fn, after);
 }
 
 /* ---- Life cycle ---- */
@@ -213,6 +220,12 @@ reshard_planner *reshard_planner_create(uv_loop_t *loop,
   planner->inline_max_values = inline_max_values;
   planner->cache_bindings = !catalog->vtable->lookups_are_local;
   planner->max_large = uv_available_parallelism();
+  planner->pool =
+      reshard_work_pool_create(loop, WORK_POOL_THREADS, WORK_POOL_NICE);
+  if (planner->pool == NULL) {
+    free(planner);
+    return NULL;
+  }
   return planner;
 }
 
@@ -273,5 +286,8 @@ void reshard_planner_set_metrics(reshard_planner *planner,
 }
 
 void reshard_planner_free(reshard_planner *planner) {
+  if (planner != NULL) {
+    reshard_work_pool_close(planner->pool);
+  }
   free(planner);
 }
