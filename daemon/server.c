@@ -455,9 +455,13 @@ reshard_status reshard_call_pack(reshard_call *call,
 
 /* A response buffer from the call pool: gRPC frees the slice on whichever
  * thread sends it last, maybe after the server is gone, so the buffer
- * keeps the pool alive. Reusing these blocks spares every large response
- * the page faults of fresh memory (a 90 KB response cost the planner's
- * thread ~4 % of the daemon's CPU in faults). */
+ * keeps the pool alive. Reusing these blocks spares a mid-size response
+ * the page faults of fresh memory (S1x8's 90 KB response cost the
+ * planner's thread ~4 % of the daemon's CPU in faults). Larger responses
+ * are malloc'd as before: S5's 278 KB ones, pooled, crowded the arenas'
+ * blocks out of the pool's 16 MiB and resident memory grew by 19.5 MiB
+ * under load (scripts/load.py --scenario S5 fails past 16). */
+enum { POOLED_RESPONSE_MAX_BYTES = 128 * 1024 };
 typedef struct pooled_response {
   reshard_chunk_pool *pool;
   size_t capacity;
@@ -496,7 +500,9 @@ reshard_status reshard_call_pack_encoded(reshard_call *call, size_t size,
                                                          uint8_t *out),
                                          void *context) {
   grpc_slice slice;
-  if (!pooled_slice(call->server->pool, size, &slice)) {
+  if (size > POOLED_RESPONSE_MAX_BYTES) {
+    slice = grpc_slice_malloc(size);
+  } else if (!pooled_slice(call->server->pool, size, &slice)) {
     return RESHARD_RESOURCE_EXHAUSTED;
   }
   size_t written = write(context, GRPC_SLICE_START_PTR(slice));
