@@ -65,29 +65,72 @@ void reshard__column_encoder_rows(reshard__column_encoder *encoder,
   encoder->rows += count;
 }
 
+/* Field `field` of a copy, in reshard_copy's declaration order. */
+static uint64_t copy_field(const reshard_copy *copy, size_t field) {
+  switch (field) {
+  case 0:
+    return copy->page_index;
+  case 1:
+    return copy->part_index;
+  case 2:
+    return copy->part_offset;
+  case 3:
+    return copy->region_index;
+  case 4:
+    return copy->region_offset;
+  default:
+    return copy->nbytes;
+  }
+}
+
+/* Writes a column whose value depends on the sequence only: one row (a
+ * value per sequence), then that row again for every later row, doubling
+ * what is copied each time. */
+static uint8_t *repeated_column(uint8_t *out, const reshard_run *group,
+                                size_t width, uint64_t rows, size_t field) {
+  uint8_t *end = out;
+  for (size_t s = 0; s < width; s++) {
+    end = reshard_varint_put(end, copy_field(&group[s].first, field));
+  }
+  size_t row_bytes = (size_t)(end - out);
+  size_t total = row_bytes * (size_t)rows;
+  if (row_bytes == 1) {
+    memset(out, out[0], total); /* a small index: one byte a copy */
+    return out + total;
+  }
+  for (size_t done = row_bytes; done < total;) {
+    size_t chunk = done < total - done ? done : total - done;
+    memcpy(out + done, out, chunk);
+    done += chunk;
+  }
+  return out + total;
+}
+
 void reshard__column_encoder_group(reshard__column_encoder *encoder,
                                    const reshard_run *group, size_t width) {
   /* Straight from the sequences, in source order (copy k of each in
-   * turn): the copies are never written out and read back. */
-  uint8_t *c0 = encoder->cursor[0], *c1 = encoder->cursor[1];
-  uint8_t *c2 = encoder->cursor[2], *c3 = encoder->cursor[3];
-  uint8_t *c4 = encoder->cursor[4], *c5 = encoder->cursor[5];
-  for (uint64_t k = 0; k < group->count; k++) {
+   * turn), column by column: the page, part, region and size columns
+   * repeat one row; only the two offsets are encoded per copy. */
+  uint64_t rows = group->count;
+  static const size_t repeated[] = {0, 1, 3, 5}; /* reshard_copy fields */
+  for (size_t i = 0; i < sizeof repeated / sizeof repeated[0]; i++) {
+    size_t c = repeated[i];
+    encoder->cursor[c] =
+        repeated_column(encoder->cursor[c], group, width, rows, c);
+  }
+  uint8_t *part = encoder->cursor[2], *region = encoder->cursor[4];
+  for (uint64_t k = 0; k < rows; k++) {
     for (size_t s = 0; s < width; s++) {
       const reshard_run *sequence = &group[s];
-      c0 = reshard_varint_put(c0, sequence->first.page_index);
-      c1 = reshard_varint_put(c1, sequence->first.part_index);
-      c2 = reshard_varint_put(c2, sequence->first.part_offset +
-                                      k * sequence->part_stride);
-      c3 = reshard_varint_put(c3, sequence->first.region_index);
-      c4 = reshard_varint_put(c4, sequence->first.region_offset +
-                                      k * sequence->region_stride);
-      c5 = reshard_varint_put(c5, sequence->first.nbytes);
+      part = reshard_varint_put(part, sequence->first.part_offset +
+                                          k * sequence->part_stride);
+      region = reshard_varint_put(region, sequence->first.region_offset +
+                                              k * sequence->region_stride);
     }
   }
-  uint8_t *cursor[RESHARD_COPY_COLUMNS] = {c0, c1, c2, c3, c4, c5};
-  memcpy(encoder->cursor, cursor, sizeof cursor);
-  encoder->rows += (size_t)group->count * width;
+  encoder->cursor[2] = part;
+  encoder->cursor[4] = region;
+  encoder->rows += (size_t)rows * width;
 }
 
 reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
