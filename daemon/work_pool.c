@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 struct reshard_work_pool {
-  uv_loop_t *loop;
   uv_poll_t poll; /* the eventfd, readable when work finished */
   int eventfd;
   int nice;
@@ -100,38 +99,38 @@ reshard_work_pool *reshard_work_pool_create(uv_loop_t *loop, unsigned threads,
     threads = 1;
   }
   reshard_work_pool *pool = calloc(1, sizeof *pool);
-  uv_thread_t *ids = calloc(threads, sizeof *ids);
-  if (pool == NULL || ids == NULL) {
-    free(pool);
-    free(ids);
+  if (pool == NULL) {
     return NULL;
   }
-  pool->loop = loop;
+
   pool->nice = nice;
-  pool->threads = ids;
+  pool->threads = calloc(threads, sizeof *pool->threads);
   pool->eventfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (pool->eventfd < 0) {
-    free(ids);
+  bool locked = false, conditioned = false;
+  if (pool->threads == NULL || pool->eventfd < 0 ||
+      !(locked = uv_mutex_init(&pool->lock) == 0) ||
+      !(conditioned = uv_cond_init(&pool->ready) == 0) ||
+      uv_poll_init(loop, &pool->poll, pool->eventfd) != 0) {
+    if (conditioned) {
+      uv_cond_destroy(&pool->ready);
+    }
+    if (locked) {
+      uv_mutex_destroy(&pool->lock);
+    }
+    if (pool->eventfd >= 0) {
+      close(pool->eventfd);
+    }
+    free(pool->threads);
     free(pool);
     return NULL;
   }
-  if (uv_mutex_init(&pool->lock) != 0) {
-    close(pool->eventfd);
-    free(ids);
-    free(pool);
-    return NULL;
-  }
-  if (uv_cond_init(&pool->ready) != 0) {
-    uv_mutex_destroy(&pool->lock);
-    close(pool->eventfd);
-    free(ids);
-    free(pool);
-    return NULL;
-  }
-  uv_poll_init(loop, &pool->poll, pool->eventfd);
+  /* From here on the handle exists: failures close it, which frees. */
   pool->poll.data = pool;
-  uv_poll_start(&pool->poll, UV_READABLE, on_done);
   uv_unref((uv_handle_t *)&pool->poll);
+  if (uv_poll_start(&pool->poll, UV_READABLE, on_done) != 0) {
+    reshard_work_pool_close(pool);
+    return NULL;
+  }
   for (unsigned t = 0; t < threads; t++) {
     if (uv_thread_create(&pool->threads[t], worker, pool) != 0) {
       break;
