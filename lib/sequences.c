@@ -138,7 +138,7 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
 }
 
 reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
-                                   reshard_copy *out) {
+                                    reshard_copy *out) {
   for (uint64_t k = 0; k < group->count; k++) {
     for (size_t s = 0; s < width; s++) {
       *out++ = reshard_run_copy(&group[s], k);
