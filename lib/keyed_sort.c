@@ -61,16 +61,42 @@ static reshard__keyed *radix_sort(reshard__keyed *items, reshard__keyed *spare,
   return items;
 }
 
+/* Merges the ascending runs items[0, middle) and items[middle, count) into
+ * `out`, stably. */
+static reshard__keyed *merge_runs(const reshard__keyed *items, size_t middle,
+                                  size_t count, reshard__keyed *out) {
+  size_t a = 0, b = middle, n = 0;
+  while (a < middle && b < count) {
+    out[n++] = items[b].key < items[a].key ? items[b++] : items[a++];
+  }
+  while (a < middle) {
+    out[n++] = items[a++];
+  }
+  while (b < count) {
+    out[n++] = items[b++];
+  }
+  return out;
+}
+
 reshard__keyed *reshard__sort_keyed(reshard__keyed *items,
                                     reshard__keyed *spare, size_t count) {
-  bool sorted = true;
+  size_t descents = 0, last_descent = 0;
   uint64_t differing = 0;
   for (size_t i = 1; i < count; i++) {
-    sorted &= items[i].key >= items[i - 1].key;
+    if (items[i].key < items[i - 1].key) {
+      descents++;
+      last_descent = i;
+    }
     differing |= items[i].key ^ items[0].key;
   }
-  if (sorted) {
+  if (descents == 0) {
     return items;
+  }
+  /* Two ascending runs, as a page's sequences are when the planner lists
+   * the keys' component before the values' and the Part keeps them
+   * interleaved by layer: one merge. */
+  if (descents == 1) {
+    return merge_runs(items, last_descent, count, spare);
   }
   if (count <= INSERTION_SORT_MAX) {
     insertion_sort(items, count);

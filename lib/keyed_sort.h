@@ -13,8 +13,9 @@ typedef struct reshard__keyed {
 
 /* Sorts `count` items by key, stably. `spare` is scratch of the same size.
  * Returns whichever of the two buffers holds the result. Already sorted
- * input costs one pass; small inputs use insertion sort; the rest a radix
- * sort over only the key bits that differ. */
+ * input costs one pass, two ascending runs one merge; small inputs use
+ * insertion sort; the rest a radix sort over only the key bits that
+ * differ. */
 reshard__keyed *reshard__sort_keyed(reshard__keyed *items,
                                     reshard__keyed *spare, size_t count);
 

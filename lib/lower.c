@@ -75,49 +75,56 @@ static size_t first_entry(const reshard_join_entry *entries, size_t low,
   return low;
 }
 
-/* Calls `visit` for every (entry, range) block of the page. The counting
- * and the emitting passes share this walk so they cannot disagree. */
+/* Calls `visit` for every (entry, range) block of group g (a layer and
+ * component) of the page. */
 typedef void (*block_visitor)(void *context, const reshard_join_entry *entry,
                               const reshard_bound_range *range, const block *b);
 
-static inline void for_each_block(const reshard__page_lowering *page,
-                                  block_visitor visit, void *context) {
+static inline void visit_group(const reshard__page_lowering *page, size_t g,
+                               block_visitor visit, void *context) {
   const reshard_join *join = page->join;
   const reshard__range_cursor *cursor = page->cursor;
   const reshard_bound_binding *binding = cursor->binding;
   uint64_t page_start = page->page_index * page->page_size;
   uint64_t page_end = page_start + page->page_size;
-  for (size_t g = 0; g < binding->group_count; g++) {
-    size_t entry_low = join->group_start[g];
-    size_t entry_high = join->group_start[g + 1];
-    if (entry_low == entry_high) {
-      continue;
+  size_t entry_low = join->group_start[g];
+  size_t entry_high = join->group_start[g + 1];
+  if (entry_low == entry_high) {
+    return;
+  }
+  const size_t *open = cursor->open + binding->group_start[g];
+  uint64_t head_bytes = page->head_bytes[g % 2];
+  for (size_t o = 0; o < cursor->open_count[g]; o++) {
+    const reshard_bound_range *range = &binding->ranges[open[o]];
+    uint64_t t0 =
+        range->token_start > page_start ? range->token_start : page_start;
+    uint64_t t1 = range->token_end < page_end ? range->token_end : page_end;
+    for (size_t e = first_entry(join->entries, entry_low, entry_high,
+                                range->head_start);
+         e < entry_high && join->entries[e].head_start < range->head_end; e++) {
+      const reshard_join_entry *entry = &join->entries[e];
+      block b = {
+          .token_start = t0,
+          .token_end = t1,
+          .head_start = entry->head_start > range->head_start
+                            ? entry->head_start
+                            : range->head_start,
+          .head_end = entry->head_end < range->head_end ? entry->head_end
+                                                        : range->head_end,
+          .head_bytes = head_bytes,
+      };
+      visit(context, entry, range, &b);
     }
-    const size_t *open = cursor->open + binding->group_start[g];
-    uint64_t head_bytes = page->head_bytes[g % 2];
-    for (size_t o = 0; o < cursor->open_count[g]; o++) {
-      const reshard_bound_range *range = &binding->ranges[open[o]];
-      uint64_t t0 =
-          range->token_start > page_start ? range->token_start : page_start;
-      uint64_t t1 = range->token_end < page_end ? range->token_end : page_end;
-      for (size_t e = first_entry(join->entries, entry_low, entry_high,
-                                  range->head_start);
-           e < entry_high && join->entries[e].head_start < range->head_end;
-           e++) {
-        const reshard_join_entry *entry = &join->entries[e];
-        block b = {
-            .token_start = t0,
-            .token_end = t1,
-            .head_start = entry->head_start > range->head_start
-                              ? entry->head_start
-                              : range->head_start,
-            .head_end = entry->head_end < range->head_end ? entry->head_end
-                                                          : range->head_end,
-            .head_bytes = head_bytes,
-        };
-        visit(context, entry, range, &b);
-      }
-    }
+  }
+}
+
+/* Calls `visit` for every block of the page, group by group. The counting
+ * and the emitting passes share this walk so they cannot disagree. */
+static inline void for_each_block(const reshard__page_lowering *page,
+                                  block_visitor visit, void *context) {
+  size_t groups = page->cursor->binding->group_count;
+  for (size_t g = 0; g < groups; g++) {
+    visit_group(page, g, visit, context);
   }
 }
 
@@ -321,6 +328,15 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
       .page_index = page->page_index,
       .page_start = page->page_index * page->page_size,
   };
-  for_each_block(page, sequence_block, &seq);
+  /* Every key group, then every value group: where the Part keeps the
+   * components apart (S1, S4) the sequences come out in Part order, and
+   * where it interleaves them by layer (S2, S5) in two ascending runs, so
+   * the caller's sort is a pass or a merge. */
+  size_t groups = page->cursor->binding->group_count;
+  for (size_t component = 0; component < 2; component++) {
+    for (size_t g = component; g < groups && !seq.refused; g += 2) {
+      visit_group(page, g, sequence_block, &seq);
+    }
+  }
   return seq.refused ? SIZE_MAX : seq.count;
 }
