@@ -68,3 +68,23 @@ Test(table, hash_spreads_short_keys) {
                 reshard_hash("0123456789abcdef1", 17, 0));
   cr_assert_eq(reshard_hash("same", 4, 7), reshard_hash("same", 4, 7));
 }
+
+/* Long keys (an inline binding) go through four lanes first: a change of
+ * one byte anywhere, in any lane or in the tail, changes the hash, and so
+ * do the length and the seed. */
+Test(table, hash_sees_every_byte_of_long_keys) {
+  enum { LENGTH = 1000 };
+  unsigned char key[LENGTH];
+  for (size_t i = 0; i < LENGTH; i++) {
+    key[i] = (unsigned char)(i * 31);
+  }
+  uint64_t base = reshard_hash(key, LENGTH, 0);
+  cr_assert_eq(reshard_hash(key, LENGTH, 0), base);
+  cr_assert_neq(reshard_hash(key, LENGTH, 1), base);
+  cr_assert_neq(reshard_hash(key, LENGTH - 1, 0), base);
+  for (size_t i = 0; i < LENGTH; i++) {
+    key[i] ^= 1;
+    cr_assert_neq(reshard_hash(key, LENGTH, 0), base, "byte %zu unseen", i);
+    key[i] ^= 1;
+  }
+}
