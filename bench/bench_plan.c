@@ -205,10 +205,12 @@ static int encoding_row(const char *name, const char *memory, scenario *s,
 #endif
 
 int main(int argc, char **argv) {
-  /* reshard-bench [RUNS [SCENARIO]]: SCENARIO picks rows by name prefix,
-   * e.g. "S5". */
+  /* reshard-bench [RUNS [SCENARIO [PAGES]]]: SCENARIO picks rows by name
+   * prefix, e.g. "S5"; PAGES plans that many pages instead of the spec's
+   * (8 is scripts/load.py's S1-8). */
   int runs = argc > 1 ? atoi(argv[1]) : 50;
   const char *only = argc > 2 ? argv[2] : NULL;
+  uint64_t pages = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
   if (runs < 2) {
     runs = 2;
   }
@@ -231,7 +233,7 @@ int main(int argc, char **argv) {
     reshard_arena_init(&arena, 0);
     reshard_error err;
     scenario s;
-    if (scenario_build(spec, 0, 0, 42 + i, &arena, &s, &err)) {
+    if (scenario_build(spec, pages, 0, 42 + i, &arena, &s, &err)) {
       fprintf(stderr, "%s: %s\n", spec->name, err.message);
       failures++;
       reshard_arena_destroy(&arena);
@@ -275,7 +277,7 @@ int main(int argc, char **argv) {
       reshard_error err;
       scenario s;
       reshard_join *template_join = NULL;
-      if (scenario_build(spec, 0, 0, 42 + i, &arena, &s, &err) ||
+      if (scenario_build(spec, pages, 0, 42 + i, &arena, &s, &err) ||
           (split && scenario_region_per_layer(&s, &arena, &err)) ||
           (template_join = reshard_join_build(
                &s.upload.layout, &s.reader.parts[0], &err)) == NULL ||

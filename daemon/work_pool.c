@@ -1,6 +1,8 @@
+#define _GNU_SOURCE /* SCHED_BATCH */
 #include "work_pool.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,6 +43,10 @@ static void worker(void *arg) {
   pid_t self = (pid_t)syscall(SYS_gettid);
   (void)setpriority(PRIO_PROCESS, (id_t)self,
                     getpriority(PRIO_PROCESS, (id_t)self) + pool->nice);
+  /* Under SCHED_BATCH (which keeps the nice value), a worker woken for new
+   * work does not preempt the loop that woke it. Best effort. */
+  struct sched_param param = {0};
+  (void)sched_setscheduler(0, SCHED_BATCH, &param);
   for (;;) {
     uv_mutex_lock(&pool->lock);
     while (!pool->stopping && pool->queue_head == NULL) {

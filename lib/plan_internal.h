@@ -176,6 +176,7 @@ typedef struct reshard__run_folder {
   struct fold_step *steps;
   reshard__keyed *keys;
   reshard__keyed *spare_keys;
+  size_t *hashes; /* each sequence's class hash */
   size_t group_room;
   reshard_arena *arena; /* where the table and scratch grow */
 } reshard__run_folder;

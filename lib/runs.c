@@ -42,11 +42,11 @@ static size_t class_hash(const reshard_copy *copy) {
 /* 64 slots of 64 bytes: 4 KiB. */
 enum { INITIAL_SLOTS = 64 };
 
-/* The slot of `copy`'s class in the batch `stamp`: its live slot, or the
- * free slot where it belongs. */
+/* The slot of `copy`'s class, whose class_hash is `hash`, in the batch
+ * `stamp`: its live slot, or the free slot where it belongs. */
 static fold_slot *find_slot(fold_slot *slots, size_t mask, uint64_t stamp,
-                            const reshard_copy *copy) {
-  size_t at = class_hash(copy) & mask;
+                            const reshard_copy *copy, size_t hash) {
+  size_t at = hash & mask;
   for (;;) {
     fold_slot *slot = &slots[at];
     if (slot->stamp != stamp || in_class(slot, copy)) {
@@ -75,7 +75,7 @@ static reshard_status grow_slots(reshard__run_folder *folder, uint64_t stamp,
                           .part_index = slot->part_index,
                           .region_index = slot->region_index,
                           .nbytes = slot->nbytes};
-      *find_slot(grown, mask, stamp, &key) = *slot;
+      *find_slot(grown, mask, stamp, &key, class_hash(&key)) = *slot;
     }
   }
   folder->slots = grown;
@@ -110,23 +110,25 @@ static uint64_t open_stamp(const reshard__run_folder *folder) {
 }
 
 /* Folds one copy into the open batch; *out is the slot of its class, whose
- * run now ends with the copy. */
+ * run now ends with the copy. `hash`: the copy's class_hash when the caller
+ * has it, else NULL. */
 static reshard_status fold_copy(reshard__run_folder *folder,
-                                const reshard_copy *copy, fold_slot **out,
-                                reshard_error *err) {
+                                const reshard_copy *copy, const size_t *hash,
+                                fold_slot **out, reshard_error *err) {
   uint64_t stamp = open_stamp(folder);
   fold_slot **cached =
       &folder->recent[copy->region_index % RESHARD__FOLD_RECENT];
   fold_slot *slot = *cached;
   if (slot == NULL || !in_class(slot, copy)) {
-    slot = find_slot(folder->slots, folder->mask, stamp, copy);
+    size_t h = hash != NULL ? *hash : class_hash(copy);
+    slot = find_slot(folder->slots, folder->mask, stamp, copy, h);
     if (slot->stamp != stamp && 2 * (folder->live + 1) > folder->mask + 1) {
       reshard_status status = grow_slots(folder, stamp, err);
       if (status) {
         return status;
       }
       cached = &folder->recent[copy->region_index % RESHARD__FOLD_RECENT];
-      slot = find_slot(folder->slots, folder->mask, stamp, copy);
+      slot = find_slot(folder->slots, folder->mask, stamp, copy, h);
     }
   }
   reshard_run *runs = folder->runs;
@@ -180,7 +182,7 @@ reshard_status reshard__run_folder_copies(reshard__run_folder *folder,
                                           size_t count, reshard_error *err) {
   for (size_t i = 0; i < count; i++) {
     fold_slot *slot;
-    reshard_status status = fold_copy(folder, &copies[i], &slot, err);
+    reshard_status status = fold_copy(folder, &copies[i], NULL, &slot, err);
     if (status) {
       return status;
     }
@@ -190,12 +192,13 @@ reshard_status reshard__run_folder_copies(reshard__run_folder *folder,
 
 /* Folds one sequence's copies: after its first copy joins a run, every
  * later copy steps by the sequence's strides, so once the second joins a
- * run (the first's, or a new one) the rest follow it. */
+ * run (the first's, or a new one) the rest follow it. `hash` as for
+ * fold_copy. */
 static reshard_status fold_sequence(reshard__run_folder *folder,
                                     const reshard_run *sequence,
-                                    reshard_error *err) {
+                                    const size_t *hash, reshard_error *err) {
   fold_slot *slot;
-  reshard_status status = fold_copy(folder, &sequence->first, &slot, err);
+  reshard_status status = fold_copy(folder, &sequence->first, hash, &slot, err);
   if (status || sequence->count == 1) {
     return status;
   }
@@ -241,7 +244,9 @@ static reshard_status group_scratch(reshard__run_folder *folder, size_t width,
   folder->steps = RESHARD_ARENA_ARRAY(folder->arena, fold_step, room);
   folder->keys = RESHARD_ARENA_ARRAY(folder->arena, reshard__keyed, room);
   folder->spare_keys = RESHARD_ARENA_ARRAY(folder->arena, reshard__keyed, room);
-  if (!folder->steps || !folder->keys || !folder->spare_keys) {
+  folder->hashes = RESHARD_ARENA_ARRAY(folder->arena, size_t, room);
+  if (!folder->steps || !folder->keys || !folder->spare_keys ||
+      !folder->hashes) {
     folder->group_room = 0;
     return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
                              "runs: out of memory");
@@ -260,10 +265,11 @@ static bool same_class(const reshard_copy *a, const reshard_copy *b) {
  * a run whose stride (then) is not the sequence's, which would start a run
  * at the second copy, after the other sequences' first copies. */
 static bool starts_runs_first(const reshard__run_folder *folder,
-                              const reshard_run *sequence) {
+                              const reshard_run *sequence, size_t hash) {
   uint64_t stamp = open_stamp(folder);
   const reshard_copy *first = &sequence->first;
-  const fold_slot *slot = find_slot(folder->slots, folder->mask, stamp, first);
+  const fold_slot *slot =
+      find_slot(folder->slots, folder->mask, stamp, first, hash);
   if (slot->stamp != stamp || sequence->count == 1) {
     return true;
   }
@@ -286,14 +292,17 @@ static bool starts_runs_first(const reshard__run_folder *folder,
  * in order: each sequence is its class's only one in the group (so its
  * class sees only its copies, in its order) and starts its runs at its
  * first copy (so runs come in the order of their first copies).
- * Conservative on hash collisions. */
+ * Conservative on hash collisions. Leaves each sequence's class_hash in
+ * folder->hashes. */
 static bool folds_by_sequence(reshard__run_folder *folder,
                               const reshard_run *group, size_t width) {
   for (size_t s = 0; s < width; s++) {
-    if (!starts_runs_first(folder, &group[s])) {
+    size_t hash = class_hash(&group[s].first);
+    if (!starts_runs_first(folder, &group[s], hash)) {
       return false;
     }
-    folder->keys[s] = (reshard__keyed){class_hash(&group[s].first), s};
+    folder->hashes[s] = hash;
+    folder->keys[s] = (reshard__keyed){hash, s};
   }
   const reshard__keyed *order =
       reshard__sort_keyed(folder->keys, folder->spare_keys, width);
@@ -357,7 +366,7 @@ static reshard_status fold_one_class(reshard__run_folder *folder,
     }
   }
   fold_slot *slot;
-  reshard_status status = fold_copy(folder, &group[0].first, &slot, err);
+  reshard_status status = fold_copy(folder, &group[0].first, NULL, &slot, err);
   if (status) {
     return status;
   }
@@ -404,7 +413,7 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
     }
   }
   if (width == 1) {
-    return fold_sequence(folder, group, err);
+    return fold_sequence(folder, group, NULL, err);
   }
   reshard_status status = group_scratch(folder, width, err);
   if (status) {
@@ -415,7 +424,7 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
   }
   if (folds_by_sequence(folder, group, width)) {
     for (size_t s = 0; status == RESHARD_OK && s < width; s++) {
-      status = fold_sequence(folder, &group[s], err);
+      status = fold_sequence(folder, &group[s], &folder->hashes[s], err);
     }
     return status;
   }
@@ -423,7 +432,7 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
     for (size_t s = 0; s < width; s++) {
       reshard_copy copy = reshard_run_copy(&group[s], k);
       fold_slot *slot;
-      if ((status = fold_copy(folder, &copy, &slot, err))) {
+      if ((status = fold_copy(folder, &copy, NULL, &slot, err))) {
         return status;
       }
     }

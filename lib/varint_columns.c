@@ -1,5 +1,6 @@
 /* Encodes batches of copies as varint columns (see
  * reshard/varint_columns.h). */
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -106,6 +107,116 @@ static uint8_t *repeated_column(uint8_t *out, const reshard_run *group,
   return out + total;
 }
 
+static unsigned varint_length(uint64_t value) {
+  /* ceil(bits / 7) for 1..64 bits, 0 counting as one bit. */
+  unsigned bits = 64 - (unsigned)__builtin_clzll(value | 1);
+  return (bits * 9 + 64) >> 6;
+}
+
+/* Writes first + k * stride for k < rows, each in exactly `length` bytes,
+ * `pitch` bytes apart. Inlined with a constant length, the byte loop
+ * unrolls into shifts and stores with no branch per value. `spill`: each
+ * value is stored as one 8-byte word (length <= 8), whose bytes past
+ * `length` land where the caller writes next. */
+static inline void put_progression(uint8_t *out, uint64_t first,
+                                   uint64_t stride, uint64_t rows, size_t pitch,
+                                   unsigned length, bool spill) {
+  uint64_t value = first;
+  for (uint64_t k = 0; k < rows; k++, value += stride, out += pitch) {
+    if (spill) {
+      uint64_t word = 0;
+      for (unsigned b = 0; b < length; b++) {
+        word |= ((value >> (7 * b)) & 0x7f) << (8 * b);
+        if (b + 1 < length) {
+          word |= (uint64_t)0x80 << (8 * b);
+        }
+      }
+      memcpy(out, &word, sizeof word);
+      continue;
+    }
+    for (unsigned b = 0; b + 1 < length; b++) {
+      out[b] = (uint8_t)((value >> (7 * b)) | 0x80);
+    }
+    out[length - 1] = (uint8_t)(value >> (7 * (length - 1)));
+  }
+}
+
+/* Groups whose offsets take the fixed-length path: at most this wide (the
+ * lengths live on the stack; S3's groups, the widest of SPEC §6, have 80), and
+ * this many rows at least, below which working out each sequence's length costs
+ * more than it saves. */
+enum { FIXED_GROUP_MAX = 1024, FIXED_ROWS_MIN = 4 };
+
+/* Writes an offset column of a group (`region`: region offsets, else Part
+ * offsets), copy k of each sequence in turn. Strides are never negative,
+ * so a sequence whose first and last values have one varint length has
+ * it for every value: then each row is the same bytes long and every
+ * sequence is written down its own column of rows at a constant length.
+ * Otherwise value by value. */
+static uint8_t *offset_column(uint8_t *out, const reshard_run *group,
+                              size_t width, uint64_t rows, bool region) {
+  uint8_t lengths[FIXED_GROUP_MAX];
+  size_t row_bytes = 0;
+  bool fixed = width <= FIXED_GROUP_MAX && rows >= FIXED_ROWS_MIN;
+  for (size_t s = 0; fixed && s < width; s++) {
+    const reshard_run *sequence = &group[s];
+    uint64_t first =
+        region ? sequence->first.region_offset : sequence->first.part_offset;
+    uint64_t stride = region ? sequence->region_stride : sequence->part_stride;
+    unsigned length = varint_length(first);
+    fixed = length == varint_length(first + (rows - 1) * stride);
+    lengths[s] = (uint8_t)length;
+    row_bytes += length;
+  }
+  if (!fixed) {
+    for (uint64_t k = 0; k < rows; k++) {
+      for (size_t s = 0; s < width; s++) {
+        const reshard_run *sequence = &group[s];
+        out = reshard_varint_put(
+            out,
+            region ? sequence->first.region_offset + k * sequence->region_stride
+                   : sequence->first.part_offset + k * sequence->part_stride);
+      }
+    }
+    return out;
+  }
+  /* A value's spill lands on later values of its row, written after it,
+   * as long as the row has 8 bytes from the value's start; otherwise it
+   * would reach the next row, whose earlier sequences are written, so
+   * those values store their bytes exactly. */
+  uint8_t *column = out;
+  for (size_t s = 0; s < width; s++) {
+    const reshard_run *sequence = &group[s];
+    uint64_t first =
+        region ? sequence->first.region_offset : sequence->first.part_offset;
+    uint64_t stride = region ? sequence->region_stride : sequence->part_stride;
+    bool spill = row_bytes - (size_t)(column - out) >= sizeof(uint64_t);
+    switch (lengths[s]) {
+    case 1:
+      put_progression(column, first, stride, rows, row_bytes, 1, spill);
+      break;
+    case 2:
+      put_progression(column, first, stride, rows, row_bytes, 2, spill);
+      break;
+    case 3:
+      put_progression(column, first, stride, rows, row_bytes, 3, spill);
+      break;
+    case 4:
+      put_progression(column, first, stride, rows, row_bytes, 4, spill);
+      break;
+    case 5:
+      put_progression(column, first, stride, rows, row_bytes, 5, spill);
+      break;
+    default:
+      put_progression(column, first, stride, rows, row_bytes, lengths[s],
+                      spill && lengths[s] <= sizeof(uint64_t));
+      break;
+    }
+    column += lengths[s];
+  }
+  return out + row_bytes * (size_t)rows;
+}
+
 void reshard__column_encoder_group(reshard__column_encoder *encoder,
                                    const reshard_run *group, size_t width) {
   /* Straight from the sequences, in source order (copy k of each in
@@ -118,18 +229,10 @@ void reshard__column_encoder_group(reshard__column_encoder *encoder,
     encoder->cursor[c] =
         repeated_column(encoder->cursor[c], group, width, rows, c);
   }
-  uint8_t *part = encoder->cursor[2], *region = encoder->cursor[4];
-  for (uint64_t k = 0; k < rows; k++) {
-    for (size_t s = 0; s < width; s++) {
-      const reshard_run *sequence = &group[s];
-      part = reshard_varint_put(part, sequence->first.part_offset +
-                                          k * sequence->part_stride);
-      region = reshard_varint_put(region, sequence->first.region_offset +
-                                              k * sequence->region_stride);
-    }
-  }
-  encoder->cursor[2] = part;
-  encoder->cursor[4] = region;
+  encoder->cursor[2] =
+      offset_column(encoder->cursor[2], group, width, rows, false);
+  encoder->cursor[4] =
+      offset_column(encoder->cursor[4], group, width, rows, true);
   encoder->rows += (size_t)rows * width;
 }
 

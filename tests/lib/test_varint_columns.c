@@ -5,13 +5,17 @@
  * batch's copies, field by field, with no byte left over. Cases: the
  * oracle suite's random cases, tiny batches that split pages and copies
  * (so batches close in the middle of a page's copies), and the SPEC §6
- * scenarios. */
+ * scenarios; and the group encoder alone on random groups whose offsets
+ * are one byte long (a word written for one would reach the next row),
+ * cross a varint length inside a sequence, or reach eight bytes. */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "oracle.h"
+#include "plan_internal.h"
+#include "reshard/runs.h"
 #include "reshard/varint_columns.h"
 
 /* Decodes one LEB128 varint at *at, before `end`. */
@@ -183,5 +187,84 @@ Test(varint_columns, spec_scenarios) {
     snprintf(what, sizeof what, "S%d", scenario);
     cr_assert_gt(run_case(&c, what), 0);
     oracle_case_destroy(&c);
+  }
+}
+
+/* An offset for the group encoder: lengths 1 to 9 bytes, boundaries close. */
+static uint64_t random_offset(oracle_rng *rng) {
+  unsigned bits = (unsigned)oracle_rng_between(rng, 0, 62);
+  uint64_t value = bits == 0 ? 0 : (uint64_t)1 << bits;
+  return value - oracle_rng_between(rng, 0, value < 64 ? value : 64);
+}
+
+static uint64_t random_stride(oracle_rng *rng) {
+  switch (oracle_rng_between(rng, 0, 3)) {
+  case 0:
+    return oracle_rng_between(rng, 0, 3);
+  case 1:
+    return oracle_rng_between(rng, 1, 200);
+  default:
+    return (uint64_t)1 << oracle_rng_between(rng, 4, 30);
+  }
+}
+
+/* reshard__column_encoder_group against the group's copies (copy k of
+ * each sequence in turn) decoded from the closed batch. */
+Test(varint_columns, group_encoder) {
+  oracle_rng rng;
+  oracle_rng_seed(&rng, oracle_case_seed(oracle_base_seed(), 500, 0));
+  enum { MAX_WIDTH = 80, MAX_ROWS = 12, GROUPS = 3 };
+  reshard_run group[MAX_WIDTH];
+  reshard_copy copies[GROUPS * MAX_WIDTH * MAX_ROWS];
+  for (unsigned trial = 0; trial < 3000; trial++) {
+    reshard_arena arena;
+    reshard_arena_init(&arena, 0);
+    reshard__column_encoder encoder;
+    reshard_error err;
+    cr_assert_eq(reshard__column_encoder_init(
+                     &encoder, GROUPS * MAX_WIDTH * MAX_ROWS, 1, &arena, &err),
+                 RESHARD_OK);
+    size_t count = 0;
+    for (unsigned g = 0; g < GROUPS; g++) {
+      size_t width = (size_t)oracle_rng_between(&rng, 1, MAX_WIDTH);
+      uint64_t rows = oracle_rng_between(&rng, 1, MAX_ROWS);
+      bool small = oracle_rng_between(&rng, 0, 2) == 0;
+      for (size_t s = 0; s < width; s++) {
+        group[s] = (reshard_run){
+            .first = {.page_index = oracle_rng_between(&rng, 0, 300),
+                      .part_index = oracle_rng_between(&rng, 0, 3),
+                      .part_offset = small ? oracle_rng_between(&rng, 0, 40)
+                                           : random_offset(&rng),
+                      .region_index = oracle_rng_between(&rng, 0, 200),
+                      .region_offset = small ? oracle_rng_between(&rng, 0, 40)
+                                             : random_offset(&rng),
+                      .nbytes = oracle_rng_between(&rng, 1, 1 << 20)},
+            .count = rows,
+            .part_stride =
+                small ? oracle_rng_between(&rng, 0, 6) : random_stride(&rng),
+            .region_stride =
+                small ? oracle_rng_between(&rng, 0, 6) : random_stride(&rng),
+        };
+      }
+      reshard__column_encoder_group(&encoder, group, width);
+      count = (size_t)(reshard__group_expand(group, width, copies + count) -
+                       copies);
+    }
+    cr_assert_eq(reshard__column_encoder_close(&encoder, &err), RESHARD_OK);
+    const uint8_t *at = encoder.out.bytes[0];
+    char what[32];
+    snprintf(what, sizeof what, "trial %u", trial);
+    for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+      const uint8_t *end = at + encoder.out.column_bytes[c];
+      for (size_t i = 0; i < count; i++) {
+        uint64_t got = decode_varint(&at, end, what);
+        cr_assert_eq(got, field(&copies[i], c),
+                     "%s: column %u row %zu is %" PRIu64 ", want %" PRIu64,
+                     what, c, i, got, field(&copies[i], c));
+      }
+      cr_assert_eq(at, end, "%s: column %u has %td bytes too many", what, c,
+                   end - at);
+    }
+    reshard_arena_destroy(&arena);
   }
 }
