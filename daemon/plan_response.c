@@ -7,13 +7,6 @@
 /* Wire types of the protobuf encoding. */
 enum { WIRE_VARINT = 0, WIRE_LENGTH = 2 };
 
-static size_t varint_size(uint64_t value) {
-  /* 7 bits a byte, 0 still one byte: ceil(bits / 7) as (bits * 9 + 64) / 64,
-   * exact for 1..64 bits and free of a division. */
-  unsigned bits = 64 - (unsigned)__builtin_clzll(value | 1);
-  return (bits * 9 + 64) >> 6;
-}
-
 /* Field numbers here are below 16, so a tag is one byte. */
 static uint8_t *put_tag(uint8_t *out, unsigned field, unsigned wire_type) {
   assert(field >= 1 && field < 16);
@@ -28,16 +21,16 @@ static const char *text(const char *value) {
 /* proto3 leaves zero scalars and empty strings out; repeated strings are
  * always written. */
 static size_t scalar_size(uint64_t value) {
-  return value ? 1 + varint_size(value) : 0;
+  return value ? 1 + reshard_varint_length(value) : 0;
 }
 
 static size_t string_size(const char *value, int always) {
   size_t length = strlen(text(value));
-  return length || always ? 1 + varint_size(length) + length : 0;
+  return length || always ? 1 + reshard_varint_length(length) + length : 0;
 }
 
 static size_t nested_size(size_t body) {
-  return 1 + varint_size(body) + body;
+  return 1 + reshard_varint_length(body) + body;
 }
 
 static uint8_t *put_scalar(uint8_t *out, unsigned field, uint64_t value) {
@@ -113,7 +106,7 @@ static inline void measure_rows(const uint64_t *rows, size_t count,
                                 unsigned width, size_t *sizes, uint64_t *any) {
   for (size_t i = 0; i < count; i++, rows += width) {
     for (unsigned c = 0; c < width; c++) {
-      sizes[c] += varint_size(rows[c]);
+      sizes[c] += reshard_varint_length(rows[c]);
       any[c] |= rows[c];
     }
   }
@@ -212,7 +205,7 @@ reshard_status reshard_range_batches_measure(
      * size is count times that length. */
     uint8_t *lengths = out->column_length + b * RESHARD_RANGE_BATCH_COLUMNS;
     for (unsigned c = 0; c < width; c++) {
-      size_t longest = varint_size(any[c]);
+      size_t longest = reshard_varint_length(any[c]);
       lengths[c] = sizes[c] == count * longest ? (uint8_t)longest : 0;
     }
     out->size += nested_size(batch_body(out, b));

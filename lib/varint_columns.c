@@ -107,12 +107,6 @@ static uint8_t *repeated_column(uint8_t *out, const reshard_run *group,
   return out + total;
 }
 
-static unsigned varint_length(uint64_t value) {
-  /* ceil(bits / 7) for 1..64 bits, 0 counting as one bit. */
-  unsigned bits = 64 - (unsigned)__builtin_clzll(value | 1);
-  return (bits * 9 + 64) >> 6;
-}
-
 /* Writes first + k * stride for k < rows, each in exactly `length` bytes,
  * `pitch` bytes apart. Inlined with a constant length, the byte loop
  * unrolls into shifts and stores with no branch per value. `spill`: each
@@ -163,8 +157,8 @@ static uint8_t *offset_column(uint8_t *out, const reshard_run *group,
     uint64_t first =
         region ? sequence->first.region_offset : sequence->first.part_offset;
     uint64_t stride = region ? sequence->region_stride : sequence->part_stride;
-    unsigned length = varint_length(first);
-    fixed = length == varint_length(first + (rows - 1) * stride);
+    size_t length = reshard_varint_length(first);
+    fixed = length == reshard_varint_length(first + (rows - 1) * stride);
     lengths[s] = (uint8_t)length;
     row_bytes += length;
   }

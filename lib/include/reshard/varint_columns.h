@@ -24,6 +24,14 @@ typedef struct reshard_varint_batches {
   size_t batch_count;
 } reshard_varint_batches;
 
+/* Bytes of `value` as a LEB128 varint, 1 to 10. */
+static inline size_t reshard_varint_length(uint64_t value) {
+  /* 7 bits a byte, 0 still one byte: ceil(bits / 7) as (bits * 9 + 64) / 64,
+   * exact for 1..64 bits and free of a division. */
+  unsigned bits = 64 - (unsigned)__builtin_clzll(value | 1);
+  return (bits * 9 + 64) >> 6;
+}
+
 /* Writes `value` as a LEB128 varint (1 to 10 bytes) at `out`; returns the
  * byte after it. */
 static inline uint8_t *reshard_varint_put(uint8_t *out, uint64_t value) {
