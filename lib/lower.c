@@ -76,12 +76,16 @@ static size_t first_entry(const reshard_join_entry *entries, size_t low,
 }
 
 /* Calls `visit` for every (entry, range) block of group g (a layer and
- * component) of the page. */
+ * component) of the page. `ordinal` is the range's place among the page's
+ * open ranges in the order they are visited: `first_ordinal` for the
+ * group's first. */
 typedef void (*block_visitor)(void *context, const reshard_join_entry *entry,
-                              const reshard_bound_range *range, const block *b);
+                              const reshard_bound_range *range, const block *b,
+                              size_t ordinal);
 
 static inline void visit_group(const reshard__page_lowering *page, size_t g,
-                               block_visitor visit, void *context) {
+                               size_t first_ordinal, block_visitor visit,
+                               void *context) {
   const reshard_join *join = page->join;
   const reshard__range_cursor *cursor = page->cursor;
   const reshard_bound_binding *binding = cursor->binding;
@@ -113,7 +117,7 @@ static inline void visit_group(const reshard__page_lowering *page, size_t g,
                                                         : range->head_end,
           .head_bytes = head_bytes,
       };
-      visit(context, entry, range, &b);
+      visit(context, entry, range, &b, first_ordinal + o);
     }
   }
 }
@@ -123,8 +127,9 @@ static inline void visit_group(const reshard__page_lowering *page, size_t g,
 static inline void for_each_block(const reshard__page_lowering *page,
                                   block_visitor visit, void *context) {
   size_t groups = page->cursor->binding->group_count;
-  for (size_t g = 0; g < groups; g++) {
-    visit_group(page, g, visit, context);
+  for (size_t g = 0, ordinal = 0; g < groups; g++) {
+    visit_group(page, g, ordinal, visit, context);
+    ordinal += page->cursor->open_count[g];
   }
 }
 
@@ -147,7 +152,9 @@ static uint64_t block_copies(const reshard_join_entry *entry,
 }
 
 static void count_block(void *context, const reshard_join_entry *entry,
-                        const reshard_bound_range *range, const block *b) {
+                        const reshard_bound_range *range, const block *b,
+                        size_t ordinal) {
+  (void)ordinal;
   reshard__page_cost *cost = context;
   bool rows, whole;
   cost->copies += block_copies(entry, range, b, &rows, &whole);
@@ -169,7 +176,9 @@ typedef struct emitter {
 } emitter;
 
 static void emit_block(void *context, const reshard_join_entry *entry,
-                       const reshard_bound_range *range, const block *b) {
+                       const reshard_bound_range *range, const block *b,
+                       size_t ordinal) {
+  (void)ordinal;
   emitter *emit = context;
   bool rows, whole;
   block_copies(entry, range, b, &rows, &whole);
@@ -234,6 +243,8 @@ size_t reshard__lower_page(const reshard__page_lowering *page,
  * its copies form, so a page costs work per block rather than per copy. */
 typedef struct sequencer {
   reshard_run *out;
+  size_t *origin; /* per sequence: its range's ordinal */
+  size_t ordinal; /* the block's range's */
   size_t count;
   size_t room;
   bool refused; /* a sequence would not fit, or its copies overlap */
@@ -259,9 +270,11 @@ static void put_sequence(sequencer *seq, const reshard_copy *first,
     /* Contiguous on both sides: coalescing makes it one copy. */
     reshard_copy whole = *first;
     whole.nbytes *= count;
+    seq->origin[seq->count] = seq->ordinal;
     seq->out[seq->count++] = (reshard_run){whole, 1, 0, 0};
     return;
   }
+  seq->origin[seq->count] = seq->ordinal;
   seq->out[seq->count++] = (reshard_run){
       *first,
       count,
@@ -271,11 +284,13 @@ static void put_sequence(sequencer *seq, const reshard_copy *first,
 }
 
 static void sequence_block(void *context, const reshard_join_entry *entry,
-                           const reshard_bound_range *range, const block *b) {
+                           const reshard_bound_range *range, const block *b,
+                           size_t ordinal) {
   sequencer *seq = context;
   if (seq->refused) {
     return;
   }
+  seq->ordinal = ordinal;
   bool rows, whole;
   block_copies(entry, range, b, &rows, &whole);
   uint64_t tokens = b->token_end - b->token_start;
@@ -320,10 +335,119 @@ static void sequence_block(void *context, const reshard_join_entry *entry,
   }
 }
 
+/* The page's open ranges in the order lower_page_sequences visits them:
+ * every key group, then every value group. Calls `step` with each range,
+ * its ordinal and `context`; stops early when `step` returns false.
+ * Returns the number of ranges visited. */
+typedef bool (*range_step)(void *context, size_t ordinal, size_t range);
+
+static size_t for_each_open_range(const reshard__range_cursor *cursor,
+                                  range_step step, void *context) {
+  const reshard_bound_binding *binding = cursor->binding;
+  size_t ordinal = 0;
+  for (size_t component = 0; component < 2; component++) {
+    for (size_t g = component; g < binding->group_count; g += 2) {
+      const size_t *open = cursor->open + binding->group_start[g];
+      for (size_t o = 0; o < cursor->open_count[g]; o++, ordinal++) {
+        if (!step(context, ordinal, open[o])) {
+          return ordinal;
+        }
+      }
+    }
+  }
+  return ordinal;
+}
+
+/* Comparing a page's open ranges with the remembered page's, the
+ * difference of each one's region offset noted. */
+typedef struct memo_compare {
+  const reshard_bound_range *ranges;
+  reshard__sequence_memo *memo;
+  uint64_t page_start;
+  bool differs;
+} memo_compare;
+
+/* Whether `range` meets the page as the remembered page's range of the
+ * same ordinal met it, but for where it lies in its region: then each
+ * block it makes is the remembered one's, its region offsets shifted. */
+static bool same_shape(void *context, size_t ordinal, size_t range) {
+  memo_compare *compare = context;
+  reshard__sequence_memo *memo = compare->memo;
+  if (ordinal >= memo->range_count) {
+    /* More ranges than the remembered page. A validated binding tiles
+     * each token's heads, so a page whose ranges match all of another's
+     * has no more; a shift must not rest on that, though. */
+    compare->differs = true;
+    return false;
+  }
+  const reshard_bound_range *now = &compare->ranges[range];
+  const reshard_bound_range *then = &compare->ranges[memo->ranges[ordinal]];
+  if (now->token_start - compare->page_start !=
+          then->token_start - memo->page_start ||
+      now->token_end - compare->page_start !=
+          then->token_end - memo->page_start ||
+      now->head_start != then->head_start || now->head_end != then->head_end ||
+      now->region_index != then->region_index ||
+      now->token_stride != then->token_stride ||
+      now->head_stride != then->head_stride) {
+    compare->differs = true;
+    return false;
+  }
+  memo->shift[ordinal] = now->region_offset - then->region_offset;
+  /* Remembered as this page's; a mismatch further on lowers the page
+   * afresh, which remembers every range again. */
+  memo->ranges[ordinal] = range;
+  return true;
+}
+
+static bool remember_range(void *context, size_t ordinal, size_t range) {
+  reshard__sequence_memo *memo = context;
+  if (ordinal == memo->room) {
+    memo->overflowed = true;
+    return false;
+  }
+  memo->ranges[ordinal] = range;
+  return true;
+}
+
+/* Remembers the page whose `count` sequences the caller's `out` now holds,
+ * unless it has more open ranges than the memo has room for. */
+static void remember(const reshard__page_lowering *page,
+                     reshard__sequence_memo *memo, size_t count) {
+  memo->overflowed = false;
+  memo->range_count = for_each_open_range(page->cursor, remember_range, memo);
+  memo->join = memo->overflowed ? NULL : page->join;
+  memo->page_start = page->page_index * page->page_size;
+  memo->count = count;
+}
+
 size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
-                                     reshard_run *out, size_t room) {
+                                     reshard_run *out, size_t room,
+                                     reshard__sequence_memo *memo,
+                                     bool *reused) {
+  *reused = false;
+  if (memo->join == page->join) {
+    memo_compare compare = {
+        .ranges = page->cursor->binding->ranges,
+        .memo = memo,
+        .page_start = page->page_index * page->page_size,
+    };
+    size_t ranges = for_each_open_range(page->cursor, same_shape, &compare);
+    if (!compare.differs && ranges == memo->range_count) {
+      /* The same blocks: `out` still holds the remembered page's
+       * sequences (the caller keeps them), which become this page's. */
+      for (size_t i = 0; i < memo->count; i++) {
+        out[i].first.page_index = page->page_index;
+        out[i].first.region_offset += memo->shift[memo->origin[i]];
+      }
+      memo->page_start = compare.page_start;
+      *reused = true;
+      return memo->count;
+    }
+  }
   sequencer seq = {
       .out = out,
+      .origin = memo->origin,
       .room = room,
       .page_index = page->page_index,
       .page_start = page->page_index * page->page_size,
@@ -333,10 +457,17 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
    * where it interleaves them by layer (S2, S5) in two ascending runs, so
    * the caller's sort is a pass or a merge. */
   size_t groups = page->cursor->binding->group_count;
+  size_t ordinal = 0;
   for (size_t component = 0; component < 2; component++) {
     for (size_t g = component; g < groups && !seq.refused; g += 2) {
-      visit_group(page, g, sequence_block, &seq);
+      visit_group(page, g, ordinal, sequence_block, &seq);
+      ordinal += page->cursor->open_count[g];
     }
   }
-  return seq.refused ? SIZE_MAX : seq.count;
+  if (seq.refused) {
+    memo->join = NULL;
+    return SIZE_MAX;
+  }
+  remember(page, memo, seq.count);
+  return seq.count;
 }

@@ -27,6 +27,9 @@ typedef struct planner {
   size_t trial_capacity;
   uint64_t *page_bytes; /* per hit page, what lowering it moves */
   reshard__sequence_scratch sequence_scratch;
+  /* A stretch of a group cut at a batch boundary (sequence_scratch.room
+   * entries, made the first time one is needed). */
+  reshard_run *stretch;
   /* Pages whose sequences could not stand for their copies; past a few,
    * the plan stops trying and lowers copy by copy. */
   unsigned sequence_refusals;
@@ -395,7 +398,12 @@ static reshard_status batch_stretch(planner *plan, const reshard_run *group,
   size_t first = rows == 1 ? column : 0;
   size_t stretch_width = width - first;
   bool whole = row == 0 && rows == group->count;
-  reshard_run *scratch = plan->sequence_scratch.lowered;
+  if (!whole && plan->stretch == NULL &&
+      (plan->stretch = RESHARD_ARENA_ARRAY(
+           plan->arena, reshard_run, plan->sequence_scratch.room)) == NULL) {
+    return no_memory(plan);
+  }
+  reshard_run *scratch = plan->stretch;
   const reshard_run *stretch = whole ? group : scratch;
   uint64_t bytes = 0;
   for (size_t s = 0; s < stretch_width; s++) {
@@ -547,16 +555,27 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
    * a page with more goes copy by copy, so the scratch stays a fraction of
    * the page's copies (the in-flight reservation counts per copy). */
   size_t sequence_room = page_room / SEQUENCE_ROOM_DIVISOR + 16;
-  plan->sequence_scratch = (reshard__sequence_scratch){
+  reshard__sequence_scratch *sequence = &plan->sequence_scratch;
+  *sequence = (reshard__sequence_scratch){
       .lowered = RESHARD_ARENA_ARRAY(plan->arena, reshard_run, sequence_room),
+      .order = RESHARD_ARENA_ARRAY(plan->arena, size_t, sequence_room),
       .sorted = RESHARD_ARENA_ARRAY(plan->arena, reshard_run, sequence_room),
       .keys = keys,
       .spare = spare,
       .group_ends = RESHARD_ARENA_ARRAY(plan->arena, size_t, sequence_room),
       .room = sequence_room,
+      .memo =
+          {
+              .origin = RESHARD_ARENA_ARRAY(plan->arena, size_t, sequence_room),
+              .ranges = RESHARD_ARENA_ARRAY(plan->arena, size_t, sequence_room),
+              .shift =
+                  RESHARD_ARENA_ARRAY(plan->arena, uint64_t, sequence_room),
+              .room = sequence_room,
+          },
   };
-  if (!plan->sequence_scratch.lowered || !plan->sequence_scratch.sorted ||
-      !plan->sequence_scratch.group_ends) {
+  if (!sequence->lowered || !sequence->order || !sequence->sorted ||
+      !sequence->group_ends || !sequence->memo.origin ||
+      !sequence->memo.ranges || !sequence->memo.shift) {
     return no_memory(plan);
   }
   if (request->runs) {

@@ -56,13 +56,34 @@ reshard__page_cost reshard__lower_count(const reshard__page_lowering *page);
 size_t reshard__lower_page(const reshard__page_lowering *page,
                            reshard_copy *out);
 
+/* The last page lowered to sequences, so that the next page whose
+ * blocks are the same but for where its ranges lie in their regions (the
+ * pages of a paged reader, one block each) shifts those sequences instead
+ * of lowering again. Arrays of `room` entries, in the plan's arena. */
+typedef struct reshard__sequence_memo {
+  const reshard_join *join; /* the page's source; NULL: none remembered */
+  uint64_t page_start;
+  size_t count;       /* its sequences */
+  size_t *origin;     /* per sequence: the ordinal of its range */
+  size_t *ranges;     /* per ordinal: the range (index into the binding) */
+  uint64_t *shift;    /* per ordinal: scratch for the region offset shift */
+  size_t range_count; /* the page's open ranges */
+  size_t room;
+  bool overflowed;
+} reshard__sequence_memo;
+
 /* Writes the page's copies into `out` as strided sequences (reshard_run:
  * `count` copies `part_stride` and `region_stride` apart), at most `room`
  * of them, in lowering order. Returns how many, or SIZE_MAX when they do
  * not fit `room` or a sequence's copies would overlap in the Part: then
- * the caller lowers the page copy by copy. */
+ * the caller lowers the page copy by copy. `out` must hold what the last
+ * call wrote there, as `memo` remembers it: *reused says the page was the
+ * remembered one shifted (same sequences in the same order, their page
+ * index and region offsets changed). */
 size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
-                                     reshard_run *out, size_t room);
+                                     reshard_run *out, size_t room,
+                                     reshard__sequence_memo *memo,
+                                     bool *reused);
 
 /* One page lowered to strided sequences sorted by first copy, standing for
  * its coalesced copies (see lib/sequences.c). The sequences form groups
@@ -77,14 +98,17 @@ typedef struct reshard__page_sequences {
   uint64_t copies;
 } reshard__page_sequences;
 
-/* Scratch for reshard__page_sequences: `room` entries in each array. */
+/* Scratch for reshard__page_sequences: `room` entries in each array.
+ * `lowered` and `order` belong to the memo between pages. */
 typedef struct reshard__sequence_scratch {
   reshard_run *lowered;
+  size_t *order; /* sorted position -> index into lowered */
   reshard_run *sorted;
   reshard__keyed *keys;
   reshard__keyed *spare;
   size_t *group_ends;
   size_t room;
+  reshard__sequence_memo memo;
 } reshard__sequence_scratch;
 
 /* Lowers a page to sequences when they can stand for its coalesced copies:

@@ -89,25 +89,32 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
                             reshard__sequence_scratch *scratch,
                             reshard__page_sequences *out) {
   const uint64_t *part_base = lowering->join->part_base;
-  size_t count =
-      reshard__lower_page_sequences(lowering, scratch->lowered, scratch->room);
+  bool reused;
+  size_t count = reshard__lower_page_sequences(
+      lowering, scratch->lowered, scratch->room, &scratch->memo, &reused);
   if (count == SIZE_MAX || count == 0) {
     return false;
   }
-  reshard__keyed *keys = scratch->keys;
-  for (size_t i = 0; i < count; i++) {
-    keys[i] =
-        (reshard__keyed){position(part_base, &scratch->lowered[i].first), i};
+  if (!reused) {
+    /* A shifted page keeps its Part positions, so its order too. */
+    reshard__keyed *keys = scratch->keys;
+    for (size_t i = 0; i < count; i++) {
+      keys[i] =
+          (reshard__keyed){position(part_base, &scratch->lowered[i].first), i};
+    }
+    const reshard__keyed *sorted =
+        reshard__sort_keyed(keys, scratch->spare, count);
+    for (size_t i = 0; i < count; i++) {
+      scratch->order[i] = sorted[i].index;
+    }
   }
-  const reshard__keyed *order =
-      reshard__sort_keyed(keys, scratch->spare, count);
   /* Single copies that continue one another coalesce here (whole blocks
    * that happen to lie back to back on both sides); copies of longer
    * sequences that would are refused below. */
   size_t kept = 0;
   uint64_t copies = 0;
   for (size_t i = 0; i < count; i++) {
-    const reshard_run *next = &scratch->lowered[order[i].index];
+    const reshard_run *next = &scratch->lowered[scratch->order[i]];
     reshard_run *previous = kept > 0 ? &scratch->sorted[kept - 1] : NULL;
     if (previous != NULL && previous->count == 1 && next->count == 1 &&
         coalesce(&previous->first, &next->first)) {

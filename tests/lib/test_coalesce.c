@@ -352,3 +352,54 @@ Test(coalesce, scenario_counts) {
   cr_assert_eq(s5.before, 2 * layers * 2);
   cr_assert_leq(s5.after, s5.before);
 }
+
+/* A page whose ranges meet it as the last page's did but for where they
+ * lie in their regions reuses the last page's sequences, shifted
+ * (lib/lower.c). Here the two pages' ranges have the same tokens, strides
+ * and region, but split the three heads differently ([0,1) [1,3) on page
+ * 0, [0,2) [2,3) on page 1): page 1 must be lowered afresh. */
+static reshard_binding_range split_heads(reshard_component c, uint64_t page,
+                                         uint64_t head_start,
+                                         uint64_t head_count, uint64_t offset) {
+  reshard_binding_range r;
+  memset(&r, 0, sizeof r);
+  r.global_layer_id = 0;
+  r.component = c;
+  r.token_start = page * 4;
+  r.token_count = 4;
+  r.head_start = head_start;
+  r.head_count = head_count;
+  r.region_id = "mem";
+  r.offset_bytes = offset;
+  r.token_stride_bytes = 3;
+  r.head_stride_bytes = 1;
+  return r;
+}
+
+Test(coalesce, pages_of_other_head_splits_are_not_shifted) {
+  reshard_descriptor d = tiny_descriptor();
+  d.page_size = 4;
+  d.total_kv_heads = 3;
+  reshard_binding_range r[8];
+  size_t n = 0;
+  for (int k = 0; k < 2; k++) {
+    reshard_component c = k ? RESHARD_COMPONENT_VALUE : RESHARD_COMPONENT_KEY;
+    uint64_t base = (uint64_t)k * 96;
+    r[n++] = split_heads(c, 0, 0, 1, base);
+    r[n++] = split_heads(c, 0, 1, 2, base + 24);
+    r[n++] = split_heads(c, 1, 0, 2, base + 48);
+    r[n++] = split_heads(c, 1, 2, 1, base + 72);
+  }
+  reshard_region region = {"mem", 4096, 192};
+  oracle_case c;
+  char msg[ORACLE_MSG_SIZE];
+  bool ok = oracle_manual_case(&c, &d, RESHARD_FORMAT_PLHD, NULL, 0, &region, 1,
+                               r, n, 2, msg, sizeof msg);
+  if (!ok) {
+    oracle_case_destroy(&c);
+  }
+  cr_assert(ok, "%s", msg);
+  coalesce_result res = check_case(&c);
+  cr_assert_eq(res.hit_pages, 2);
+  cr_assert_eq(res.sequence_pages, 2, "both pages must take the sequences");
+}
