@@ -335,8 +335,17 @@ static void sequence_block(void *context, const reshard_join_entry *entry,
   }
 }
 
-/* The page's open ranges in the order lower_page_sequences visits them:
- * every key group, then every value group. Calls `step` with each range,
+/* The i-th group lower_page_sequences visits: every key group (g even),
+ * then every value group. Where the Part keeps the components apart (S1,
+ * S4) the sequences come out in Part order, and where it interleaves them
+ * by layer (S2, S5) in two ascending runs, so the caller's sort is a pass
+ * or a merge. Range ordinals (the memo's) follow the same order. */
+static size_t visited_group(size_t i, size_t groups) {
+  size_t keys = (groups + 1) / 2;
+  return i < keys ? 2 * i : 2 * (i - keys) + 1;
+}
+
+/* The page's open ranges in visiting order. Calls `step` with each range,
  * its ordinal and `context`; stops early when `step` returns false.
  * Returns the number of ranges visited. */
 typedef bool (*range_step)(void *context, size_t ordinal, size_t range);
@@ -345,13 +354,12 @@ static size_t for_each_open_range(const reshard__range_cursor *cursor,
                                   range_step step, void *context) {
   const reshard_bound_binding *binding = cursor->binding;
   size_t ordinal = 0;
-  for (size_t component = 0; component < 2; component++) {
-    for (size_t g = component; g < binding->group_count; g += 2) {
-      const size_t *open = cursor->open + binding->group_start[g];
-      for (size_t o = 0; o < cursor->open_count[g]; o++, ordinal++) {
-        if (!step(context, ordinal, open[o])) {
-          return ordinal;
-        }
+  for (size_t i = 0; i < binding->group_count; i++) {
+    size_t g = visited_group(i, binding->group_count);
+    const size_t *open = cursor->open + binding->group_start[g];
+    for (size_t o = 0; o < cursor->open_count[g]; o++, ordinal++) {
+      if (!step(context, ordinal, open[o])) {
+        return ordinal;
       }
     }
   }
@@ -452,17 +460,12 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
       .page_index = page->page_index,
       .page_start = page->page_index * page->page_size,
   };
-  /* Every key group, then every value group: where the Part keeps the
-   * components apart (S1, S4) the sequences come out in Part order, and
-   * where it interleaves them by layer (S2, S5) in two ascending runs, so
-   * the caller's sort is a pass or a merge. */
   size_t groups = page->cursor->binding->group_count;
   size_t ordinal = 0;
-  for (size_t component = 0; component < 2; component++) {
-    for (size_t g = component; g < groups && !seq.refused; g += 2) {
-      visit_group(page, g, ordinal, sequence_block, &seq);
-      ordinal += page->cursor->open_count[g];
-    }
+  for (size_t i = 0; i < groups && !seq.refused; i++) {
+    size_t g = visited_group(i, groups);
+    visit_group(page, g, ordinal, sequence_block, &seq);
+    ordinal += page->cursor->open_count[g];
   }
   if (seq.refused) {
     memo->join = NULL;
