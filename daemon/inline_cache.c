@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "binding_decode.h"
+#include "decode.h"
 #include "reshard/checked.h"
-#include "reshard/v1/planner.pb-c.h"
 #include "table.h"
-#include "wire.h"
 
 enum {
   FIELD_PAGE_KEYS = 2,
@@ -36,7 +36,7 @@ static bool read_varint(const uint8_t *data, size_t length, size_t *at,
 bool reshard_inline_scan(const uint8_t *data, size_t length,
                          reshard_inline_fields *out) {
   memset(out, 0, sizeof *out);
-  unsigned placements = 0, bindings = 0, limits = 0;
+  unsigned placements = 0, placement_ids = 0, limits = 0;
   size_t at = 0;
   while (at < length) {
     size_t start = at;
@@ -82,9 +82,10 @@ bool reshard_inline_scan(const uint8_t *data, size_t length,
       out->placement = span;
       break;
     case FIELD_PLACEMENT_ID:
-      return false;
+      placement_ids++;
+      break;
     case FIELD_BINDING:
-      bindings++;
+      out->bindings++;
       out->binding = span;
       break;
     case FIELD_LIMITS:
@@ -95,7 +96,9 @@ bool reshard_inline_scan(const uint8_t *data, size_t length,
       break;
     }
   }
-  return placements == 1 && bindings <= 1 && limits <= 1;
+  out->parsed = true;
+  return placements == 1 && placement_ids == 0 && out->bindings <= 1 &&
+         limits <= 1;
 }
 
 uint8_t *reshard_inline_strip(const uint8_t *data, size_t length,
@@ -174,14 +177,12 @@ reshard_shared_binding_create(const reshard_inline_fields *fields,
   atomic_init(&b->base.refs, 1);
   b->base.destroy = binding_destroy;
   reshard_arena_init(&b->arena, 0);
-  ProtobufCMessage *message = reshard_wire_unpack(
-      &reshard__v1__runtime_binding__descriptor, fields->binding.value,
-      fields->binding.value_length, &b->arena, NULL);
   const reshard_placement_part *part = NULL;
-  bool ok = message != NULL &&
-            reshard_wire_binding_from_pb((Reshard__V1__RuntimeBinding *)message,
-                                         "binding", &b->arena, &b->binding,
-                                         NULL) == RESHARD_OK;
+  bool ok = reshard_binding_decode(
+                fields->binding.value, fields->binding.value_length, "binding",
+                reshard_decode_caps(),
+                reshard_decode_budget(fields->binding.value_length), &b->arena,
+                &b->binding, NULL) == RESHARD_OK;
   if (ok) {
     part = reshard_placement_find_part(placement, b->binding.participant_id);
     ok = part != NULL &&

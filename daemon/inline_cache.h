@@ -35,14 +35,17 @@ typedef struct reshard_inline_fields {
   reshard_wire_span binding;   /* field 6; value NULL when absent */
   reshard_wire_span limits;    /* field 7; value NULL when absent */
   uint64_t page_count;         /* occurrences of field 2 */
+  unsigned bindings;           /* occurrences of field 6 */
+  bool parsed;                 /* the whole top level parsed */
 } reshard_inline_fields;
 
-/* Scans the top level of a PlanLoadRequest's wire bytes. Returns true when
- * the request targets an inline placement that can be looked up by its
- * bytes: the bytes parse, the placement occurs exactly once, placement_id
- * never, binding and limits at most once (a repeated singular message
- * would be merged by the decoder, so such requests take the ordinary
- * path). False: decode the request as usual. */
+/* Scans the top level of a PlanLoadRequest's wire bytes into `out` (the
+ * last occurrence of each span). Returns true when the request targets an
+ * inline placement that can be looked up by its bytes: the bytes parse,
+ * the placement occurs exactly once, placement_id never, binding and
+ * limits at most once (a repeated singular message would be merged by the
+ * decoder, so such requests take the ordinary path). False: decode the
+ * request as usual. */
 bool reshard_inline_scan(const uint8_t *data, size_t length,
                          reshard_inline_fields *out);
 

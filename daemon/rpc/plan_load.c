@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "binding_decode.h"
+#include "decode.h"
 #include "google/protobuf/wrappers.pb-c.h"
 #include "inline_cache.h"
 #include "log.h"
@@ -91,6 +93,9 @@ typedef struct load_ctx {
   size_t payload_length;
   reshard_inline_fields fields;
   bool by_content;
+  /* The binding was left out of `payload`: decode fields.binding's bytes
+   * with reshard_binding_decode. */
+  bool binding_apart;
 
   /* The catalog was unreachable and the bindings came from the cache:
    * manifests must come from it too, or the call fails with `outage`. */
@@ -696,11 +701,12 @@ static void on_pages_found(void *data, const reshard_error *err,
 }
 
 /* Looks the request's inline placement up by its bytes and, when found,
- * its binding too; what is found is left out of the bytes still to be
- * decoded (*payload, *length). */
+ * its binding too; adds what is found to the spans left out of the bytes
+ * still to be decoded. */
 static void use_cached_targets(load_ctx *ctx,
                                const reshard_inline_fields *fields,
-                               const uint8_t **payload, size_t *length) {
+                               const reshard_wire_span **strip,
+                               size_t *strip_count) {
   reshard_planner *planner = ctx->planner;
   reshard_shared *placement = reshard_cache_get(
       planner->cache, RESHARD_CACHE_INLINE_PLACEMENT,
@@ -709,8 +715,7 @@ static void use_cached_targets(load_ctx *ctx,
     return;
   }
   reshard__target_take(&ctx->target, (reshard_shared_placement *)placement);
-  const reshard_wire_span *strip[2] = {&fields->placement, NULL};
-  size_t strip_count = 1;
+  strip[(*strip_count)++] = &fields->placement;
   /* Bindings past INLINE_BINDING_MAX_BYTES are never kept, so looking one
    * up would only copy and hash it on the loop (S5's 640 KB: a measurable
    * share of the loop while small plans wait). */
@@ -725,24 +730,45 @@ static void use_cached_targets(load_ctx *ctx,
             : NULL;
     if (binding != NULL) {
       use_shared_binding(ctx, (reshard_shared_binding *)binding);
-      strip[strip_count++] = &fields->binding;
-      if (strip[1]->start < strip[0]->start) {
-        strip[1] = strip[0];
-        strip[0] = &fields->binding;
-      }
     }
+  }
+}
+
+/* The bytes still to decode: the request without its cached targets, and
+ * without its binding, which reshard_binding_decode reads faster than
+ * protobuf-c (binding_decode.h). A binding that occurs more than once
+ * stays for the decoder to refuse. */
+static void strip_request(load_ctx *ctx, const uint8_t **payload,
+                          size_t *length) {
+  const reshard_inline_fields *fields = &ctx->fields;
+  const reshard_wire_span *strip[2];
+  size_t strip_count = 0;
+  if (ctx->by_content) {
+    use_cached_targets(ctx, fields, strip, &strip_count);
+  }
+  bool binding_apart = fields->parsed && fields->bindings == 1;
+  if (binding_apart) {
+    strip[strip_count++] = &fields->binding;
+    if (strip_count == 2 && strip[1]->start < strip[0]->start) {
+      strip[1] = strip[0];
+      strip[0] = &fields->binding;
+    }
+  }
+  if (strip_count == 0) {
+    return;
   }
   size_t stripped_length;
   uint8_t *stripped =
       reshard_inline_strip(*payload, *length, strip, strip_count,
                            reshard_call_arena(ctx->call), &stripped_length);
-  if (stripped != NULL) {
-    *payload = stripped;
-    *length = stripped_length;
-  } else {
-    /* Decode it all after all; the decoded target is ignored. */
+  if (stripped == NULL) {
+    /* Decode it all after all; a target found by its bytes is ignored. */
     load_release_targets(ctx);
+    return;
   }
+  *payload = stripped;
+  *length = stripped_length;
+  ctx->binding_apart = binding_apart;
 }
 
 /* The placement was decoded and normalized: keep it under its bytes. */
@@ -825,20 +851,29 @@ static void decode_request(load_ctx *ctx) {
   }
   ctx->request = request;
   ctx->operation_id = request->operation_id;
+  /* Decoding first, so that a request over a decode cap is refused as
+   * such whatever else is wrong with it. */
+  if (ctx->binding_ref == NULL) {
+    const reshard_wire_span *bytes = &ctx->fields.binding;
+    ctx->status =
+        ctx->binding_apart
+            ? reshard_binding_decode(bytes->value, bytes->value_length,
+                                     "binding", reshard_decode_caps(),
+                                     reshard_decode_budget(bytes->value_length),
+                                     arena, &ctx->binding, &ctx->err)
+            : reshard_wire_binding_from_pb(request->binding, "binding", arena,
+                                           &ctx->binding, &ctx->err);
+    if (ctx->status != RESHARD_OK) {
+      return;
+    }
+    ctx->binding_values = reshard_binding_values(&ctx->binding);
+  }
   if ((ctx->status = reshard__planner_check_domain(
            request->model_domain, "model_domain", &ctx->err)) != RESHARD_OK ||
       (ctx->status = reshard__planner_check_page_keys(
            request->page_keys, request->n_page_keys, &planner->caps,
            &ctx->err)) != RESHARD_OK) {
     return;
-  }
-  if (ctx->binding_ref == NULL) {
-    ctx->status = reshard_wire_binding_from_pb(request->binding, "binding",
-                                               arena, &ctx->binding, &ctx->err);
-    if (ctx->status != RESHARD_OK) {
-      return;
-    }
-    ctx->binding_values = reshard_binding_values(&ctx->binding);
   }
   reshard_limits requested;
   reshard_wire_limits_from_pb(request->limits, &requested);
@@ -904,9 +939,7 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   const uint8_t *payload = reshard_call_payload(call, &length);
   /* Inline targets seen before are not decoded again (inline_cache.h). */
   ctx->by_content = reshard_inline_scan(payload, length, &ctx->fields);
-  if (ctx->by_content) {
-    use_cached_targets(ctx, &ctx->fields, &payload, &length);
-  }
+  strip_request(ctx, &payload, &length);
   ctx->payload = payload;
   ctx->payload_length = length;
   if (!large) {

@@ -8,9 +8,15 @@
  * decoding moves behind another entry point (budgets while decoding), only
  * decode_request() below changes. */
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "binding_compare.h"
+#include "binding_decode.h"
+#include "decode.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "inline_cache.h"
 #include "reshard/arena.h"
 #include "reshard/identity.h"
 #include "reshard/plan.h"
@@ -28,6 +34,52 @@ static reshard_limits fuzz_caps(void) {
   caps.max_layout_parts = 1u << 10;
   caps.max_layout_fragments = 1u << 12;
   return caps;
+}
+
+/* The daemon decodes a PlanLoad's binding with reshard_binding_decode
+ * (rpc/plan_load.c), not protobuf-c: both paths take the binding's bytes
+ * here and must agree — equal bindings, or the same error (a message both
+ * over a cap and malformed may be refused for either). */
+static void binding_paths_agree(const uint8_t *data, size_t size,
+                                reshard_arena *arena) {
+  reshard_inline_fields fields;
+  (void)reshard_inline_scan(data, size, &fields);
+  if (!fields.parsed || fields.bindings != 1) {
+    return;
+  }
+  reshard_limits caps = fuzz_caps();
+  const uint8_t *bytes = fields.binding.value;
+  size_t length = fields.binding.value_length;
+  reshard_binding direct, decoded;
+  reshard_error direct_err, decoded_err;
+  reshard_status direct_status = reshard_binding_decode(
+      bytes, length, "binding", &caps, UINT64_MAX, arena, &direct, &direct_err);
+  ProtobufCMessage *m =
+      reshard_decode(&reshard__v1__runtime_binding__descriptor, bytes, length,
+                     UINT64_MAX, &caps, arena, &decoded_err);
+  reshard_status decoded_status =
+      m == NULL ? decoded_err.code
+                : reshard_wire_binding_from_pb((const void *)m, "binding",
+                                               arena, &decoded, &decoded_err);
+  char why[256];
+  if (direct_status == RESHARD_OK && decoded_status == RESHARD_OK) {
+    if (!reshard_test_bindings_equal(&direct, &decoded, why, sizeof why)) {
+      fprintf(stderr, "binding paths differ: %s\n", why);
+      abort();
+    }
+    return;
+  }
+  bool cap = strstr(direct_err.message, "max_ranges") != NULL ||
+             strstr(decoded_err.message, "max_ranges") != NULL;
+  if (direct_status != decoded_status &&
+      (direct_status == RESHARD_OK || decoded_status == RESHARD_OK || !cap)) {
+    fprintf(stderr,
+            "binding paths differ: direct %d \"%s\", protobuf-c %d "
+            "\"%s\"\n",
+            direct_status, direct_status ? direct_err.message : "",
+            decoded_status, decoded_status ? decoded_err.message : "");
+    abort();
+  }
 }
 
 static ProtobufCMessage *decode_request(const ProtobufCMessageDescriptor *type,
@@ -189,6 +241,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t which = data[0] % (sizeof rpcs / sizeof *rpcs);
   reshard_arena arena;
   reshard_arena_init(&arena, 4096);
+  if (rpcs[which].request == &reshard__v1__plan_load_request__descriptor) {
+    binding_paths_agree(data + 1, size - 1, &arena);
+  }
   ProtobufCMessage *m =
       decode_request(rpcs[which].request, data + 1, size - 1, &arena);
   if (m != NULL) {

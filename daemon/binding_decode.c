@@ -1,0 +1,454 @@
+#include "binding_decode.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+enum {
+  WIRE_VARINT = 0,
+  WIRE_FIXED64 = 1,
+  WIRE_DELIMITED = 2,
+  WIRE_FIXED32 = 5,
+  /* protobuf-c's bounds on a tag's and a length's encoding (a value's is
+   * ten bytes). */
+  TAG_BYTES_MAX = 5,
+  LENGTH_BYTES_MAX = 5,
+  VARINT_BYTES_MAX = 10,
+  PATH_SIZE = 160,
+};
+
+/* RuntimeBinding's, Region's and BindingRange's field numbers
+ * (proto/reshard/v1/planner.proto). */
+enum {
+  BINDING_PARTICIPANT_ID = 1,
+  BINDING_ENDPOINT = 2,
+  BINDING_REGIONS = 3,
+  BINDING_RANGES = 4,
+  REGION_ID = 1,
+  REGION_ADDRESS = 2,
+  REGION_NBYTES = 3,
+  RANGE_LAYER = 1,
+  RANGE_COMPONENT = 2,
+  RANGE_TOKEN_START = 3,
+  RANGE_TOKEN_COUNT = 4,
+  RANGE_HEAD_START = 5,
+  RANGE_HEAD_COUNT = 6,
+  RANGE_REGION_ID = 7,
+  RANGE_OFFSET = 8,
+  RANGE_TOKEN_STRIDE = 9,
+  RANGE_HEAD_STRIDE = 10,
+};
+
+typedef struct reader {
+  const uint8_t *at, *end;
+} reader;
+
+/* A string field's bytes; `bytes` NULL when the field is absent. */
+typedef struct text {
+  const uint8_t *bytes;
+  size_t length;
+} text;
+
+static bool read_varint_bytes(reader *r, unsigned max_bytes, uint64_t *out) {
+  uint64_t value = 0;
+  unsigned limit = max_bytes;
+  if ((size_t)(r->end - r->at) < limit) {
+    limit = (unsigned)(r->end - r->at);
+  }
+  for (unsigned i = 0; i < limit; i++) {
+    uint8_t byte = r->at[i];
+    /* A tenth byte holds bit 63 only; protobuf-c drops the rest too. */
+    value |= i < 9 ? (uint64_t)(byte & 0x7f) << (7 * i) : (uint64_t)byte << 63;
+    if (!(byte & 0x80)) {
+      r->at += i + 1;
+      *out = value;
+      return true;
+    }
+  }
+  return false;
+}
+
+static inline bool read_varint(reader *r, uint64_t *out) {
+  if (r->at < r->end && !(*r->at & 0x80)) {
+    *out = *r->at++;
+    return true;
+  }
+  return read_varint_bytes(r, VARINT_BYTES_MAX, out);
+}
+
+/* A field's number and wire type. Refuses what the daemon's decoding
+ * refuses: a tag of more than five bytes or of field 0, and the groups and
+ * reserved wire types. */
+static inline bool read_tag(reader *r, uint64_t *field, unsigned *wire) {
+  uint64_t tag;
+  if (r->at < r->end && !(*r->at & 0x80)) {
+    tag = *r->at++;
+  } else if (r->at == r->end || (*r->at & 0xf8) == 0 ||
+             !read_varint_bytes(r, TAG_BYTES_MAX, &tag)) {
+    return false;
+  }
+  *field = tag >> 3;
+  *wire = (unsigned)(tag & 7);
+  return *field != 0 && (*wire == WIRE_VARINT || *wire == WIRE_FIXED64 ||
+                         *wire == WIRE_DELIMITED || *wire == WIRE_FIXED32);
+}
+
+static bool read_delimited(reader *r, reader *value) {
+  uint64_t length;
+  if (r->at < r->end && !(*r->at & 0x80)) {
+    length = *r->at++;
+  } else if (!read_varint_bytes(r, LENGTH_BYTES_MAX, &length)) {
+    return false;
+  }
+  if (length > (uint64_t)(r->end - r->at)) {
+    return false;
+  }
+  value->at = r->at;
+  value->end = r->at + length;
+  r->at = value->end;
+  return true;
+}
+
+/* Skips the value of a field no one reads. */
+static bool skip_value(reader *r, unsigned wire) {
+  uint64_t ignored;
+  reader value;
+  switch (wire) {
+  case WIRE_VARINT:
+    return read_varint(r, &ignored);
+  case WIRE_FIXED64:
+  case WIRE_FIXED32: {
+    size_t size = wire == WIRE_FIXED64 ? 8 : 4;
+    if ((size_t)(r->end - r->at) < size) {
+      return false;
+    }
+    r->at += size;
+    return true;
+  }
+  default:
+    return read_delimited(r, &value);
+  }
+}
+
+/* A known field's value; false when it is malformed or of another wire
+ * type than the field's (protobuf-c refuses both). */
+static inline bool read_scalar(reader *r, unsigned wire, uint64_t *out) {
+  return wire == WIRE_VARINT && read_varint(r, out);
+}
+
+static inline bool read_text(reader *r, unsigned wire, text *out) {
+  reader value;
+  if (wire != WIRE_DELIMITED || !read_delimited(r, &value)) {
+    return false;
+  }
+  out->bytes = value.at;
+  out->length = (size_t)(value.end - value.at);
+  return true;
+}
+
+typedef struct decoder {
+  const char *path;
+  const reshard_limits *caps;
+  uint64_t left; /* of max_bytes */
+  reshard_arena *arena;
+  reshard_error *err;
+  size_t length;         /* of the message, for errors */
+  reshard_status status; /* of the first failed allocation */
+} decoder;
+
+static reshard_status malformed(decoder *d, const char *what, size_t index) {
+  char where[PATH_SIZE];
+  if (what == NULL) {
+    snprintf(where, sizeof where, "%s", d->path);
+  } else {
+    snprintf(where, sizeof where, "%s.%s[%zu]", d->path, what, index);
+  }
+  return reshard_error_set(d->err, RESHARD_INVALID_ARGUMENT,
+                           "%s: malformed RuntimeBinding message (%zu bytes)",
+                           where, d->length);
+}
+
+static void *take(decoder *d, size_t bytes, size_t align) {
+  if (bytes > d->left) {
+    d->status =
+        reshard_error_set(d->err, RESHARD_RESOURCE_EXHAUSTED,
+                          "%s: decoding this RuntimeBinding (%zu bytes) would "
+                          "take more than its budget",
+                          d->path, d->length);
+    return NULL;
+  }
+  void *memory = reshard_arena_alloc(d->arena, bytes > 0 ? bytes : 1, align);
+  if (memory == NULL) {
+    d->status =
+        reshard_error_set(d->err, RESHARD_RESOURCE_EXHAUSTED,
+                          "%s: out of memory decoding the binding", d->path);
+    return NULL;
+  }
+  d->left -= bytes;
+  return memory;
+}
+
+/* A NUL-terminated copy; "" for an absent or empty string. */
+static const char *copy_text(decoder *d, text t) {
+  if (t.length == 0) {
+    return "";
+  }
+  char *copy = take(d, t.length + 1, 1);
+  if (copy != NULL) {
+    memcpy(copy, t.bytes, t.length);
+    copy[t.length] = '\0';
+  }
+  return copy;
+}
+
+static bool decode_region(reader r, text *id, reshard_region *out) {
+  while (r.at < r.end) {
+    uint64_t field;
+    unsigned wire;
+    if (!read_tag(&r, &field, &wire)) {
+      return false;
+    }
+    bool ok;
+    switch (field) {
+    case REGION_ID:
+      ok = read_text(&r, wire, id);
+      break;
+    case REGION_ADDRESS:
+      ok = read_scalar(&r, wire, &out->address);
+      break;
+    case REGION_NBYTES:
+      ok = read_scalar(&r, wire, &out->nbytes);
+      break;
+    default:
+      ok = skip_value(&r, wire);
+      break;
+    }
+    if (!ok) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* One BindingRange's fields; `component` as protobuf-c keeps an enum. */
+static bool decode_range(reader r, reshard_binding_range *out,
+                         int32_t *component, text *region) {
+  uint64_t value = 0;
+  while (r.at < r.end) {
+    uint64_t field;
+    unsigned wire;
+    if (!read_tag(&r, &field, &wire)) {
+      return false;
+    }
+    if (field == RANGE_REGION_ID) {
+      if (!read_text(&r, wire, region)) {
+        return false;
+      }
+      continue;
+    }
+    if (field > RANGE_HEAD_STRIDE) {
+      if (!skip_value(&r, wire)) {
+        return false;
+      }
+      continue;
+    }
+    if (!read_scalar(&r, wire, &value)) {
+      return false;
+    }
+    switch (field) {
+    case RANGE_LAYER:
+      out->global_layer_id = (uint32_t)value;
+      break;
+    case RANGE_COMPONENT:
+      *component = (int32_t)(uint32_t)value;
+      break;
+    case RANGE_TOKEN_START:
+      out->token_start = value;
+      break;
+    case RANGE_TOKEN_COUNT:
+      out->token_count = value;
+      break;
+    case RANGE_HEAD_START:
+      out->head_start = (uint32_t)value;
+      break;
+    case RANGE_HEAD_COUNT:
+      out->head_count = (uint32_t)value;
+      break;
+    case RANGE_OFFSET:
+      out->offset_bytes = value;
+      break;
+    case RANGE_TOKEN_STRIDE:
+      out->token_stride_bytes = value;
+      break;
+    default: /* RANGE_HEAD_STRIDE */
+      out->head_stride_bytes = value;
+      break;
+    }
+  }
+  return true;
+}
+
+static reshard_status over_cap(decoder *d, const char *field) {
+  return reshard_error_set(d->err, RESHARD_RESOURCE_EXHAUSTED,
+                           "RuntimeBinding.%s: more than %llu entries exceed "
+                           "the limit max_ranges (--max-ranges)",
+                           field, (unsigned long long)d->caps->max_ranges);
+}
+
+/* Counts the message's regions and ranges, for the arrays the decode fills.
+ * Like the daemon's pre-scan (decode.h), which runs before protobuf-c, it
+ * refuses the first element past the cap; it stops at the first framing
+ * error, which the decode reports. */
+static reshard_status count_elements(decoder *d, const uint8_t *data,
+                                     size_t length, size_t *regions,
+                                     size_t *ranges) {
+  uint64_t cap = d->caps != NULL ? d->caps->max_ranges : UINT64_MAX;
+  reader r = {data, data + length};
+  *regions = *ranges = 0;
+  while (r.at < r.end) {
+    uint64_t field;
+    unsigned wire;
+    if (!read_tag(&r, &field, &wire) || !skip_value(&r, wire)) {
+      break;
+    }
+    /* Of any wire type, as the pre-scan counts them (the decode refuses
+     * all but length-delimited ones). */
+    if (field == BINDING_REGIONS && ++*regions > cap) {
+      return over_cap(d, "regions");
+    }
+    if (field == BINDING_RANGES && ++*ranges > cap) {
+      return over_cap(d, "ranges");
+    }
+  }
+  return RESHARD_OK;
+}
+
+static reshard_status bad_component(decoder *d, size_t index,
+                                    int32_t component) {
+  char sub[PATH_SIZE];
+  snprintf(sub, sizeof sub, "%s.ranges[%zu]", d->path, index);
+  if (component == 0) {
+    return reshard_error_set(d->err, RESHARD_INVALID_ARGUMENT,
+                             "%s.component: must be KEY or VALUE", sub);
+  }
+  return reshard_error_set(d->err, RESHARD_INVALID_ARGUMENT,
+                           "%s.component: unknown value %d (must be KEY or "
+                           "VALUE)",
+                           sub, (int)component);
+}
+
+reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
+                                      const char *path,
+                                      const reshard_limits *caps,
+                                      uint64_t max_bytes, reshard_arena *arena,
+                                      reshard_binding *out,
+                                      reshard_error *err) {
+  decoder d = {path, caps, max_bytes, arena, err, length, RESHARD_OK};
+  memset(out, 0, sizeof *out);
+  size_t region_room, range_room;
+  reshard_status status =
+      count_elements(&d, data, length, &region_room, &range_room);
+  if (status != RESHARD_OK) {
+    return status;
+  }
+  /* Both counts are bounded by the message's length, so these products
+   * cannot overflow. */
+  out->regions = take(&d, region_room * sizeof *out->regions, 8);
+  out->ranges = out->regions != NULL
+                    ? take(&d, range_room * sizeof *out->ranges, 8)
+                    : NULL;
+  if (out->ranges == NULL) {
+    return d.status;
+  }
+  text participant = {NULL, 0}, endpoint = {NULL, 0};
+  text last_region = {NULL, 0};
+  const char *last_region_id = "";
+  size_t bad_index = SIZE_MAX;
+  int32_t bad_value = 0;
+  reader r = {data, data + length};
+  while (r.at < r.end) {
+    uint64_t field;
+    unsigned wire;
+    if (!read_tag(&r, &field, &wire)) {
+      return malformed(&d, NULL, 0);
+    }
+    bool ok = true;
+    reader value;
+    switch (field) {
+    case BINDING_PARTICIPANT_ID:
+      ok = read_text(&r, wire, &participant);
+      break;
+    case BINDING_ENDPOINT:
+      ok = read_text(&r, wire, &endpoint);
+      break;
+    case BINDING_REGIONS: {
+      size_t i = out->region_count;
+      text id = {NULL, 0};
+      /* Past the counted room only where counting stopped: a framing
+       * error right here. */
+      if (wire != WIRE_DELIMITED || i >= region_room ||
+          !read_delimited(&r, &value)) {
+        return malformed(&d, "regions", i);
+      }
+      reshard_region *region = &out->regions[i];
+      memset(region, 0, sizeof *region);
+      if (!decode_region(value, &id, region)) {
+        return malformed(&d, "regions", i);
+      }
+      if ((region->region_id = copy_text(&d, id)) == NULL) {
+        return d.status;
+      }
+      out->region_count++;
+      break;
+    }
+    case BINDING_RANGES: {
+      size_t i = out->range_count;
+      if (wire != WIRE_DELIMITED || i >= range_room ||
+          !read_delimited(&r, &value)) {
+        return malformed(&d, "ranges", i);
+      }
+      reshard_binding_range *range = &out->ranges[i];
+      memset(range, 0, sizeof *range);
+      int32_t component = 0;
+      text region = {NULL, 0};
+      if (!decode_range(value, range, &component, &region)) {
+        return malformed(&d, "ranges", i);
+      }
+      if (component == 1) {
+        range->component = RESHARD_COMPONENT_KEY;
+      } else if (component == 2) {
+        range->component = RESHARD_COMPONENT_VALUE;
+      } else if (bad_index == SIZE_MAX) {
+        bad_index = i;
+        bad_value = component;
+      }
+      /* A paged reader's ranges come a region at a time: one copy each. */
+      if (region.length != last_region.length ||
+          (region.length > 0 &&
+           memcmp(region.bytes, last_region.bytes, region.length) != 0)) {
+        if ((last_region_id = copy_text(&d, region)) == NULL) {
+          return d.status;
+        }
+        last_region = region;
+      }
+      range->region_id = last_region_id;
+      out->range_count++;
+      break;
+    }
+    default:
+      ok = skip_value(&r, wire);
+      break;
+    }
+    if (!ok) {
+      return malformed(&d, NULL, 0);
+    }
+  }
+  if (bad_index != SIZE_MAX) {
+    return bad_component(&d, bad_index, bad_value);
+  }
+  if ((out->participant_id = copy_text(&d, participant)) == NULL ||
+      (out->endpoint = copy_text(&d, endpoint)) == NULL) {
+    return d.status;
+  }
+  return RESHARD_OK;
+}
