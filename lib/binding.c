@@ -12,13 +12,22 @@
  * physical-disjointness proof, each after its work bound was checked
  * against max_validation_work. */
 
-typedef struct region_entry {
-  const char *id;
-  size_t index;
-} region_entry;
+/* The binding's regions by id: an open-addressed table of region indices
+ * (SIZE_MAX: free), at most half full. A paged reader names a region in
+ * every range, in any order, by ids that share long prefixes: one hash and
+ * one strcmp each, where a sorted search took five strcmps for 32 regions. */
+typedef struct region_table {
+  size_t *slots;
+  size_t mask;
+} region_table;
 
-static int compare_region_entries(const void *a, const void *b) {
-  return strcmp(((const region_entry *)a)->id, ((const region_entry *)b)->id);
+/* FNV-1a: region ids are short. */
+static uint64_t id_hash(const char *id) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (; *id != '\0'; id++) {
+    hash = (hash ^ (uint8_t)*id) * 0x100000001b3ull;
+  }
+  return hash;
 }
 
 typedef struct validation {
@@ -30,6 +39,9 @@ typedef struct validation {
   reshard_error *err;
   uint64_t work;
   size_t *source_index; /* bound range -> binding.ranges index */
+  /* The last range's region: its id's address and its index (or -1). */
+  const char *last_region_id;
+  ptrdiff_t last_region_index;
 } validation;
 
 static reshard_status spend_work(validation *v, uint64_t units,
@@ -49,13 +61,29 @@ static reshard_status out_of_memory(validation *v) {
                            "binding: out of memory");
 }
 
-static reshard_status index_regions(validation *v, region_entry **out) {
+/* The slot that holds `id`, or the free slot where it would go. */
+static size_t *region_slot(const region_table *table,
+                           const reshard_region *regions, const char *id) {
+  for (size_t i = id_hash(id) & table->mask;; i = (i + 1) & table->mask) {
+    size_t *slot = &table->slots[i];
+    if (*slot == SIZE_MAX || strcmp(regions[*slot].region_id, id) == 0) {
+      return slot;
+    }
+  }
+}
+
+static reshard_status index_regions(validation *v, region_table *out) {
   const reshard_binding *binding = v->binding;
-  region_entry *entries =
-      RESHARD_ARENA_NEW(v->arena, region_entry, binding->region_count + 1);
-  if (entries == NULL) {
+  size_t capacity = 2;
+  while (capacity < binding->region_count * 2) {
+    capacity *= 2; /* region_count is capped by max_ranges */
+  }
+  out->mask = capacity - 1;
+  out->slots = RESHARD_ARENA_ARRAY(v->arena, size_t, capacity);
+  if (out->slots == NULL) {
     return out_of_memory(v);
   }
+  memset(out->slots, 0xff, capacity * sizeof *out->slots);
   for (size_t i = 0; i < binding->region_count; i++) {
     const reshard_region *region = &binding->regions[i];
     uint64_t end;
@@ -83,42 +111,34 @@ static reshard_status index_regions(validation *v, region_entry **out) {
                                "overflows 64 bits",
                                i);
     }
-    entries[i] = (region_entry){.id = region->region_id, .index = i};
-  }
-  qsort(entries, binding->region_count, sizeof *entries,
-        compare_region_entries);
-  for (size_t i = 1; i < binding->region_count; i++) {
-    if (strcmp(entries[i].id, entries[i - 1].id) == 0) {
+    size_t *slot = region_slot(out, binding->regions, region->region_id);
+    if (*slot != SIZE_MAX) {
       return reshard_error_set(v->err, RESHARD_INVALID_ARGUMENT,
                                "binding.regions[%zu].region_id: \"%s\" "
                                "appears more than once",
-                               entries[i].index, entries[i].id);
+                               i, region->region_id);
     }
+    *slot = i;
   }
-  *out = entries;
   return RESHARD_OK;
 }
 
-static ptrdiff_t find_region(const region_entry *entries, size_t count,
-                             const char *id) {
-  size_t low = 0, high = count;
-  while (low < high) {
-    size_t mid = low + (high - low) / 2;
-    int order = strcmp(entries[mid].id, id);
-    if (order == 0) {
-      return (ptrdiff_t)entries[mid].index;
-    }
-    if (order < 0) {
-      low = mid + 1;
-    } else {
-      high = mid;
-    }
-  }
-  return -1;
+static ptrdiff_t find_region(const region_table *table,
+                             const reshard_region *regions, const char *id) {
+  size_t index = *region_slot(table, regions, id);
+  return index == SIZE_MAX ? -1 : (ptrdiff_t)index;
 }
 
 static ptrdiff_t find_owned_layer(const reshard_placement_part *part,
                                   uint64_t layer) {
+  /* A participant's layers are mostly one consecutive run (a pipeline
+   * stage): then the layer's place is its distance from the first. */
+  if (part->layer_count > 0 && layer >= part->layer_ids[0]) {
+    uint64_t guess = layer - part->layer_ids[0];
+    if (guess < part->layer_count && part->layer_ids[guess] == layer) {
+      return (ptrdiff_t)guess;
+    }
+  }
   size_t low = 0, high = part->layer_count;
   while (low < high) {
     size_t mid = low + (high - low) / 2;
@@ -139,7 +159,7 @@ static const char *component_name(reshard_component component) {
 }
 
 /* Checks every per-range rule of SPEC §1.5 and fills `out`. */
-static reshard_status check_range(validation *v, const region_entry *regions,
+static reshard_status check_range(validation *v, const region_table *regions,
                                   uint64_t token_span, size_t i,
                                   reshard_bound_range *out) {
   const reshard_binding_range *range = &v->binding->ranges[i];
@@ -207,8 +227,14 @@ static reshard_status check_range(validation *v, const region_entry *regions,
                              "empty",
                              i);
   }
+  /* Decoders share one string among ranges of one region (the daemon's
+   * does among neighbours): the same pointer is the same region. */
   ptrdiff_t region_index =
-      find_region(regions, v->binding->region_count, range->region_id);
+      range->region_id == v->last_region_id
+          ? v->last_region_index
+          : find_region(regions, v->binding->regions, range->region_id);
+  v->last_region_id = range->region_id;
+  v->last_region_index = region_index;
   if (region_index < 0) {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
                              "binding.ranges[%zu].region_id: \"%s\" is not a "
@@ -683,7 +709,7 @@ reshard_status reshard_binding_validate(
   if (status) {
     return status;
   }
-  region_entry *regions = NULL;
+  region_table regions;
   if ((status = index_regions(&v, &regions))) {
     return status;
   }
@@ -701,7 +727,7 @@ reshard_status reshard_binding_validate(
     return out_of_memory(&v);
   }
   for (size_t i = 0; i < count; i++) {
-    if ((status = check_range(&v, regions, token_span, i, &sorted[i].range))) {
+    if ((status = check_range(&v, &regions, token_span, i, &sorted[i].range))) {
       return status;
     }
     sorted[i].source = i;

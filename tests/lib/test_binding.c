@@ -179,6 +179,31 @@ Test(binding, ranges_are_grouped_whatever_their_input_order) {
   cr_assert_eq(fx.out.ranges[3].region_index, 1);
 }
 
+Test(binding, regions_are_found_by_id_among_many_alike) {
+  /* Ids that differ only in their last characters, ranges that name them
+   * through copies of their own (a decoder's strings), in no order. */
+  static char ids[40][24], names[4][24];
+  fx.binding.region_count = 0;
+  for (int i = 0; i < 40; i++) {
+    snprintf(ids[i], sizeof ids[i], "reader/L%d", 39 - i);
+    add_region(ids[i], KV_ADDRESS + 4096 * (uint64_t)i, 4096);
+  }
+  static const int named[4] = {17, 3, 17, 38};
+  for (int r = 0; r < 4; r++) {
+    snprintf(names[r], sizeof names[r], "reader/L%d", 39 - named[r]);
+    fx.binding.ranges[r].region_id = names[r];
+  }
+  validate_ok();
+  /* Bound ranges come sorted by (layer, component): L1 K, L1 V, L2 K, L2 V,
+   * as listed. */
+  for (int r = 0; r < 4; r++) {
+    cr_assert_eq(fx.out.ranges[r].region_index, (uint64_t)named[r], "range %d",
+                 r);
+  }
+  fx.binding.ranges[2].region_id = "reader/L40";
+  ASSERT_INVALID("binding.ranges[2].region_id:", "is not a region");
+}
+
 Test(binding, paged_pool_with_one_range_per_page_is_valid) {
   /* 4-token blocks scattered in reverse order over both regions. */
   fx.binding.range_count = 0;
