@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "wire.h"
+
 enum {
   WIRE_VARINT = 0,
   WIRE_FIXED64 = 1,
@@ -323,20 +325,6 @@ static reshard_status count_elements(decoder *d, const uint8_t *data,
   return RESHARD_OK;
 }
 
-static reshard_status bad_component(decoder *d, size_t index,
-                                    int32_t component) {
-  char sub[PATH_SIZE];
-  snprintf(sub, sizeof sub, "%s.ranges[%zu]", d->path, index);
-  if (component == 0) {
-    return reshard_error_set(d->err, RESHARD_INVALID_ARGUMENT,
-                             "%s.component: must be KEY or VALUE", sub);
-  }
-  return reshard_error_set(d->err, RESHARD_INVALID_ARGUMENT,
-                           "%s.component: unknown value %d (must be KEY or "
-                           "VALUE)",
-                           sub, (int)component);
-}
-
 reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
                                       const char *path,
                                       const reshard_limits *caps,
@@ -414,15 +402,15 @@ reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
       if (!decode_range(value, range, &component, &region)) {
         return malformed(&d, "ranges", i);
       }
-      if (component == 1) {
-        range->component = RESHARD_COMPONENT_KEY;
-      } else if (component == 2) {
-        range->component = RESHARD_COMPONENT_VALUE;
-      } else if (bad_index == SIZE_MAX) {
+      /* A bad component is reported once the whole message decoded, as
+       * the protobuf-c path reports it. */
+      if (bad_index == SIZE_MAX &&
+          reshard_wire_component_from_pb(component, path, i, &range->component,
+                                         NULL) != RESHARD_OK) {
         bad_index = i;
         bad_value = component;
       }
-      /* A paged reader's ranges come a region at a time: one copy each. */
+      /* Neighbours in one region share one copy of its id. */
       if (region.length != last_region.length ||
           (region.length > 0 &&
            memcmp(region.bytes, last_region.bytes, region.length) != 0)) {
@@ -444,7 +432,9 @@ reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
     }
   }
   if (bad_index != SIZE_MAX) {
-    return bad_component(&d, bad_index, bad_value);
+    reshard_component ignored;
+    return reshard_wire_component_from_pb(bad_value, path, bad_index, &ignored,
+                                          err);
   }
   if ((out->participant_id = copy_text(&d, participant)) == NULL ||
       (out->endpoint = copy_text(&d, endpoint)) == NULL) {

@@ -244,11 +244,35 @@ reshard_status reshard_wire_placement_from_pb(const Reshard__V1__Placement *pb,
   return RESHARD_OK;
 }
 
+reshard_status reshard_wire_component_from_pb(int32_t pb, const char *path,
+                                              size_t index,
+                                              reshard_component *out,
+                                              reshard_error *err) {
+  char sub[PATH_SIZE];
+  switch (pb) {
+  case RESHARD__V1__COMPONENT__KEY:
+    *out = RESHARD_COMPONENT_KEY;
+    return RESHARD_OK;
+  case RESHARD__V1__COMPONENT__VALUE:
+    *out = RESHARD_COMPONENT_VALUE;
+    return RESHARD_OK;
+  case RESHARD__V1__COMPONENT__COMPONENT_UNSPECIFIED:
+    item_path(sub, path, "ranges", index);
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "%s.component: must be KEY or VALUE", sub);
+  default:
+    item_path(sub, path, "ranges", index);
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "%s.component: unknown value %d (must be KEY "
+                             "or VALUE)",
+                             sub, (int)pb);
+  }
+}
+
 reshard_status
 reshard_wire_binding_from_pb(const Reshard__V1__RuntimeBinding *pb,
                              const char *path, reshard_arena *arena,
                              reshard_binding *out, reshard_error *err) {
-  char sub[PATH_SIZE];
   if (pb == NULL) {
     return required(path, err);
   }
@@ -270,23 +294,10 @@ reshard_wire_binding_from_pb(const Reshard__V1__RuntimeBinding *pb,
   for (size_t i = 0; i < pb->n_ranges; i++) {
     const Reshard__V1__BindingRange *range = pb->ranges[i];
     reshard_binding_range *to = &out->ranges[i];
-    switch (range->component) {
-    case RESHARD__V1__COMPONENT__KEY:
-      to->component = RESHARD_COMPONENT_KEY;
-      break;
-    case RESHARD__V1__COMPONENT__VALUE:
-      to->component = RESHARD_COMPONENT_VALUE;
-      break;
-    case RESHARD__V1__COMPONENT__COMPONENT_UNSPECIFIED:
-      item_path(sub, path, "ranges", i);
-      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                               "%s.component: must be KEY or VALUE", sub);
-    default:
-      item_path(sub, path, "ranges", i);
-      return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                               "%s.component: unknown value %d (must be KEY "
-                               "or VALUE)",
-                               sub, (int)range->component);
+    reshard_status status = reshard_wire_component_from_pb(
+        (int32_t)range->component, path, i, &to->component, err);
+    if (status != RESHARD_OK) {
+      return status;
     }
     to->global_layer_id = range->global_layer_id;
     to->token_start = range->token_start;

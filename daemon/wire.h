@@ -65,6 +65,12 @@ reshard_status reshard_wire_placement_from_pb(const Reshard__V1__Placement *pb,
                                               reshard_arena *arena,
                                               reshard_placement *out,
                                               reshard_error *err);
+/* The component of binding range `index` under `path` ("binding"):
+ * KEY or VALUE, else INVALID_ARGUMENT naming "<path>.ranges[index]". */
+reshard_status reshard_wire_component_from_pb(int32_t pb, const char *path,
+                                              size_t index,
+                                              reshard_component *out,
+                                              reshard_error *err);
 reshard_status
 reshard_wire_binding_from_pb(const Reshard__V1__RuntimeBinding *pb,
                              const char *path, reshard_arena *arena,
