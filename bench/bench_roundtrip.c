@@ -8,8 +8,12 @@
  * uses). Per row it prints the median round trip (the encoded response
  * received, not decoded), the median in-process planning time of the same
  * request with a warm join template (as the daemon has it), both per copy,
- * and their ratio. Figures only: it fails (exit 1) when a call fails or
- * the daemon's plan differs from the in-process one, never on time. */
+ * and their ratio. Next to them, the transport alone: the same request
+ * bytes sent by the same client to an in-process gRPC server that answers
+ * with the daemon's response bytes, stored (bench/replay_server.c), and
+ * that floor's ratio to the planning: what a round trip would cost if
+ * the daemon took no time at all. Figures only: it fails (exit 1) when a call
+ * fails or the daemon's plan differs from the in-process one, never on time. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +23,7 @@
 #include <unistd.h>
 
 #include "chunk_pool.h"
+#include "replay_server.h"
 #include "reshard/join.h"
 #include "reshard_client.h"
 #include "scenario.h"
@@ -213,11 +218,43 @@ static int set_up(reshard_client *client, const scenario_spec *spec,
 typedef struct row {
   uint64_t copies;
   size_t response_bytes;
-  double plan_ns;  /* median in-process planning, warm join template */
-  double round_ns; /* median round trip */
+  double plan_ns;   /* median in-process planning, warm join template */
+  double round_ns;  /* median round trip */
+  double replay_ns; /* median round trip of the replay server */
 } row;
 
-static int measure(reshard_client *client, const scenario_spec *spec,
+/* Median round trip of `runs` calls of `request` on `client` (after two
+ * unmeasured ones); the last response is left in `response` for the
+ * caller to free. Returns 0, or -1 after printing why a call failed. */
+static int time_calls(reshard_client *client, const scenario_spec *spec,
+                      const uint8_t *request, size_t length, int runs,
+                      double *samples, double *median, uint8_t **response,
+                      size_t *response_length) {
+  for (int r = -2; r < runs; r++) {
+    reshard_client_status st;
+    free(*response);
+    *response = NULL;
+    double start = bench_now_ns();
+    int code =
+        reshard_client_call_raw(client, "/reshard.v1.Planner/PlanLoad", request,
+                                length, 60000, response, response_length, &st);
+    double elapsed = bench_now_ns() - start;
+    if (code != RESHARD_STATUS_OK) {
+      fprintf(stderr, "%s: PlanLoad: %s: %s\n", spec->name,
+              reshard_status_code_name(code), st.message);
+      return -1;
+    }
+    if (r >= 0) {
+      samples[r] = elapsed;
+    }
+  }
+  bench_sort_samples(samples, (size_t)runs);
+  *median = bench_median(samples, (size_t)runs);
+  return 0;
+}
+
+static int measure(reshard_client *client, reshard_client *replay_client,
+                   replay_server *replay, const scenario_spec *spec,
                    uint64_t pages, reader_memory memory, int runs, row *out) {
   reshard_arena arena;
   reshard_arena_init(&arena, 0);
@@ -280,46 +317,43 @@ static int measure(reshard_client *client, const scenario_spec *spec,
     goto done;
   }
   protobuf_c_message_pack(&request.base, bytes);
-  /* The first call builds and caches the join template, as in production
+  /* The first calls build and cache the join template, as in production
    * the first request of a reader shape does. */
-  for (int r = -2; r < runs; r++) {
-    reshard_client_status st;
-    uint8_t *response = NULL;
-    size_t response_length = 0;
-    double start = bench_now_ns();
-    int code = reshard_client_call_raw(client, "/reshard.v1.Planner/PlanLoad",
-                                       bytes, length, 60000, &response,
-                                       &response_length, &st);
-    double elapsed = bench_now_ns() - start;
-    if (code != RESHARD_STATUS_OK) {
-      fprintf(stderr, "%s: PlanLoad: %s: %s\n", spec->name,
-              reshard_status_code_name(code), st.message);
-      goto done;
-    }
-    if (r == -2) {
-      Reshard__V1__PlanLoadResponse *decoded =
-          reshard__v1__plan_load_response__unpack(NULL, response_length,
-                                                  response);
-      bool same = decoded != NULL && decoded->stats != NULL &&
-                  decoded->stats->operations == out->copies;
-      if (decoded != NULL) {
-        reshard__v1__plan_load_response__free_unpacked(decoded, NULL);
-      }
-      if (!same) {
-        fprintf(stderr, "%s: the daemon's plan differs from the local one\n",
-                spec->name);
-        free(response);
-        goto done;
-      }
-    }
+  uint8_t *response = NULL;
+  size_t response_length = 0;
+  if (time_calls(client, spec, bytes, length, runs, samples, &out->round_ns,
+                 &response, &response_length) != 0) {
     free(response);
-    out->response_bytes = response_length;
-    if (r >= 0) {
-      samples[r] = elapsed;
-    }
+    goto done;
   }
-  bench_sort_samples(samples, (size_t)runs);
-  out->round_ns = bench_median(samples, (size_t)runs);
+  Reshard__V1__PlanLoadResponse *decoded =
+      reshard__v1__plan_load_response__unpack(NULL, response_length, response);
+  bool same = decoded != NULL && decoded->stats != NULL &&
+              decoded->stats->operations == out->copies;
+  if (decoded != NULL) {
+    reshard__v1__plan_load_response__free_unpacked(decoded, NULL);
+  }
+  if (!same) {
+    fprintf(stderr, "%s: the daemon's plan differs from the local one\n",
+            spec->name);
+    free(response);
+    goto done;
+  }
+  out->response_bytes = response_length;
+  replay_server_set_response(replay, response, response_length);
+  free(response);
+  response = NULL;
+  if (time_calls(replay_client, spec, bytes, length, runs, samples,
+                 &out->replay_ns, &response, &response_length) != 0) {
+    free(response);
+    goto done;
+  }
+  free(response);
+  if (response_length != out->response_bytes) {
+    fprintf(stderr, "%s: the replay server answered %zu bytes, not %zu\n",
+            spec->name, response_length, out->response_bytes);
+    goto done;
+  }
   result = 0;
 done:
   reshard_chunk_pool_free(pool);
@@ -366,15 +400,21 @@ int main(int argc, char **argv) {
     return 1;
   }
   reshard_client *client = reshard_client_open(daemon.target, 60000);
+  char replay_target[64];
+  replay_server *replay =
+      replay_server_start(replay_target, sizeof replay_target);
+  reshard_client *replay_client =
+      replay == NULL ? NULL : reshard_client_open(replay_target, 60000);
   printf("reshard-roundtrip: reshardd at %s, %d calls per row, one client, "
-         "medians\n",
+         "medians; replay: the same bytes from a server that stores the "
+         "response\n",
          daemon.target, runs);
-  printf("%-16s %-10s %9s %11s | %10s %8s | %10s %8s | %6s\n", "scenario",
-         "reader", "copies", "response", "plan", "ns/cp", "round trip", "ns/cp",
-         "ratio");
-  int failures = client == NULL;
-  for (size_t i = 0;
-       client != NULL && i < sizeof scenario_specs / sizeof scenario_specs[0];
+  printf("%-16s %-10s %9s %11s | %10s %8s | %10s %8s | %6s | %10s %6s\n",
+         "scenario", "reader", "copies", "response", "plan", "ns/cp",
+         "round trip", "ns/cp", "ratio", "replay", "floor");
+  int failures = client == NULL || replay_client == NULL;
+  for (size_t i = 0; client != NULL && replay_client != NULL &&
+                     i < sizeof scenario_specs / sizeof scenario_specs[0];
        i++) {
     const scenario_spec *spec = &scenario_specs[i];
     if (only != NULL && strncmp(spec->name, only, strlen(only)) != 0) {
@@ -382,20 +422,24 @@ int main(int argc, char **argv) {
     }
     for (int m = READER_PAGED; m <= READER_CONTIGUOUS; m++) {
       row r = {0};
-      if (measure(client, spec, pages, (reader_memory)m, runs, &r) != 0) {
+      if (measure(client, replay_client, replay, spec, pages, (reader_memory)m,
+                  runs, &r) != 0) {
         failures++;
         continue;
       }
       double copies = r.copies ? (double)r.copies : 1.0;
       printf("%-16s %-10s %9llu %9.1fKB | %8.1fus %8.1f | %8.1fus %8.1f | "
-             "%6.2f\n",
+             "%6.2f | %8.1fus %6.2f\n",
              spec->name, m == READER_PAGED ? "paged" : "contiguous",
              (unsigned long long)r.copies, (double)r.response_bytes / 1e3,
              r.plan_ns / 1e3, r.plan_ns / copies, r.round_ns / 1e3,
-             r.round_ns / copies, r.round_ns / r.plan_ns);
+             r.round_ns / copies, r.round_ns / r.plan_ns, r.replay_ns / 1e3,
+             r.replay_ns / r.plan_ns);
       fflush(stdout);
     }
   }
+  reshard_client_close(replay_client);
+  replay_server_stop(replay);
   reshard_client_close(client);
   if (daemon_stop(&daemon) != 0) {
     fprintf(stderr, "reshardd did not exit cleanly after SIGTERM\n");

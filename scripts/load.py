@@ -56,6 +56,7 @@ import ipaddress
 import json
 import os
 import re
+import resource
 import shutil
 import struct
 import statistics
@@ -164,6 +165,14 @@ def cpu_seconds(pid):
         fields = f.read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / float(os.sysconf(
         "SC_CLK_TCK"))
+
+
+def client_cpu_seconds():
+    """User + system CPU time of this script's finished children: the
+    h2load runs waited for so far (the daemon we start is still running,
+    so it is not in it)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def grpc_frame(message_bytes):
@@ -500,6 +509,7 @@ def run(args):
                     pair = {}
                     if args.ceiling:
                         cpu = cpu_seconds(target.pid)
+                        client_cpu = client_cpu_seconds()
                         ceiling, _ = run_h2load(
                             h2load, target.grpc, health_file,
                             args.ceiling_requests, args.clients,
@@ -507,16 +517,21 @@ def run(args):
                             path=HEALTH_CHECK_PATH, tls=bool(args.tls_ca))
                         sent[HEALTH_CHECK_OK] += ceiling["done"]
                         pair["ceiling"] = ceiling
+                        pair["ceiling_client_cpu_us"] = 1e6 * (
+                            client_cpu_seconds() - client_cpu) / ceiling["done"]
                         if cpu is not None:
                             pair["ceiling_cpu_us"] = 1e6 * (
                                 cpu_seconds(target.pid) - cpu) / ceiling["done"]
                     log_file = os.path.join(tmp, "requests-%d.log" % i)
                     cpu = cpu_seconds(target.pid)
+                    client_cpu = client_cpu_seconds()
                     main, _ = run_h2load(h2load, target.grpc, data_file,
                                          args.requests, args.clients,
                                          args.streams, args.threads,
                                          args.time_limit, log_file,
                                          path=path, tls=bool(args.tls_ca))
+                    pair["client_cpu_us"] = 1e6 * (
+                        client_cpu_seconds() - client_cpu) / main["done"]
                     if cpu is not None:
                         pair["cpu_us"] = 1e6 * (cpu_seconds(target.pid)
                                                 - cpu) / main["done"]
@@ -560,6 +575,11 @@ def run(args):
             chosen["ceiling"].get("requests_per_second", 0.0)
         result["share"] = share(chosen)
         result["shares"] = [share(p) for p in pairs]
+    result["client_cpu_us_per_call"] = statistics.median(
+        p["client_cpu_us"] for p in pairs)
+    if args.ceiling:
+        result["ceiling_client_cpu_us_per_call"] = statistics.median(
+            p["ceiling_client_cpu_us"] for p in pairs)
     if "cpu_us" in pairs[0]:
         result["cpu_us_per_call"] = statistics.median(
             p["cpu_us"] for p in pairs)
@@ -642,6 +662,22 @@ def report(r, out=sys.stdout):
                         100.0 * r["ceiling_cpu_us_per_call"]
                         / r["cpu_us_per_call"]))
         print(line, file=out)
+    line = "  client CPU   %.1f us per PlanLoad" % r["client_cpu_us_per_call"]
+    if "ceiling_client_cpu_us_per_call" in r:
+        line += (", %.1f us per Check (h2load, on the same cores)"
+                 % r["ceiling_client_cpu_us_per_call"])
+        if "ceiling_cpu_us_per_call" in r:
+            # With the machine's cores busy, rates go as the inverse of the
+            # CPU each call costs both processes; a PlanLoad whose daemon
+            # side cost nothing would still cost h2load its share.
+            check = (r["ceiling_cpu_us_per_call"]
+                     + r["ceiling_client_cpu_us_per_call"])
+            line += ("\n               both: CPU share %.1f %%; with a "
+                     "daemon costing nothing per PlanLoad at most %.1f %%"
+                     % (100.0 * check / (r["cpu_us_per_call"]
+                                         + r["client_cpu_us_per_call"]),
+                        100.0 * check / r["client_cpu_us_per_call"]))
+    print(line, file=out)
     print("  latency      p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  max %.2f ms"
           "  (%d samples)" % (lat["p50"], lat["p90"], lat["p99"], lat["max"],
                               lat["samples"]), file=out)
