@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "table.h"
 #include "wire.h"
 
 enum {
@@ -203,6 +204,73 @@ static const char *copy_text(decoder *d, text t) {
   return copy;
 }
 
+/* Region ids copied once each: a range names its region in every range
+ * (S5's writer: 32 256 ranges over 63 regions, in any order), and
+ * lib/binding.c finds a region by its id's address before hashing it.
+ * Open addressing by the id's bytes, at most half full; grown from the
+ * arena and charged to the budget like the rest of the binding. */
+typedef struct id_slot {
+  const char *id; /* NULL: free */
+  size_t length;
+  uint64_t hash;
+} id_slot;
+
+typedef struct id_table {
+  id_slot *slots;
+  size_t mask; /* capacity - 1; capacity 0 before the first id */
+  size_t count;
+} id_table;
+
+enum { ID_TABLE_MIN = 64 };
+
+static bool grow_ids(decoder *d, id_table *t) {
+  size_t capacity = t->slots == NULL ? ID_TABLE_MIN : 2 * (t->mask + 1);
+  id_slot *slots = take(d, capacity * sizeof *slots, 8);
+  if (slots == NULL) {
+    return false;
+  }
+  memset(slots, 0, capacity * sizeof *slots);
+  for (size_t i = 0; t->slots != NULL && i <= t->mask; i++) {
+    if (t->slots[i].id != NULL) {
+      size_t j = t->slots[i].hash & (capacity - 1);
+      while (slots[j].id != NULL) {
+        j = (j + 1) & (capacity - 1);
+      }
+      slots[j] = t->slots[i];
+    }
+  }
+  t->slots = slots;
+  t->mask = capacity - 1;
+  return true;
+}
+
+/* The one copy of id `s`, made on its first occurrence; "" when empty. */
+static const char *intern_id(decoder *d, id_table *t, text s) {
+  if (s.length == 0) {
+    return "";
+  }
+  if ((t->slots == NULL || 2 * (t->count + 1) > t->mask + 1) &&
+      !grow_ids(d, t)) {
+    return NULL;
+  }
+  uint64_t hash = reshard_hash(s.bytes, s.length, 0);
+  for (size_t i = hash & t->mask;; i = (i + 1) & t->mask) {
+    id_slot *slot = &t->slots[i];
+    if (slot->id == NULL) {
+      const char *copy = copy_text(d, s);
+      if (copy != NULL) {
+        *slot = (id_slot){copy, s.length, hash};
+        t->count++;
+      }
+      return copy;
+    }
+    if (slot->hash == hash && slot->length == s.length &&
+        memcmp(slot->id, s.bytes, s.length) == 0) {
+      return slot->id;
+    }
+  }
+}
+
 static bool decode_region(reader r, text *id, reshard_region *out) {
   while (r.at < r.end) {
     uint64_t field;
@@ -351,6 +419,7 @@ reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
   text participant = {NULL, 0}, endpoint = {NULL, 0};
   text last_region = {NULL, 0};
   const char *last_region_id = "";
+  id_table ids = {NULL, 0, 0};
   size_t bad_index = SIZE_MAX;
   int32_t bad_value = 0;
   reader r = {data, data + length};
@@ -383,7 +452,7 @@ reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
       if (!decode_region(value, &id, region)) {
         return malformed(&d, "regions", i);
       }
-      if ((region->region_id = copy_text(&d, id)) == NULL) {
+      if ((region->region_id = intern_id(&d, &ids, id)) == NULL) {
         return d.status;
       }
       out->region_count++;
@@ -410,11 +479,12 @@ reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
         bad_index = i;
         bad_value = component;
       }
-      /* Neighbours in one region share one copy of its id. */
+      /* Every range of a region shares one copy of its id; neighbours in
+       * one region find it without a hash. */
       if (region.length != last_region.length ||
           (region.length > 0 &&
            memcmp(region.bytes, last_region.bytes, region.length) != 0)) {
-        if ((last_region_id = copy_text(&d, region)) == NULL) {
+        if ((last_region_id = intern_id(&d, &ids, region)) == NULL) {
           return d.status;
         }
         last_region = region;

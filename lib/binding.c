@@ -30,6 +30,11 @@ static uint64_t id_hash(const char *id) {
   return hash;
 }
 
+typedef struct region_address {
+  const char *id; /* NULL: free */
+  ptrdiff_t index;
+} region_address;
+
 typedef struct validation {
   const reshard_binding *binding;
   const reshard_descriptor *descriptor;
@@ -39,9 +44,13 @@ typedef struct validation {
   reshard_error *err;
   uint64_t work;
   size_t *source_index; /* bound range -> binding.ranges index */
-  /* The last range's region: its id's address and its index (or -1). */
-  const char *last_region_id;
-  ptrdiff_t last_region_index;
+  /* Regions found by their id's address (index -1: no such region), open
+   * addressing, at most half full; addresses past that are not kept.
+   * Decoders share one string among ranges of one region (the daemon's
+   * among all of them), so most ranges name an address seen before and
+   * cost neither a hash of the id nor a strcmp. */
+  region_address *by_address;
+  size_t address_mask, address_count;
 } validation;
 
 static reshard_status spend_work(validation *v, uint64_t units,
@@ -84,6 +93,14 @@ static reshard_status index_regions(validation *v, region_table *out) {
     return out_of_memory(v);
   }
   memset(out->slots, 0xff, capacity * sizeof *out->slots);
+  /* Room for each region's address four times over: ids a decoder did
+   * not share, or ranges naming no region, fill what is left. */
+  v->address_mask = 4 * capacity - 1;
+  v->by_address = RESHARD_ARENA_ARRAY(v->arena, region_address, 4 * capacity);
+  if (v->by_address == NULL) {
+    return out_of_memory(v);
+  }
+  memset(v->by_address, 0, 4 * capacity * sizeof *v->by_address);
   for (size_t i = 0; i < binding->region_count; i++) {
     const reshard_region *region = &binding->regions[i];
     uint64_t end;
@@ -123,10 +140,26 @@ static reshard_status index_regions(validation *v, region_table *out) {
   return RESHARD_OK;
 }
 
-static ptrdiff_t find_region(const region_table *table,
-                             const reshard_region *regions, const char *id) {
-  size_t index = *region_slot(table, regions, id);
-  return index == SIZE_MAX ? -1 : (ptrdiff_t)index;
+static ptrdiff_t find_region(validation *v, const region_table *table,
+                             const char *id) {
+  size_t i = (size_t)(((uint64_t)(uintptr_t)id * 0x9e3779b97f4a7c15ull) >> 32) &
+             v->address_mask;
+  for (;; i = (i + 1) & v->address_mask) {
+    region_address *slot = &v->by_address[i];
+    if (slot->id == id) {
+      return slot->index;
+    }
+    if (slot->id == NULL) {
+      break;
+    }
+  }
+  size_t index = *region_slot(table, v->binding->regions, id);
+  ptrdiff_t found = index == SIZE_MAX ? -1 : (ptrdiff_t)index;
+  if (2 * (v->address_count + 1) <= v->address_mask + 1) {
+    v->by_address[i] = (region_address){id, found};
+    v->address_count++;
+  }
+  return found;
 }
 
 static ptrdiff_t find_owned_layer(const reshard_placement_part *part,
@@ -227,14 +260,7 @@ static reshard_status check_range(validation *v, const region_table *regions,
                              "empty",
                              i);
   }
-  /* Decoders share one string among ranges of one region (the daemon's
-   * does among neighbours): the same pointer is the same region. */
-  ptrdiff_t region_index =
-      range->region_id == v->last_region_id
-          ? v->last_region_index
-          : find_region(regions, v->binding->regions, range->region_id);
-  v->last_region_id = range->region_id;
-  v->last_region_index = region_index;
+  ptrdiff_t region_index = find_region(v, regions, range->region_id);
   if (region_index < 0) {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
                              "binding.ranges[%zu].region_id: \"%s\" is not a "
