@@ -33,43 +33,58 @@ static bool read_varint(const uint8_t *data, size_t length, size_t *at,
   return false;
 }
 
+/* The next top-level field of a message at *at: its tag and, for every
+ * wire type, the span it covers. 1: a field; 0: the end; -1: the bytes do
+ * not parse (or hold a group, which none of these messages has). */
+static int next_field(const uint8_t *data, size_t length, size_t *at,
+                      uint64_t *tag, reshard_wire_span *span) {
+  if (*at >= length) {
+    return 0;
+  }
+  size_t start = *at;
+  uint64_t skip;
+  if (!read_varint(data, length, at, tag)) {
+    return -1;
+  }
+  switch (*tag & 7) {
+  case 0:
+    if (!read_varint(data, length, at, &skip)) {
+      return -1;
+    }
+    *span = (reshard_wire_span){start, *at, data + start, *at - start};
+    return 1;
+  case 1:
+    skip = 8;
+    break;
+  case 5:
+    skip = 4;
+    break;
+  case 2:
+    if (!read_varint(data, length, at, &skip)) {
+      return -1;
+    }
+    break;
+  default:
+    return -1;
+  }
+  if (skip > length - *at) {
+    return -1;
+  }
+  *span =
+      (reshard_wire_span){start, *at + (size_t)skip, data + *at, (size_t)skip};
+  *at += (size_t)skip;
+  return 1;
+}
+
 bool reshard_inline_scan(const uint8_t *data, size_t length,
                          reshard_inline_fields *out) {
   memset(out, 0, sizeof *out);
   unsigned placements = 0, placement_ids = 0, limits = 0;
   size_t at = 0;
-  while (at < length) {
-    size_t start = at;
-    uint64_t tag, skip;
-    if (!read_varint(data, length, &at, &tag)) {
-      return false;
-    }
-    switch (tag & 7) {
-    case 0:
-      if (!read_varint(data, length, &at, &skip)) {
-        return false;
-      }
-      continue;
-    case 1:
-      skip = 8;
-      break;
-    case 5:
-      skip = 4;
-      break;
-    case 2:
-      if (!read_varint(data, length, &at, &skip)) {
-        return false;
-      }
-      break;
-    default: /* groups: not in this message */
-      return false;
-    }
-    if (skip > length - at) {
-      return false;
-    }
-    reshard_wire_span span = {start, at + (size_t)skip, data + at,
-                              (size_t)skip};
-    at += (size_t)skip;
+  uint64_t tag;
+  reshard_wire_span span;
+  int more;
+  while ((more = next_field(data, length, &at, &tag, &span)) > 0) {
     if ((tag & 7) != 2) {
       continue;
     }
@@ -96,9 +111,29 @@ bool reshard_inline_scan(const uint8_t *data, size_t length,
       break;
     }
   }
+  if (more < 0) {
+    return false;
+  }
   out->parsed = true;
   return placements == 1 && placement_ids == 0 && out->bindings <= 1 &&
          limits <= 1;
+}
+
+bool reshard_inline_find(const uint8_t *data, size_t length, unsigned field,
+                         reshard_wire_span *last, unsigned *count) {
+  memset(last, 0, sizeof *last);
+  *count = 0;
+  size_t at = 0;
+  uint64_t tag;
+  reshard_wire_span span;
+  int more;
+  while ((more = next_field(data, length, &at, &tag, &span)) > 0) {
+    if ((tag & 7) == 2 && (tag >> 3) == field) {
+      *last = span;
+      (*count)++;
+    }
+  }
+  return more == 0;
 }
 
 uint8_t *reshard_inline_strip(const uint8_t *data, size_t length,

@@ -49,6 +49,13 @@ typedef struct reshard_inline_fields {
 bool reshard_inline_scan(const uint8_t *data, size_t length,
                          reshard_inline_fields *out);
 
+/* Scans the top level of a message's wire bytes for the length-delimited
+ * field number `field`: its last occurrence in *last (value NULL when
+ * none) and how many there are in *count. False when the top level does
+ * not parse: decode the message as usual. */
+bool reshard_inline_find(const uint8_t *data, size_t length, unsigned field,
+                         reshard_wire_span *last, unsigned *count);
+
 /* Copies `data` without the fields of `spans` (sorted by start, not
  * overlapping; a span with a NULL value is skipped) into `arena`. NULL
  * when memory runs out. */

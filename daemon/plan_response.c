@@ -278,6 +278,24 @@ uint8_t *reshard_plan_stats_write(uint8_t *out, unsigned field,
   return put_scalar(out, 4, runs);
 }
 
+/* ---- Region ids, in both responses: every binding region's, in order ---- */
+
+static size_t region_ids_size(const reshard_binding *binding) {
+  size_t size = 0;
+  for (size_t r = 0; r < binding->region_count; r++) {
+    size += string_size(binding->regions[r].region_id, 1);
+  }
+  return size;
+}
+
+static uint8_t *put_region_ids(uint8_t *out, unsigned field,
+                               const reshard_binding *binding) {
+  for (size_t r = 0; r < binding->region_count; r++) {
+    out = put_string(out, field, binding->regions[r].region_id, 1);
+  }
+  return out;
+}
+
 /* ---- PlanLoadResponse ---- */
 
 static size_t page_body(const reshard_wire_plan_names *names, size_t source,
@@ -310,9 +328,7 @@ reshard_status reshard_plan_response_measure(
   for (size_t p = 0; p < plan->hit_pages; p++) {
     size += nested_size(page_body(names, plan->page_source[p], p));
   }
-  for (size_t r = 0; r < names->binding->region_count; r++) {
-    size += string_size(names->binding->regions[r].region_id, 1);
-  }
+  size += region_ids_size(names->binding);
   size += out->batches.size;
   size += nested_size(stats_body(plan));
   size += string_size(names->placement_id, 0);
@@ -334,13 +350,64 @@ size_t reshard_plan_response_write(const reshard_plan_response *response,
     out = put_string(out, 2, names->manifest_keys[source], 0);
     out = put_string(out, 3, names->sources[source].layout_id, 0);
   }
-  for (size_t r = 0; r < names->binding->region_count; r++) {
-    out = put_string(out, 3, names->binding->regions[r].region_id, 1);
-  }
+  out = put_region_ids(out, 3, names->binding);
   out = reshard_range_batches_write(&response->batches, 4, out);
   out = reshard_plan_stats_write(out, 5, plan->operations, plan->bytes,
                                  plan->copies_before_coalescing,
                                  plan->runs.run_count);
   out = put_string(out, 6, names->placement_id, 0);
+  return (size_t)(out - start);
+}
+
+/* ---- PlanStoreResponse ---- */
+
+reshard_status reshard_store_response_measure(const reshard_store_plan *plan,
+                                              const reshard_binding *binding,
+                                              const char *layout_id,
+                                              reshard_arena *arena,
+                                              reshard_store_response *out) {
+  *out = (reshard_store_response){
+      .plan = plan, .binding = binding, .layout_id = layout_id};
+  const reshard_runs *runs = plan->runs.batch_first ? &plan->runs : NULL;
+  const reshard_varint_batches *columns =
+      plan->columns.bytes != NULL ? &plan->columns : NULL;
+  reshard_status status = reshard_range_batches_measure(
+      plan->copies, plan->batches, plan->batch_count, runs, columns, arena,
+      &out->batches);
+  if (status) {
+    return status;
+  }
+  for (size_t i = 0; i < plan->part_count; i++) {
+    out->parts_size += reshard_varint_length(clamp_u32(plan->part_indexes[i]));
+  }
+  /* A packed repeated field is left out when empty. */
+  size_t size = plan->part_count ? nested_size(out->parts_size) : 0;
+  size += region_ids_size(binding);
+  size += out->batches.size;
+  size += nested_size(reshard_plan_stats_size(plan->operations, plan->bytes,
+                                              plan->copies_before_coalescing,
+                                              plan->runs.run_count));
+  size += string_size(layout_id, 0);
+  out->size = size;
+  return RESHARD_OK;
+}
+
+size_t reshard_store_response_write(const reshard_store_response *response,
+                                    uint8_t *out) {
+  const reshard_store_plan *plan = response->plan;
+  uint8_t *start = out;
+  if (plan->part_count) {
+    out = put_tag(out, 1, WIRE_LENGTH);
+    out = reshard_varint_put(out, response->parts_size);
+    for (size_t i = 0; i < plan->part_count; i++) {
+      out = reshard_varint_put(out, clamp_u32(plan->part_indexes[i]));
+    }
+  }
+  out = put_region_ids(out, 2, response->binding);
+  out = reshard_range_batches_write(&response->batches, 3, out);
+  out = reshard_plan_stats_write(out, 4, plan->operations, plan->bytes,
+                                 plan->copies_before_coalescing,
+                                 plan->runs.run_count);
+  out = put_string(out, 5, response->layout_id, 0);
   return (size_t)(out - start);
 }

@@ -22,6 +22,7 @@
 #include "reshard/copy.h"
 #include "reshard/plan.h"
 #include "reshard/runs.h"
+#include "reshard/store.h"
 #include "reshard/varint_columns.h"
 #include "wire.h"
 
@@ -89,5 +90,31 @@ reshard_plan_response_measure(const reshard_load_plan *plan,
  * bytes; returns the bytes written (response->size). */
 size_t reshard_plan_response_write(const reshard_plan_response *response,
                                    uint8_t *out);
+
+/* A PlanStoreResponse, measured and ready to write. With runs requested
+ * (plan->runs.batch_first non-NULL) the batches carry runs. */
+typedef struct reshard_store_response {
+  const reshard_store_plan *plan;
+  const reshard_binding *binding; /* its region ids name the regions */
+  const char *layout_id;
+  reshard_range_batches batches;
+  size_t parts_size; /* the packed part_indexes payload */
+  size_t size;       /* the whole encoded response */
+} reshard_store_response;
+
+/* Measures the response for `plan`; `plan`, `binding` and `layout_id` must
+ * outlive `out`. The bytes are exactly what protobuf-c packs for
+ * reshard_wire_store_plan_to_pb's message. RESHARD_RESOURCE_EXHAUSTED
+ * when the arena cannot grow. */
+reshard_status reshard_store_response_measure(const reshard_store_plan *plan,
+                                              const reshard_binding *binding,
+                                              const char *layout_id,
+                                              reshard_arena *arena,
+                                              reshard_store_response *out);
+
+/* Writes the response into `out`, which has room for response->size
+ * bytes; returns the bytes written (response->size). */
+size_t reshard_store_response_write(const reshard_store_response *response,
+                                    uint8_t *out);
 
 #endif

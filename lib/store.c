@@ -170,6 +170,8 @@ reshard_status reshard_plan_store(const reshard_store_request *request,
       .page_sources = page_sources,
       .limits = request->limits,
       .runs = request->runs,
+      .varint_columns = request->varint_columns,
+      .omit_copies = request->omit_copies,
       .should_stop = request->should_stop,
       .should_stop_context = request->should_stop_context,
   };
@@ -189,6 +191,7 @@ reshard_status reshard_plan_store(const reshard_store_request *request,
   out->copies_before_coalescing = plan.copies_before_coalescing;
   out->copies_after_coalescing = plan.copies_after_coalescing;
   out->runs = plan.runs;
+  out->columns = plan.columns;
   out->built_join = plan.built_joins[0];
   out->participant = part;
   return RESHARD_OK;

@@ -648,21 +648,24 @@ def report(r, out=sys.stdout):
           % (r["requests_per_second"], r["seconds"]), file=out)
     if "share" in r:
         print("  ceiling      Health/Check %.1f requests/s at the same "
-              "concurrency; PlanLoad share %.1f %%%s"
-              % (r["ceiling_requests_per_second"], 100.0 * r["share"],
+              "concurrency; %s share %.1f %%%s"
+              % (r["ceiling_requests_per_second"], r["method"],
+                 100.0 * r["share"],
                  "" if r["repeat"] == 1 else
                  " (median of %d pairs: %s)" % (r["repeat"], ", ".join(
                      "%.1f" % (100.0 * s) for s in sorted(r["shares"])))),
               file=out)
     if "cpu_us_per_call" in r:
-        line = "  daemon CPU   %.1f us per PlanLoad" % r["cpu_us_per_call"]
+        line = "  daemon CPU   %.1f us per %s" % (r["cpu_us_per_call"],
+                                                r["method"])
         if "ceiling_cpu_us_per_call" in r:
             line += (", %.1f us per Check: CPU share %.1f %%"
                      % (r["ceiling_cpu_us_per_call"],
                         100.0 * r["ceiling_cpu_us_per_call"]
                         / r["cpu_us_per_call"]))
         print(line, file=out)
-    line = "  client CPU   %.1f us per PlanLoad" % r["client_cpu_us_per_call"]
+    line = "  client CPU   %.1f us per %s" % (r["client_cpu_us_per_call"],
+                                            r["method"])
     if "ceiling_client_cpu_us_per_call" in r:
         line += (", %.1f us per Check (h2load, on the same cores)"
                  % r["ceiling_client_cpu_us_per_call"])
@@ -673,9 +676,10 @@ def report(r, out=sys.stdout):
             check = (r["ceiling_cpu_us_per_call"]
                      + r["ceiling_client_cpu_us_per_call"])
             line += ("\n               both: CPU share %.1f %%; with a "
-                     "daemon costing nothing per PlanLoad at most %.1f %%"
+                     "daemon costing nothing per %s at most %.1f %%"
                      % (100.0 * check / (r["cpu_us_per_call"]
                                          + r["client_cpu_us_per_call"]),
+                        r["method"],
                         100.0 * check / r["client_cpu_us_per_call"]))
     print(line, file=out)
     print("  latency      p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  max %.2f ms"
@@ -706,10 +710,11 @@ def report(r, out=sys.stdout):
           "peak %.1f MiB, %.1f MiB after the run (growth %+.1f MiB)"
           % (rss["start"] / mib, rss["after_warmup"] / mib, rss["peak"] / mib,
              rss["end"] / mib, r["rss_growth_bytes"] / mib), file=out)
-    print("  per call     %.2f MiB per call in flight (peak of the PlanLoad "
+    print("  per call     %.2f MiB per call in flight (peak of the %s "
           "runs above the start, over %d streams); %.2f MiB without the "
           "response"
-          % (r["rss_per_call_bytes"] / mib, r["concurrent_streams"],
+          % (r["rss_per_call_bytes"] / mib, r["method"],
+             r["concurrent_streams"],
              r["rss_per_call_without_response_bytes"] / mib), file=out)
     for p in r["problems"]:
         print("  FAIL         " + p, file=out)

@@ -19,26 +19,12 @@
 #include "table.h"
 #include "wire.h"
 
-/* A large PlanLoad request is decoded only when fewer than one per core
- * (planner->max_large) others are in hand: decoded, one S5 request (a
- * paged binding of 16 384 ranges) takes about 4 MiB against its 0.6 MiB of
- * wire bytes, and 64 of them decoded at once held 7 MiB per call in
- * flight (docs/performance.md). Planning is CPU-bound, so more at once
- * than there are cores only holds memory. Small requests never wait
- * behind large ones. */
-enum { LARGE_PLAN_REQUEST_BYTES = 64 * 1024 };
-
 /* Inline targets larger than these are not cached by content: a binding
  * of a million bytes is a paged pool that changes with every call. */
 enum {
   INLINE_PLACEMENT_MAX_BYTES = 64 * 1024,
   INLINE_BINDING_MAX_BYTES = 256 * 1024,
 };
-
-typedef struct queued_load {
-  struct queued_load *next;
-  reshard_call *call;
-} queued_load;
 
 typedef struct load_ctx {
   reshard_call *call;
@@ -86,7 +72,7 @@ typedef struct load_ctx {
   uint64_t response_bytes; /* the encoded response, once built */
   bool plan_ran;           /* reshard_plan_load was called */
 
-  bool large; /* holds one of the planner's max_large places */
+  bool large; /* holds one of the planner's large places */
   /* The request's bytes still to decode, without what the inline cache
    * found (inline_cache.h). */
   const uint8_t *payload;
@@ -102,8 +88,6 @@ typedef struct load_ctx {
   bool from_cache;
   reshard_error outage;
 } load_ctx;
-
-static void large_done(reshard_planner *planner);
 
 static void load_release_targets(load_ctx *ctx) {
   reshard__target_release(&ctx->target);
@@ -121,7 +105,7 @@ static void use_shared_binding(load_ctx *ctx, reshard_shared_binding *shared) {
 static void load_release(load_ctx *ctx) {
   if (ctx->large) {
     ctx->large = false;
-    large_done(ctx->planner);
+    reshard__planner_large_done(ctx->planner);
   }
   for (size_t i = 0; ctx->manifests && i < ctx->manifest_count; i++) {
     reshard_shared_unref(ctx->manifests[i] ? &ctx->manifests[i]->base : NULL);
@@ -922,7 +906,7 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   load_ctx *ctx = reshard__planner_call_alloc(call, sizeof *ctx);
   if (ctx == NULL) {
     if (large) {
-      large_done(planner);
+      reshard__planner_large_done(planner);
     }
     return;
   }
@@ -955,48 +939,6 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   }
 }
 
-/* A large PlanLoad finished (answered or failed): let the next one in. */
-static void large_done(reshard_planner *planner) {
-  planner->large_active--;
-  if (planner->dequeuing) {
-    return; /* the loop below is running further up the stack */
-  }
-  planner->dequeuing = true;
-  while (planner->queue_head != NULL &&
-         planner->large_active < planner->max_large) {
-    queued_load *next = planner->queue_head;
-    planner->queue_head = next->next;
-    if (planner->queue_head == NULL) {
-      planner->queue_tail = NULL;
-    }
-    planner->large_active++;
-    start_plan_load(planner, next->call, true);
-  }
-  planner->dequeuing = false;
-}
-
 void reshard__handle_plan_load(reshard_call *call, void *data) {
-  reshard_planner *planner = data;
-  size_t length;
-  reshard_call_payload(call, &length);
-  if (length < LARGE_PLAN_REQUEST_BYTES) {
-    start_plan_load(planner, call, false);
-    return;
-  }
-  if (planner->large_active < planner->max_large) {
-    planner->large_active++;
-    start_plan_load(planner, call, true);
-    return;
-  }
-  queued_load *node = reshard__planner_call_alloc(call, sizeof(queued_load));
-  if (node == NULL) {
-    return;
-  }
-  node->call = call;
-  if (planner->queue_tail != NULL) {
-    planner->queue_tail->next = node;
-  } else {
-    planner->queue_head = node;
-  }
-  planner->queue_tail = node;
+  reshard__planner_admit(data, call, start_plan_load);
 }

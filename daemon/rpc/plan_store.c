@@ -1,15 +1,24 @@
-/* The PlanStore RPC (SPEC §2.5, §3.3): the manifest by key (cache, else
- * catalog), the writer's placement inline or by id, then
- * reshard_plan_store on the loop (small bindings) or libuv's thread pool,
- * with the join template cached under the same key a load of that
- * participant uses (the two joins are the same). The response is built
- * with protobuf-c by the wire layer and packed where the plan completes. */
+/* The PlanStore RPC (SPEC §2.5, §3.3): the request decoded off the loop
+ * when it is large (its binding straight from its wire bytes, as
+ * PlanLoad's), the manifest by key (cache, else catalog), the writer's
+ * placement inline or by id, then reshard_plan_store on the loop (small
+ * bindings) or the work pool, with the join template cached under the
+ * same key a load of that participant uses (the two joins are the same).
+ * The response is encoded straight from the plan (plan_response.h) where
+ * the plan completes. */
 #include <string.h>
 
+#include "binding_decode.h"
+#include "decode.h"
+#include "inline_cache.h"
 #include "log.h"
+#include "plan_response.h"
 #include "reshard/store.h"
 #include "rpc/planner_internal.h"
 #include "wire.h"
+
+/* PlanStoreRequest.binding (proto/reshard/v1/planner.proto). */
+enum { FIELD_BINDING = 5 };
 
 typedef struct store_ctx {
   reshard_call *call;
@@ -33,9 +42,22 @@ typedef struct store_ctx {
   reshard_status status;
   reshard_error err;
   uint64_t plan_us;
+
+  bool large; /* holds one of the planner's large places */
+  /* The request's bytes still to decode; without its binding when
+   * `binding_apart`, which reshard_binding_decode reads from `binding_bytes`.
+   */
+  const uint8_t *payload;
+  size_t payload_length;
+  reshard_wire_span binding_bytes;
+  bool binding_apart;
 } store_ctx;
 
 static void store_release(store_ctx *ctx) {
+  if (ctx->large) {
+    ctx->large = false;
+    reshard__planner_large_done(ctx->planner);
+  }
   reshard_shared_unref(ctx->manifest ? &ctx->manifest->base : NULL);
   reshard_shared_unref(ctx->join ? &ctx->join->base : NULL);
   ctx->manifest = NULL;
@@ -73,6 +95,30 @@ static void log_store(const store_ctx *ctx) {
   reshard_log_end(&line);
 }
 
+static size_t write_response(void *response, uint8_t *out) {
+  return reshard_store_response_write(response, out);
+}
+
+/* Packs the response of a plan that lives in `scratch`. */
+static void encode_plan(store_ctx *ctx, reshard_arena *scratch) {
+  reshard_call *call = ctx->call;
+  if (reshard_call_expired(call)) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
+                                    "deadline exceeded while planning; the "
+                                    "plan was discarded");
+    return;
+  }
+  reshard_store_response response;
+  if (reshard_store_response_measure(&ctx->plan, &ctx->binding,
+                                     ctx->manifest->layout_id, scratch,
+                                     &response) != RESHARD_OK ||
+      reshard_call_pack_encoded(call, response.size, write_response,
+                                &response) != RESHARD_OK) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
+                                    "out of memory building the response");
+  }
+}
+
 /* Worker thread (or the loop for small plans): plan and pack. Touches only
  * the context, the call's arena and response, and immutable shared data. */
 static void store_work(reshard_work *work) {
@@ -82,27 +128,22 @@ static void store_work(reshard_work *work) {
       RESHARD_OK) {
     return;
   }
-  reshard_arena *arena = reshard_call_arena(call);
+  /* The plan lives in a scratch arena freed once the response is
+   * encoded, so a call waiting to send holds its response, not its plan;
+   * only the plan's counts outlive it. */
+  reshard_arena scratch;
+  reshard_arena_init_from(&scratch, 64 * 1024,
+                          reshard_call_arena(call)->source);
   uint64_t start = uv_hrtime();
-  ctx->status = reshard_plan_store(&ctx->store, arena, &ctx->plan, &ctx->err);
+  ctx->status =
+      reshard_plan_store(&ctx->store, &scratch, &ctx->plan, &ctx->err);
   ctx->plan_us = (uv_hrtime() - start) / 1000;
   ctx->plan_ran = true;
-  if (ctx->status != RESHARD_OK) {
-    return;
+  if (ctx->status == RESHARD_OK) {
+    ctx->planned = true;
+    encode_plan(ctx, &scratch);
   }
-  ctx->planned = true;
-  if (reshard_call_expired(call)) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
-                                    "deadline exceeded while planning; the "
-                                    "plan was discarded");
-    return;
-  }
-  Reshard__V1__PlanStoreResponse *response = reshard_wire_store_plan_to_pb(
-      &ctx->plan, &ctx->binding, ctx->manifest->layout_id, arena);
-  if (response == NULL || reshard_call_pack(call, &response->base)) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
-                                    "out of memory building the response");
-  }
+  reshard_arena_destroy(&scratch);
 }
 
 /* Loop: keep the join template the planner built, then answer. */
@@ -146,6 +187,9 @@ static void store_plan(store_ctx *ctx) {
       .join = ctx->join ? ctx->join->join : NULL,
       .limits = reshard_limits_clamp(&ctx->planner->caps, &requested),
       .runs = ctx->request->runs,
+      /* The response is the runs or the columns, as for loads. */
+      .varint_columns = !ctx->request->runs,
+      .omit_copies = true,
   };
   /* The plan's memory is asked from --max-inflight-bytes before it is
    * spent, as for loads. */
@@ -192,25 +236,48 @@ static void on_manifest_fetched(void *data, const reshard_error *err,
   store_plan(ctx);
 }
 
-void reshard__handle_plan_store(reshard_planner *planner, reshard_call *call,
-                                void *message) {
-  Reshard__V1__PlanStoreRequest *request = message;
-  reshard_arena *arena = reshard_call_arena(call);
-  store_ctx *ctx = reshard__planner_call_alloc(call, sizeof *ctx);
-  if (ctx == NULL) {
+/* Decodes the request and its binding; fills ctx->status and ctx->err.
+ * Any thread. */
+static void decode_request(store_ctx *ctx) {
+  reshard_arena *arena = reshard_call_arena(ctx->call);
+  ctx->request = (Reshard__V1__PlanStoreRequest *)reshard_wire_unpack(
+      &reshard__v1__plan_store_request__descriptor, ctx->payload,
+      ctx->payload_length, arena, &ctx->err);
+  if (ctx->request == NULL) {
+    ctx->status = ctx->err.code;
     return;
   }
-  ctx->call = call;
-  ctx->planner = planner;
-  ctx->request = request;
-  reshard_error err;
+  /* Decoding first, so that a request over a decode cap is refused as
+   * such whatever else is wrong with it. */
+  const reshard_wire_span *bytes = &ctx->binding_bytes;
+  ctx->status =
+      ctx->binding_apart
+          ? reshard_binding_decode(bytes->value, bytes->value_length, "binding",
+                                   reshard_decode_caps(),
+                                   reshard_decode_budget(bytes->value_length),
+                                   arena, &ctx->binding, &ctx->err)
+          : reshard_wire_binding_from_pb(ctx->request->binding, "binding",
+                                         arena, &ctx->binding, &ctx->err);
+  if (ctx->status != RESHARD_OK) {
+    return;
+  }
+  /* An upper bound of the plan's size: one copy per bound value. */
+  ctx->binding_values = reshard_binding_values(&ctx->binding);
   char domain[RESHARD_DIGEST_HEX_LEN + 1];
-  if (reshard__planner_parse_manifest_key(request->manifest_key, "manifest_key",
-                                          domain, &err) != RESHARD_OK ||
-      reshard_wire_binding_from_pb(request->binding, "binding", arena,
-                                   &ctx->binding, &err) != RESHARD_OK ||
-      reshard__target_resolve(
-          &ctx->target, planner, call,
+  ctx->status = reshard__planner_parse_manifest_key(
+      ctx->request->manifest_key, "manifest_key", domain, &ctx->err);
+}
+
+/* Loop: the request is decoded; resolve its target and its manifest. */
+static void continue_plan_store(store_ctx *ctx) {
+  if (ctx->status != RESHARD_OK) {
+    store_fail(ctx, &ctx->err);
+    return;
+  }
+  const Reshard__V1__PlanStoreRequest *request = ctx->request;
+  reshard_error err;
+  if (reshard__target_resolve(
+          &ctx->target, ctx->planner, ctx->call,
           request->target_case ==
               RESHARD__V1__PLAN_STORE_REQUEST__TARGET_PLACEMENT,
           request->placement,
@@ -222,8 +289,6 @@ void reshard__handle_plan_store(reshard_planner *planner, reshard_call *call,
     store_fail(ctx, &err);
     return;
   }
-  /* An upper bound of the plan's size: one copy per bound value. */
-  ctx->binding_values = reshard_binding_values(&ctx->binding);
   ctx->effective_dp_rank =
       reshard__target_dp_rank(&ctx->target, request->dp_rank != NULL,
                               request->dp_rank ? request->dp_rank->value : 0);
@@ -240,4 +305,69 @@ void reshard__handle_plan_store(reshard_planner *planner, reshard_call *call,
   const char *keys[1] = {key};
   ctx->planner->catalog->vtable->get_manifests(ctx->planner->catalog, keys, 1,
                                                on_manifest_fetched, ctx);
+}
+
+static void decode_work(reshard_work *work) {
+  decode_request(work->data);
+}
+
+static void decode_after_work(reshard_work *work) {
+  continue_plan_store(work->data);
+}
+
+static void start_plan_store(reshard_planner *planner, reshard_call *call,
+                             bool large) {
+  store_ctx *ctx = reshard__planner_call_alloc(call, sizeof *ctx);
+  if (ctx == NULL) {
+    if (large) {
+      reshard__planner_large_done(planner);
+    }
+    return;
+  }
+  ctx->call = call;
+  ctx->planner = planner;
+  ctx->large = large;
+  reshard_error err;
+  if (reshard__planner_check_call(call, &err) != RESHARD_OK) {
+    store_fail(ctx, &err);
+    return;
+  }
+  size_t length;
+  const uint8_t *payload = reshard_call_payload(call, &length);
+  /* The binding, when there is exactly one, is decoded from its own bytes
+   * (binding_decode.h); protobuf-c decodes the rest. */
+  unsigned bindings;
+  if (reshard_inline_find(payload, length, FIELD_BINDING, &ctx->binding_bytes,
+                          &bindings) &&
+      bindings == 1) {
+    const reshard_wire_span *strip[1] = {&ctx->binding_bytes};
+    size_t stripped_length;
+    uint8_t *stripped = reshard_inline_strip(
+        payload, length, strip, 1, reshard_call_arena(call), &stripped_length);
+    if (stripped != NULL) {
+      payload = stripped;
+      length = stripped_length;
+      ctx->binding_apart = true;
+    }
+  }
+  ctx->payload = payload;
+  ctx->payload_length = length;
+  if (!large) {
+    decode_request(ctx);
+    continue_plan_store(ctx);
+    return;
+  }
+  /* Decoding a large request takes milliseconds: not on the loop. */
+  ctx->work.data = ctx;
+  if (reshard_work_pool_submit(planner->pool, &ctx->work, decode_work,
+                               decode_after_work) != 0) {
+    reshard_error failure;
+    reshard_error_set(&failure, RESHARD_UNAVAILABLE,
+                      "cannot queue the request");
+    store_fail(ctx, &failure);
+  }
+}
+
+void reshard__handle_plan_store(reshard_call *call, void *data) {
+  reshard__planner_admit(data, call, start_plan_store);
 }

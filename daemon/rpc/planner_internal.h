@@ -35,8 +35,9 @@ typedef struct reshard__planner_method {
   reshard__planner_rpc *handle;
 } reshard__planner_method;
 
-/* The RPCs but PlanLoad, which decodes its request itself (plan_load.c). */
-enum { RESHARD__PLANNER_DECODED_RPCS = 7 };
+/* The RPCs but PlanLoad and PlanStore, which decode their requests
+ * themselves (plan_load.c, plan_store.c). */
+enum { RESHARD__PLANNER_DECODED_RPCS = 6 };
 
 struct reshard_planner {
   uv_loop_t *loop;
@@ -49,12 +50,13 @@ struct reshard_planner {
   reshard_metrics *metrics; /* may be NULL */
 
   reshard_inline_recent recent_bindings; /* inline_cache.h */
-  /* Large PlanLoads being decoded or planned, and those waiting their
-   * turn as raw bytes (see "Where plans run" in docs/daemon.md). */
+  /* Large PlanLoads and PlanStores being decoded or planned, and those
+   * waiting their turn as raw bytes (see "Where plans run" in
+   * docs/daemon.md). */
   unsigned large_active;
   unsigned max_large;
   bool dequeuing;
-  struct queued_load *queue_head, *queue_tail;
+  struct reshard__queued_call *queue_head, *queue_tail;
 
   reshard__planner_method methods[RESHARD__PLANNER_DECODED_RPCS];
 };
@@ -190,6 +192,31 @@ int reshard__planner_run(reshard_planner *planner, reshard_work *work,
                          uint64_t binding_values, reshard_work_fn fn,
                          reshard_after_work_fn after);
 
+/* Starts a plan's call whose request is still raw bytes: `large` when
+ * the request is at least RESHARD__PLANNER_LARGE_REQUEST_BYTES long, and
+ * then it holds one of the planner's large places until it calls
+ * reshard__planner_large_done (also when it fails). */
+typedef void reshard__planner_start(reshard_planner *planner,
+                                    reshard_call *call, bool large);
+
+/* A large request is decoded only when fewer than one per core
+ * (planner->max_large) others are in hand: decoded, one S5 request (a
+ * paged binding of 16 384 ranges) takes about 4 MiB against its 0.6 MiB of
+ * wire bytes, and 64 of them decoded at once held 7 MiB per call in
+ * flight (docs/performance.md). Planning is CPU-bound, so more at once
+ * than there are cores only holds memory. Small requests never wait
+ * behind large ones. */
+enum { RESHARD__PLANNER_LARGE_REQUEST_BYTES = 64 * 1024 };
+
+/* Runs `start` on the call now when its request is small or a large place
+ * is free, else when one is given back; loads and stores share the
+ * places, in arrival order. Loop thread. */
+void reshard__planner_admit(reshard_planner *planner, reshard_call *call,
+                            reshard__planner_start *start);
+
+/* A large call finished (answered or failed): let the next one in. */
+void reshard__planner_large_done(reshard_planner *planner);
+
 /* ---- The handlers ---- */
 
 reshard__planner_rpc reshard__handle_publish_manifest; /* manifests.c */
@@ -198,8 +225,9 @@ reshard__planner_rpc reshard__handle_register_pages; /* pages.c */
 reshard__planner_rpc reshard__handle_forget_pages;
 reshard__planner_rpc reshard__handle_register_placement; /* placements.c */
 reshard__planner_rpc reshard__handle_plan_upload;
-reshard__planner_rpc reshard__handle_plan_store; /* plan_store.c */
-/* plan_load.c; `data` is the planner. */
+/* plan_load.c and plan_store.c: they decode their requests themselves;
+ * `data` is the planner. */
 void reshard__handle_plan_load(reshard_call *call, void *data);
+void reshard__handle_plan_store(reshard_call *call, void *data);
 
 #endif

@@ -202,6 +202,61 @@ int reshard__planner_run(reshard_planner *planner, reshard_work *work,
   return reshard_work_pool_submit(planner->pool, work, fn, after);
 }
 
+/* ---- Large requests ---- */
+
+typedef struct reshard__queued_call {
+  struct reshard__queued_call *next;
+  reshard_call *call;
+  reshard__planner_start *start;
+} reshard__queued_call;
+
+void reshard__planner_admit(reshard_planner *planner, reshard_call *call,
+                            reshard__planner_start *start) {
+  size_t length;
+  reshard_call_payload(call, &length);
+  if (length < RESHARD__PLANNER_LARGE_REQUEST_BYTES) {
+    start(planner, call, false);
+    return;
+  }
+  if (planner->large_active < planner->max_large) {
+    planner->large_active++;
+    start(planner, call, true);
+    return;
+  }
+  reshard__queued_call *node =
+      reshard__planner_call_alloc(call, sizeof(reshard__queued_call));
+  if (node == NULL) {
+    return;
+  }
+  node->call = call;
+  node->start = start;
+  if (planner->queue_tail != NULL) {
+    planner->queue_tail->next = node;
+  } else {
+    planner->queue_head = node;
+  }
+  planner->queue_tail = node;
+}
+
+void reshard__planner_large_done(reshard_planner *planner) {
+  planner->large_active--;
+  if (planner->dequeuing) {
+    return; /* the loop below is running further up the stack */
+  }
+  planner->dequeuing = true;
+  while (planner->queue_head != NULL &&
+         planner->large_active < planner->max_large) {
+    reshard__queued_call *next = planner->queue_head;
+    planner->queue_head = next->next;
+    if (planner->queue_head == NULL) {
+      planner->queue_tail = NULL;
+    }
+    planner->large_active++;
+    next->start(planner, next->call, true);
+  }
+  planner->dequeuing = false;
+}
+
 /* ---- Life cycle ---- */
 
 reshard_planner *reshard_planner_create(uv_loop_t *loop,
@@ -263,9 +318,6 @@ void reshard_planner_register(reshard_planner *planner,
       {"/reshard.v1.Planner/PlanUpload",
        &reshard__v1__plan_upload_request__descriptor,
        reshard__handle_plan_upload},
-      {"/reshard.v1.Planner/PlanStore",
-       &reshard__v1__plan_store_request__descriptor,
-       reshard__handle_plan_store},
   };
   for (size_t i = 0; i < RESHARD__PLANNER_DECODED_RPCS; i++) {
     planner->methods[i] = (reshard__planner_method){
@@ -278,6 +330,8 @@ void reshard_planner_register(reshard_planner *planner,
   }
   reshard_server_add_method(server, "/reshard.v1.Planner/PlanLoad", 0,
                             reshard__handle_plan_load, planner);
+  reshard_server_add_method(server, "/reshard.v1.Planner/PlanStore", 0,
+                            reshard__handle_plan_store, planner);
 }
 
 void reshard_planner_set_metrics(reshard_planner *planner,

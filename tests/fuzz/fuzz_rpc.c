@@ -36,20 +36,22 @@ static reshard_limits fuzz_caps(void) {
   return caps;
 }
 
-/* The daemon decodes a PlanLoad's binding with reshard_binding_decode
- * (rpc/plan_load.c), not protobuf-c: both paths take the binding's bytes
- * here and must agree — equal bindings, or the same error (a message both
- * over a cap and malformed may be refused for either). */
+/* The daemon decodes a PlanLoad's or PlanStore's binding (field
+ * `binding_field` of the request) with reshard_binding_decode
+ * (rpc/plan_load.c, rpc/plan_store.c), not protobuf-c: both paths take the
+ * binding's bytes here and must agree — equal bindings, or the same error
+ * (a message both over a cap and malformed may be refused for either). */
 static void binding_paths_agree(const uint8_t *data, size_t size,
-                                reshard_arena *arena) {
-  reshard_inline_fields fields;
-  (void)reshard_inline_scan(data, size, &fields);
-  if (!fields.parsed || fields.bindings != 1) {
+                                unsigned binding_field, reshard_arena *arena) {
+  reshard_wire_span binding;
+  unsigned bindings;
+  if (!reshard_inline_find(data, size, binding_field, &binding, &bindings) ||
+      bindings != 1) {
     return;
   }
   reshard_limits caps = fuzz_caps();
-  const uint8_t *bytes = fields.binding.value;
-  size_t length = fields.binding.value_length;
+  const uint8_t *bytes = binding.value;
+  size_t length = binding.value_length;
   reshard_binding direct, decoded;
   reshard_error direct_err, decoded_err;
   reshard_status direct_status = reshard_binding_decode(
@@ -241,8 +243,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t which = data[0] % (sizeof rpcs / sizeof *rpcs);
   reshard_arena arena;
   reshard_arena_init(&arena, 4096);
-  if (rpcs[which].request == &reshard__v1__plan_load_request__descriptor) {
-    binding_paths_agree(data + 1, size - 1, &arena);
+  if (rpcs[which].request == &reshard__v1__plan_load_request__descriptor ||
+      rpcs[which].request == &reshard__v1__plan_store_request__descriptor) {
+    const ProtobufCFieldDescriptor *binding =
+        protobuf_c_message_descriptor_get_field_by_name(rpcs[which].request,
+                                                        "binding");
+    binding_paths_agree(data + 1, size - 1, binding->id, &arena);
   }
   ProtobufCMessage *m =
       decode_request(rpcs[which].request, data + 1, size - 1, &arena);

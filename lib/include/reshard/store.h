@@ -30,6 +30,11 @@ typedef struct reshard_store_request {
   reshard_limits limits; /* already clamped to the server caps */
   /* Also fold each batch into strided runs (SPEC §2.2 step 7), as loads do. */
   bool runs;
+  /* As for reshard_load_request: encode each batch as varint columns
+   * while batching (the plan's `columns`), and leave the copies out when
+   * the caller reads only those or the runs (the plan's `copies` NULL). */
+  bool varint_columns;
+  bool omit_copies;
   /* Optional, as for reshard_load_request. */
   bool (*should_stop)(void *context);
   void *should_stop_context;
@@ -55,6 +60,8 @@ typedef struct reshard_store_plan {
   /* With request.runs and a non-empty plan: the batches folded into runs,
    * as reshard_load_plan.runs; zeroed otherwise. */
   reshard_runs runs;
+  /* With request.varint_columns: as reshard_load_plan.columns. */
+  reshard_varint_batches columns;
   reshard_join *built_join; /* non-NULL when built here */
   const reshard_placement_part *participant;
 } reshard_store_plan;
