@@ -278,7 +278,21 @@ uint8_t *reshard_plan_stats_write(uint8_t *out, unsigned field,
   return put_scalar(out, 4, runs);
 }
 
-/* ---- Region ids, in both responses: every binding region's, in order ---- */
+/* ---- What both responses share ---- */
+
+/* A plan's batches, measured from what it carries: its runs when it has
+ * them, else its varint columns when it has them, else its copies. */
+static reshard_status
+measure_plan_batches(const reshard_copy *copies, const reshard_batch *batches,
+                     size_t batch_count, const reshard_runs *runs,
+                     const reshard_varint_batches *columns,
+                     reshard_arena *arena, reshard_range_batches *out) {
+  return reshard_range_batches_measure(
+      copies, batches, batch_count, runs->batch_first ? runs : NULL,
+      columns->bytes != NULL ? columns : NULL, arena, out);
+}
+
+/* Region ids: every binding region's, in order. */
 
 static size_t region_ids_size(const reshard_binding *binding) {
   size_t size = 0;
@@ -315,12 +329,9 @@ reshard_status reshard_plan_response_measure(
     const reshard_load_plan *plan, const reshard_wire_plan_names *names,
     reshard_arena *arena, reshard_plan_response *out) {
   *out = (reshard_plan_response){.plan = plan, .names = names};
-  const reshard_runs *runs = plan->runs.batch_first ? &plan->runs : NULL;
-  const reshard_varint_batches *columns =
-      plan->columns.bytes != NULL ? &plan->columns : NULL;
-  reshard_status status = reshard_range_batches_measure(
-      plan->copies, plan->batches, plan->batch_count, runs, columns, arena,
-      &out->batches);
+  reshard_status status =
+      measure_plan_batches(plan->copies, plan->batches, plan->batch_count,
+                           &plan->runs, &plan->columns, arena, &out->batches);
   if (status) {
     return status;
   }
@@ -368,12 +379,9 @@ reshard_status reshard_store_response_measure(const reshard_store_plan *plan,
                                               reshard_store_response *out) {
   *out = (reshard_store_response){
       .plan = plan, .binding = binding, .layout_id = layout_id};
-  const reshard_runs *runs = plan->runs.batch_first ? &plan->runs : NULL;
-  const reshard_varint_batches *columns =
-      plan->columns.bytes != NULL ? &plan->columns : NULL;
-  reshard_status status = reshard_range_batches_measure(
-      plan->copies, plan->batches, plan->batch_count, runs, columns, arena,
-      &out->batches);
+  reshard_status status =
+      measure_plan_batches(plan->copies, plan->batches, plan->batch_count,
+                           &plan->runs, &plan->columns, arena, &out->batches);
   if (status) {
     return status;
   }

@@ -43,7 +43,8 @@ Usage:
 Options: --scenario S1-8 (default; any of S1..S5 or S1-N), --requests 5000,
 --warmup 1000, --clients 4 --streams 16 (64 concurrent streams),
 --repeat 1, --no-ceiling, --ceiling-requests 20000, --mix SCENARIO
-(--mix-requests 200, --mix-clients 1, --mix-streams 4), --short (a quick
+(--mix-requests 200, --mix-clients 1, --mix-streams 4, --mix-method
+PlanLoad or PlanStore), --short (a quick
 smoke run for CI), --method PlanLoad (default) or PlanStore (the scenario's
 writer), --runs (ask for strided runs, SPEC §2.2 step 7).
 Exit status: 0 when every call succeeded and memory stayed flat, 1 otherwise,
@@ -73,7 +74,6 @@ E2E = os.path.join(REPO, "tests", "e2e")
 
 PLAN_LOAD_PATH = "/reshard.v1.Planner/PlanLoad"
 HEALTH_CHECK_PATH = "/grpc.health.v1.Health/Check"
-PLAN_LOAD_OK = "reshard.v1.Planner/PlanLoad OK"
 # --method: the RPC under load and the scenario request it sends.
 METHODS = {"PlanLoad": "plan_load", "PlanStore": "plan_store"}
 HEALTH_CHECK_OK = "grpc.health.v1.Health/Check OK"
@@ -395,7 +395,7 @@ def settled_counts(metrics, before, sent, timeout=5.0):
 
 
 def run_mixed(h2load, args, target, small_file, big_file, tmp,
-              small_path=PLAN_LOAD_PATH):
+              small_path=PLAN_LOAD_PATH, big_path=PLAN_LOAD_PATH):
     """The large scenario on its own connections, started first, and the
     small one loaded meanwhile; each with its own latency log."""
     small_log = os.path.join(tmp, "mixed-small.log")
@@ -407,7 +407,7 @@ def run_mixed(h2load, args, target, small_file, big_file, tmp,
             big["result"], _ = run_h2load(
                 h2load, target.grpc, big_file, args.mix_requests,
                 args.mix_clients, args.mix_streams, 1, args.time_limit,
-                big_log, tls=bool(args.tls_ca))
+                big_log, path=big_path, tls=bool(args.tls_ca))
             big["finished"] = time.monotonic()
         except LoadError as exc:
             big["error"] = exc
@@ -468,8 +468,9 @@ def run(args):
               "streams_per_client": args.streams,
               "concurrent_streams": streams, "repeat": args.repeat}
     sent = {method_ok: 0, HEALTH_CHECK_OK: 0}
+    mix_ok = "reshard.v1.Planner/%s OK" % args.mix_method
     if mix is not None:
-        sent[PLAN_LOAD_OK] = 0
+        sent[mix_ok] = 0
     try:
         stats, response_bytes = set_up(target.grpc, requests,
                                        method=args.method, tls_ca=args.tls_ca)
@@ -479,8 +480,11 @@ def run(args):
                           "runs": stats.runs,
                           "response_bytes": response_bytes}
         if mix is not None:
-            mix_stats, mix_bytes = set_up(target.grpc, mix, tls_ca=args.tls_ca)
+            mix_stats, mix_bytes = set_up(target.grpc, mix,
+                                          method=args.mix_method,
+                                          tls_ca=args.tls_ca)
             result["mix_plan"] = {"scenario": mix.name,
+                                  "method": args.mix_method,
                                   "copies": mix_stats.operations,
                                   "response_bytes": mix_bytes}
         with tempfile.TemporaryDirectory(prefix="reshard-load-") as tmp:
@@ -492,7 +496,7 @@ def run(args):
             # for them, or one of them would be counted as load.
             set_up_calls = {method_ok: 1}
             if mix is not None:
-                set_up_calls[PLAN_LOAD_OK] = set_up_calls.get(PLAN_LOAD_OK, 0) + 1
+                set_up_calls[mix_ok] = set_up_calls.get(mix_ok, 0) + 1
             before_text, before = settled_counts(target.metrics, {},
                                                  set_up_calls)
             rss_start = rss_bytes(target.pid, before_text)
@@ -542,12 +546,15 @@ def run(args):
                 rss_main_peak = sampler.peak
                 mixed = None
                 if mix is not None:
+                    mix_message = getattr(mix, METHODS[args.mix_method])
                     mix_file = write_frame(tmp, "mix.grpc",
-                                           mix.plan_load.SerializeToString())
+                                           mix_message.SerializeToString())
                     mixed = run_mixed(h2load, args, target, data_file,
-                                      mix_file, tmp, small_path=path)
+                                      mix_file, tmp, small_path=path,
+                                      big_path="/reshard.v1.Planner/"
+                                      + args.mix_method)
                     sent[method_ok] += mixed["small"]["done"]
-                    sent[PLAN_LOAD_OK] += mixed["large"]["done"]
+                    sent[mix_ok] += mixed["large"]["done"]
             after_text, after = settled_counts(target.metrics, before, sent)
             rss_end = rss_bytes(target.pid, after_text)
     finally:
@@ -693,7 +700,8 @@ def report(r, out=sys.stdout):
     if m is not None:
         for label, key, name in (("mixed small ", "small", r["scenario"]),
                                  ("mixed large ", "large",
-                                  r["mix_plan"]["scenario"])):
+                                  "%s %s" % (r["mix_plan"]["scenario"],
+                                             r["mix_plan"]["method"]))):
             l = m[key]["latency_ms"]
             print("  %s %s: %.1f requests/s, p50 %.2f ms  p99 %.2f ms  "
                   "max %.2f ms  (%d samples)"
@@ -755,6 +763,10 @@ def main(argv=None):
     parser.add_argument("--mix", help="a large scenario (e.g. S5) loaded "
                         "on its own connections during a second run of "
                         "--scenario")
+    parser.add_argument("--mix-method", default="PlanLoad",
+                        choices=sorted(METHODS),
+                        help="the RPC of the --mix scenario: its reader's "
+                             "PlanLoad or its writer's PlanStore")
     parser.add_argument("--mix-requests", type=int, default=200)
     parser.add_argument("--mix-clients", type=int, default=1)
     parser.add_argument("--mix-streams", type=int, default=4)

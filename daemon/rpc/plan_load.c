@@ -926,15 +926,9 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   strip_request(ctx, &payload, &length);
   ctx->payload = payload;
   ctx->payload_length = length;
-  if (!large) {
-    decode_request(ctx);
-    continue_plan_load(ctx);
-    return;
-  }
-  /* Decoding a large request takes milliseconds: not on the loop. */
   ctx->work.data = ctx;
-  if (reshard_work_pool_submit(planner->pool, &ctx->work, decode_work,
-                               decode_after_work) != 0) {
+  if (reshard__planner_decode(planner, &ctx->work, large, decode_work,
+                              decode_after_work) != 0) {
     load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the request");
   }
 }

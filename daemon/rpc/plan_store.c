@@ -352,15 +352,9 @@ static void start_plan_store(reshard_planner *planner, reshard_call *call,
   }
   ctx->payload = payload;
   ctx->payload_length = length;
-  if (!large) {
-    decode_request(ctx);
-    continue_plan_store(ctx);
-    return;
-  }
-  /* Decoding a large request takes milliseconds: not on the loop. */
   ctx->work.data = ctx;
-  if (reshard_work_pool_submit(planner->pool, &ctx->work, decode_work,
-                               decode_after_work) != 0) {
+  if (reshard__planner_decode(planner, &ctx->work, large, decode_work,
+                              decode_after_work) != 0) {
     reshard_error failure;
     reshard_error_set(&failure, RESHARD_UNAVAILABLE,
                       "cannot queue the request");

@@ -192,6 +192,15 @@ int reshard__planner_run(reshard_planner *planner, reshard_work *work,
                          uint64_t binding_values, reshard_work_fn fn,
                          reshard_after_work_fn after);
 
+/* Decodes a request: `fn` (the decoding) and then `after` on the loop now,
+ * or, for a `large` request, `fn` on the work pool and `after` back on the
+ * loop.
+ * Non-zero (a negative errno) when it cannot be queued: then nothing
+ * runs. */
+int reshard__planner_decode(reshard_planner *planner, reshard_work *work,
+                            bool large, reshard_work_fn fn,
+                            reshard_after_work_fn after);
+
 /* Starts a plan's call whose request is still raw bytes: `large` when
  * the request is at least RESHARD__PLANNER_LARGE_REQUEST_BYTES long, and
  * then it holds one of the planner's large places until it calls

@@ -190,16 +190,31 @@ void reshard__planner_keep_join(reshard_planner *planner, reshard_join *built,
   reshard_shared_unref(shared ? &shared->base : NULL);
 }
 
-int reshard__planner_run(reshard_planner *planner, reshard_work *work,
-                         uint64_t binding_values, reshard_work_fn fn,
-                         reshard_after_work_fn after) {
-  if (binding_values <= planner->inline_max_values) {
-    /* Small plans cost less than the hop to the pool and back. */
+/* `fn` then `after` on the loop now, or `fn` on the work pool. */
+static int run_here_or_pool(reshard_planner *planner, reshard_work *work,
+                            bool here, reshard_work_fn fn,
+                            reshard_after_work_fn after) {
+  if (here) {
     fn(work);
     after(work);
     return 0;
   }
   return reshard_work_pool_submit(planner->pool, work, fn, after);
+}
+
+int reshard__planner_run(reshard_planner *planner, reshard_work *work,
+                         uint64_t binding_values, reshard_work_fn fn,
+                         reshard_after_work_fn after) {
+  /* Small plans cost less than the hop to the pool and back. */
+  return run_here_or_pool(
+      planner, work, binding_values <= planner->inline_max_values, fn, after);
+}
+
+int reshard__planner_decode(reshard_planner *planner, reshard_work *work,
+                            bool large, reshard_work_fn fn,
+                            reshard_after_work_fn after) {
+  /* Decoding a large request takes milliseconds: not on the loop. */
+  return run_here_or_pool(planner, work, !large, fn, after);
 }
 
 /* ---- Large requests ---- */
