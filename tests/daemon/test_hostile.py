@@ -403,6 +403,8 @@ def tiny_elements(out, binary):
     cases = [
         ("empty binding ranges", "PlanLoad",
          field(6, b"\x22\x00" * (size // 2)), "max_ranges"),
+        ("empty binding ranges", "PlanStore",
+         field(5, b"\x22\x00" * (size // 2)), "max_ranges"),
         ("empty page keys", "RegisterPages",
          field(1, b"kv") + b"\x12\x00" * (size // 2), "max_page_keys"),
         ("unknown fields", "PlanLoad", b"\xf8\x01\x00" * (size // 3),
@@ -415,6 +417,24 @@ def tiny_elements(out, binary):
                                                        payload)))
         expect(out, "tiny elements: %s: status" % name, result[0],
                "RESOURCE_EXHAUSTED", needle)
+    daemon.stop()
+
+
+def distinct_region_ids(out, binary):
+    """As many ranges as --max-ranges allows, each naming a region id of
+    its own: the binding decoder keeps one copy of every distinct id (a
+    table that grows with them), for PlanLoad and PlanStore alike."""
+    daemon = Daemon(binary)
+    ranges = b"".join(field(4, field(7, b"region-%06d" % i))
+                      for i in range(100000))
+    for name, method, binding_field in (("PlanLoad", "PlanLoad", 6),
+                                        ("PlanStore", "PlanStore", 5)):
+        result = []
+        attack(out, daemon, "distinct region ids: " + name,
+               lambda: result.append(daemon.call_apart(
+                   PLANNER + method, field(binding_field, ranges))))
+        expect(out, "distinct region ids: %s: status" % name, result[0],
+               "INVALID_ARGUMENT")
     daemon.stop()
 
 
@@ -777,6 +797,7 @@ def publish_manifest(daemon):
 
 
 CLASSES = [repeated_singular, identity_blowup, tiny_elements,
+           distinct_region_ids,
            compression_bomb, calls_in_flight, concurrent_plans, idle_streams,
            descriptors, half_headers, cancelled, signals, lmdb_files,
            disk_full]
