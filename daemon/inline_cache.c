@@ -46,12 +46,13 @@ static int next_field(const uint8_t *data, size_t length, size_t *at,
   if (!read_varint(data, length, at, tag)) {
     return -1;
   }
+  size_t value = *at;
   switch (*tag & 7) {
   case 0:
     if (!read_varint(data, length, at, &skip)) {
       return -1;
     }
-    *span = (reshard_wire_span){start, *at, data + start, *at - start};
+    *span = (reshard_wire_span){start, *at, data + value, *at - value};
     return 1;
   case 1:
     skip = 8;

@@ -30,6 +30,8 @@ static uint64_t id_hash(const char *id) {
   return hash;
 }
 
+enum { REGION_ADDRESSES_MAX = 4096 }; /* a power of two: 64 KiB */
+
 typedef struct region_address {
   const char *id; /* NULL: free */
   ptrdiff_t index;
@@ -93,14 +95,18 @@ static reshard_status index_regions(validation *v, region_table *out) {
     return out_of_memory(v);
   }
   memset(out->slots, 0xff, capacity * sizeof *out->slots);
-  /* Room for each region's address four times over: ids a decoder did
-   * not share, or ranges naming no region, fill what is left. */
-  v->address_mask = 4 * capacity - 1;
-  v->by_address = RESHARD_ARENA_ARRAY(v->arena, region_address, 4 * capacity);
+  /* Room for each region's address four times over (ids a decoder did
+   * not share, or ranges naming no region, fill what is left), at most
+   * REGION_ADDRESSES_MAX: past that, regions are found by hash only. */
+  size_t addresses = capacity < REGION_ADDRESSES_MAX / 4
+                         ? 4 * capacity
+                         : (size_t)REGION_ADDRESSES_MAX;
+  v->address_mask = addresses - 1;
+  v->by_address = RESHARD_ARENA_ARRAY(v->arena, region_address, addresses);
   if (v->by_address == NULL) {
     return out_of_memory(v);
   }
-  memset(v->by_address, 0, 4 * capacity * sizeof *v->by_address);
+  memset(v->by_address, 0, addresses * sizeof *v->by_address);
   for (size_t i = 0; i < binding->region_count; i++) {
     const reshard_region *region = &binding->regions[i];
     uint64_t end;

@@ -204,6 +204,36 @@ Test(binding, regions_are_found_by_id_among_many_alike) {
   ASSERT_INVALID("binding.ranges[2].region_id:", "is not a region");
 }
 
+Test(binding, regions_are_found_among_thousands) {
+  /* More regions than validation keeps addresses for (4096 slots, four
+   * per region): past that, lookups go by the id's hash. Ranges name the
+   * regions through copies of their own, twice the same copy. */
+  enum { MANY = 3000 };
+  static reshard_region regions[MANY];
+  static char ids[MANY][24], names[3][24];
+  for (int i = 0; i < MANY; i++) {
+    snprintf(ids[i], sizeof ids[i], "reader/%d", i);
+    regions[i] =
+        (reshard_region){ids[i], KV_ADDRESS + 4096 * (uint64_t)i, 4096};
+  }
+  fx.binding.regions = regions;
+  fx.binding.region_count = MANY;
+  static const int named[4] = {2999, 0, 1500, 2999};
+  for (int r = 0; r < 3; r++) {
+    snprintf(names[r], sizeof names[r], "reader/%d", named[r]);
+  }
+  for (int r = 0; r < 4; r++) {
+    fx.binding.ranges[r].region_id = names[r % 3];
+  }
+  validate_ok();
+  for (int r = 0; r < 4; r++) {
+    cr_assert_eq(fx.out.ranges[r].region_index, (uint64_t)named[r], "range %d",
+                 r);
+  }
+  snprintf(names[1], sizeof names[1], "reader/%d", MANY);
+  ASSERT_INVALID("binding.ranges[1].region_id:", "is not a region");
+}
+
 Test(binding, paged_pool_with_one_range_per_page_is_valid) {
   /* 4-token blocks scattered in reverse order over both regions. */
   fx.binding.range_count = 0;
