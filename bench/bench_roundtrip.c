@@ -12,9 +12,13 @@
  * bytes sent by the same client to an in-process gRPC server that answers
  * with the daemon's response bytes, stored (bench/replay_server.c), and
  * that floor's ratio to the planning: what a round trip would cost if
- * the daemon took no time at all. Figures only: it fails (exit 1) when a call
- * fails or the daemon's plan differs from the in-process one, never on time. */
+ * the daemon took no time at all. The client process keeps its heap
+ * (mallopt in main), so neither figure pays for glibc returning and
+ * refaulting the client's response buffers. Figures only: it fails (exit 1)
+ * when a call fails or the daemon's plan differs from the in-process one, never
+ * on time. */
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -371,6 +375,13 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+  /* The client keeps its heap. By default glibc gives each freed response
+   * buffer back to the kernel and faults the next one in again, a cost of
+   * this client's allocator rather than of the daemon or the transport:
+   * on S1 with the paged reader it was 1.5 ms of a 2.7 ms round trip
+   * (docs/performance.md, Round 9). The daemon, exec'd, keeps its own. */
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   const char *daemon_path = RESHARD_DAEMON_PATH;
   const char *only = NULL;
   int runs = 30;
