@@ -21,8 +21,9 @@ struct replay_server {
   grpc_server *server;
   grpc_completion_queue *queue;
   pthread_t thread;
+  bool serving; /* `thread` was started */
   grpc_slice response;
-  bool shut_down; /* TAG_SHUTDOWN seen; only the thread touches it */
+  bool shut_down; /* TAG_SHUTDOWN seen; by the serving thread, if any */
 };
 
 static void *tag_of(int kind) {
@@ -148,8 +149,8 @@ replay_server *replay_server_start(char *target, size_t target_size) {
   }
   snprintf(target, target_size, "127.0.0.1:%d", port);
   grpc_server_start(rs->server);
-  if (pthread_create(&rs->thread, NULL, serve, rs) != 0) {
-    rs->thread = pthread_self();
+  rs->serving = pthread_create(&rs->thread, NULL, serve, rs) == 0;
+  if (!rs->serving) {
     replay_server_stop(rs);
     return NULL;
   }
@@ -169,11 +170,10 @@ void replay_server_stop(replay_server *rs) {
   }
   grpc_server_shutdown_and_notify(rs->server, rs->queue, tag_of(TAG_SHUTDOWN));
   grpc_server_cancel_all_calls(rs->server);
-  if (!pthread_equal(rs->thread, pthread_self())) {
+  if (rs->serving) {
     pthread_join(rs->thread, NULL);
   } else {
-    /* No thread started: take the shutdown event here. */
-    wait_for(rs, TAG_SHUTDOWN);
+    wait_for(rs, TAG_SHUTDOWN); /* no thread to take it */
   }
   grpc_server_destroy(rs->server);
   grpc_completion_queue_shutdown(rs->queue);

@@ -118,7 +118,10 @@ reshard_wire_plan_to_pb(const reshard_load_plan *plan,
 
 /* Builds the PlanStore response: the Parts written, the binding's region
  * ids and the copies (region to Part) in the RangeBatch columns of a load,
- * built by reshard_wire_plan_to_pb so both directions encode alike. */
+ * built by reshard_wire_plan_to_pb so both directions encode alike. As for
+ * loads, the daemon sends these bytes without the message
+ * (reshard_store_response_write); this is the definition that encoder is
+ * tested against. */
 Reshard__V1__PlanStoreResponse *
 reshard_wire_store_plan_to_pb(const reshard_store_plan *plan,
                               const reshard_binding *binding,
