@@ -137,52 +137,68 @@ static inline void put_progression(uint8_t *out, uint64_t first,
 
 /* Groups whose offsets take the fixed-length path: at most this wide (the
  * lengths live on the stack; S3's groups, the widest of SPEC §6, have 80), and
- * this many rows at least, below which working out each sequence's length costs
- * more than it saves. */
+ * stretches of this many rows at least, below which working out each
+ * sequence's length costs more than it saves. */
 enum { FIXED_GROUP_MAX = 1024, FIXED_ROWS_MIN = 4 };
 
-/* Writes an offset column of a group (`region`: region offsets, else Part
- * offsets), copy k of each sequence in turn. Strides are never negative,
- * so a sequence whose first and last values have one varint length has
- * it for every value: then each row is the same bytes long and every
- * sequence is written down its own column of rows at a constant length.
- * Otherwise value by value. */
-static uint8_t *offset_column(uint8_t *out, const reshard_run *group,
-                              size_t width, uint64_t rows, bool region) {
-  uint8_t lengths[FIXED_GROUP_MAX];
-  size_t row_bytes = 0;
-  bool fixed = width <= FIXED_GROUP_MAX && rows >= FIXED_ROWS_MIN;
-  for (size_t s = 0; fixed && s < width; s++) {
-    const reshard_run *sequence = &group[s];
-    uint64_t first =
-        region ? sequence->first.region_offset : sequence->first.part_offset;
-    uint64_t stride = region ? sequence->region_stride : sequence->part_stride;
-    size_t length = reshard_varint_length(first);
-    fixed = length == reshard_varint_length(first + (rows - 1) * stride);
-    lengths[s] = (uint8_t)length;
-    row_bytes += length;
-  }
-  if (!fixed) {
-    for (uint64_t k = 0; k < rows; k++) {
-      for (size_t s = 0; s < width; s++) {
-        const reshard_run *sequence = &group[s];
-        out = reshard_varint_put(
-            out,
-            region ? sequence->first.region_offset + k * sequence->region_stride
-                   : sequence->first.part_offset + k * sequence->part_stride);
-      }
+/* Offset `k` of a sequence: its Part offset, or its region offset. */
+static inline uint64_t sequence_offset(const reshard_run *sequence, uint64_t k,
+                                       bool region) {
+  return region ? sequence->first.region_offset + k * sequence->region_stride
+                : sequence->first.part_offset + k * sequence->part_stride;
+}
+
+/* Writes rows [from, to) of an offset column value by value. */
+static uint8_t *offset_rows(uint8_t *out, const reshard_run *group,
+                            size_t width, uint64_t from, uint64_t to,
+                            bool region) {
+  for (uint64_t k = from; k < to; k++) {
+    for (size_t s = 0; s < width; s++) {
+      out = reshard_varint_put(out, sequence_offset(&group[s], k, region));
     }
-    return out;
+  }
+  return out;
+}
+
+/* Rows from `from` on, up to `to`, in which the sequence's offsets keep the
+ * varint length they have at row `from`, which it stores in *length. Strides
+ * are never negative, so that is up to the first row whose value reaches
+ * the next length. */
+static uint64_t same_length_until(const reshard_run *sequence, uint64_t from,
+                                  uint64_t to, bool region, uint8_t *length) {
+  uint64_t value = sequence_offset(sequence, from, region);
+  size_t bytes = reshard_varint_length(value);
+  *length = (uint8_t)bytes;
+  /* The common case, and free of a division: the last row keeps it. */
+  if (reshard_varint_length(sequence_offset(sequence, to - 1, region)) ==
+      bytes) {
+    return to;
+  }
+  /* The last row is longer, so the stride is positive and bytes < 10. */
+  uint64_t stride = region ? sequence->region_stride : sequence->part_stride;
+  uint64_t limit = (uint64_t)1 << (7 * bytes);
+  return from + (limit - value + stride - 1) / stride;
+}
+
+/* Writes rows [from, to) of an offset column, in which every sequence s keeps
+ * the varint length lengths[s]: each row is the same bytes long, so every
+ * sequence is written down its own column of rows at a constant length. */
+static uint8_t *fixed_rows(uint8_t *out, const reshard_run *group, size_t width,
+                           uint64_t from, uint64_t to, bool region,
+                           const uint8_t *lengths) {
+  size_t row_bytes = 0;
+  for (size_t s = 0; s < width; s++) {
+    row_bytes += lengths[s];
   }
   /* A value's spill lands on later values of its row, written after it,
    * as long as the row has 8 bytes from the value's start; otherwise it
    * would reach the next row, whose earlier sequences are written, so
    * those values store their bytes exactly. */
   uint8_t *column = out;
+  uint64_t rows = to - from;
   for (size_t s = 0; s < width; s++) {
     const reshard_run *sequence = &group[s];
-    uint64_t first =
-        region ? sequence->first.region_offset : sequence->first.part_offset;
+    uint64_t first = sequence_offset(sequence, from, region);
     uint64_t stride = region ? sequence->region_stride : sequence->part_stride;
     bool spill = row_bytes - (size_t)(column - out) >= sizeof(uint64_t);
     switch (lengths[s]) {
@@ -209,6 +225,34 @@ static uint8_t *offset_column(uint8_t *out, const reshard_run *group,
     column += lengths[s];
   }
   return out + row_bytes * (size_t)rows;
+}
+
+/* Writes an offset column of a group (`region`: region offsets, else Part
+ * offsets), copy k of each sequence in turn. The rows split into stretches
+ * in which no sequence's offsets change varint length (a sequence that
+ * crosses 2^7, 2^14, ... ends one): those take the fixed-length path, too
+ * short ones go value by value. */
+static uint8_t *offset_column(uint8_t *out, const reshard_run *group,
+                              size_t width, uint64_t rows, bool region) {
+  if (width > FIXED_GROUP_MAX || rows < FIXED_ROWS_MIN) {
+    return offset_rows(out, group, width, 0, rows, region);
+  }
+  uint8_t lengths[FIXED_GROUP_MAX];
+  for (uint64_t from = 0; from < rows;) {
+    uint64_t to = rows;
+    for (size_t s = 0; s < width; s++) {
+      uint64_t until =
+          same_length_until(&group[s], from, to, region, &lengths[s]);
+      to = until < to ? until : to;
+    }
+    /* A sequence that ended the stretch early may have been measured
+     * against a later end: its length is the one at `from` either way. */
+    out = to - from >= FIXED_ROWS_MIN
+              ? fixed_rows(out, group, width, from, to, region, lengths)
+              : offset_rows(out, group, width, from, to, region);
+    from = to;
+  }
+  return out;
 }
 
 void reshard__column_encoder_group(reshard__column_encoder *encoder,
