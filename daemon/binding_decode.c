@@ -6,19 +6,9 @@
 
 #include "table.h"
 #include "wire.h"
+#include "wire_reader.h"
 
-enum {
-  WIRE_VARINT = 0,
-  WIRE_FIXED64 = 1,
-  WIRE_DELIMITED = 2,
-  WIRE_FIXED32 = 5,
-  /* protobuf-c's bounds on a tag's and a length's encoding (a value's is
-   * ten bytes). */
-  TAG_BYTES_MAX = 5,
-  LENGTH_BYTES_MAX = 5,
-  VARINT_BYTES_MAX = 10,
-  PATH_SIZE = 160,
-};
+enum { PATH_SIZE = 160 };
 
 /* RuntimeBinding's, Region's and BindingRange's field numbers
  * (proto/reshard/v1/planner.proto). */
@@ -42,106 +32,29 @@ enum {
   RANGE_HEAD_STRIDE = 10,
 };
 
-typedef struct reader {
-  const uint8_t *at, *end;
-} reader;
-
 /* A string field's bytes; `bytes` NULL when the field is absent. */
 typedef struct text {
   const uint8_t *bytes;
   size_t length;
 } text;
 
-static bool read_varint_bytes(reader *r, unsigned max_bytes, uint64_t *out) {
-  uint64_t value = 0;
-  unsigned limit = max_bytes;
-  if ((size_t)(r->end - r->at) < limit) {
-    limit = (unsigned)(r->end - r->at);
-  }
-  for (unsigned i = 0; i < limit; i++) {
-    uint8_t byte = r->at[i];
-    /* A tenth byte holds bit 63 only; protobuf-c drops the rest too. */
-    value |= i < 9 ? (uint64_t)(byte & 0x7f) << (7 * i) : (uint64_t)byte << 63;
-    if (!(byte & 0x80)) {
-      r->at += i + 1;
-      *out = value;
-      return true;
-    }
-  }
-  return false;
-}
-
-static inline bool read_varint(reader *r, uint64_t *out) {
-  if (r->at < r->end && !(*r->at & 0x80)) {
-    *out = *r->at++;
-    return true;
-  }
-  return read_varint_bytes(r, VARINT_BYTES_MAX, out);
-}
-
-/* A field's number and wire type. Refuses what the daemon's decoding
- * refuses: a tag of more than five bytes or of field 0, and the groups and
- * reserved wire types. */
-static inline bool read_tag(reader *r, uint64_t *field, unsigned *wire) {
-  uint64_t tag;
-  if (r->at < r->end && !(*r->at & 0x80)) {
-    tag = *r->at++;
-  } else if (r->at == r->end || (*r->at & 0xf8) == 0 ||
-             !read_varint_bytes(r, TAG_BYTES_MAX, &tag)) {
-    return false;
-  }
-  *field = tag >> 3;
-  *wire = (unsigned)(tag & 7);
-  return *field != 0 && (*wire == WIRE_VARINT || *wire == WIRE_FIXED64 ||
-                         *wire == WIRE_DELIMITED || *wire == WIRE_FIXED32);
-}
-
-static bool read_delimited(reader *r, reader *value) {
-  uint64_t length;
-  if (r->at < r->end && !(*r->at & 0x80)) {
-    length = *r->at++;
-  } else if (!read_varint_bytes(r, LENGTH_BYTES_MAX, &length)) {
-    return false;
-  }
-  if (length > (uint64_t)(r->end - r->at)) {
-    return false;
-  }
-  value->at = r->at;
-  value->end = r->at + length;
-  r->at = value->end;
-  return true;
-}
-
 /* Skips the value of a field no one reads. */
-static bool skip_value(reader *r, unsigned wire) {
-  uint64_t ignored;
-  reader value;
-  switch (wire) {
-  case WIRE_VARINT:
-    return read_varint(r, &ignored);
-  case WIRE_FIXED64:
-  case WIRE_FIXED32: {
-    size_t size = wire == WIRE_FIXED64 ? 8 : 4;
-    if ((size_t)(r->end - r->at) < size) {
-      return false;
-    }
-    r->at += size;
-    return true;
-  }
-  default:
-    return read_delimited(r, &value);
-  }
+static inline bool skip_value(reshard_wire_reader *r, unsigned wire) {
+  reshard_wire_reader value;
+  return reshard_wire_read_value(r, wire, &value);
 }
 
 /* A known field's value; false when it is malformed or of another wire
  * type than the field's (protobuf-c refuses both). */
-static inline bool read_scalar(reader *r, unsigned wire, uint64_t *out) {
-  return wire == WIRE_VARINT && read_varint(r, out);
+static inline bool read_scalar(reshard_wire_reader *r, unsigned wire,
+                               uint64_t *out) {
+  return wire == RESHARD_WIRE_VARINT && reshard_wire_read_varint(r, out);
 }
 
-static inline bool read_text(reader *r, unsigned wire, text *out) {
-  reader value;
-  if (wire != WIRE_DELIMITED || !read_delimited(r, &value)) {
+static inline bool read_text(reshard_wire_reader *r, unsigned wire, text *out) {
+  reshard_wire_reader value;
+  if (wire != RESHARD_WIRE_DELIMITED ||
+      !reshard_wire_read_delimited(r, &value)) {
     return false;
   }
   out->bytes = value.at;
@@ -271,11 +184,12 @@ static const char *intern_id(decoder *d, id_table *t, text s) {
   }
 }
 
-static bool decode_region(reader r, text *id, reshard_region *out) {
+static bool decode_region(reshard_wire_reader r, text *id,
+                          reshard_region *out) {
   while (r.at < r.end) {
     uint64_t field;
     unsigned wire;
-    if (!read_tag(&r, &field, &wire)) {
+    if (!reshard_wire_read_tag(&r, &field, &wire)) {
       return false;
     }
     bool ok;
@@ -301,13 +215,13 @@ static bool decode_region(reader r, text *id, reshard_region *out) {
 }
 
 /* One BindingRange's fields; `component` as protobuf-c keeps an enum. */
-static bool decode_range(reader r, reshard_binding_range *out,
+static bool decode_range(reshard_wire_reader r, reshard_binding_range *out,
                          int32_t *component, text *region) {
   uint64_t value = 0;
   while (r.at < r.end) {
     uint64_t field;
     unsigned wire;
-    if (!read_tag(&r, &field, &wire)) {
+    if (!reshard_wire_read_tag(&r, &field, &wire)) {
       return false;
     }
     if (field == RANGE_REGION_ID) {
@@ -373,12 +287,12 @@ static reshard_status count_elements(decoder *d, const uint8_t *data,
                                      size_t length, size_t *regions,
                                      size_t *ranges) {
   uint64_t cap = d->caps != NULL ? d->caps->max_ranges : UINT64_MAX;
-  reader r = {data, data + length};
+  reshard_wire_reader r = {data, data + length};
   *regions = *ranges = 0;
   while (r.at < r.end) {
     uint64_t field;
     unsigned wire;
-    if (!read_tag(&r, &field, &wire) || !skip_value(&r, wire)) {
+    if (!reshard_wire_read_tag(&r, &field, &wire) || !skip_value(&r, wire)) {
       break;
     }
     /* Of any wire type, as the pre-scan counts them (the decode refuses
@@ -422,15 +336,15 @@ reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
   id_table ids = {NULL, 0, 0};
   size_t bad_index = SIZE_MAX;
   int32_t bad_value = 0;
-  reader r = {data, data + length};
+  reshard_wire_reader r = {data, data + length};
   while (r.at < r.end) {
     uint64_t field;
     unsigned wire;
-    if (!read_tag(&r, &field, &wire)) {
+    if (!reshard_wire_read_tag(&r, &field, &wire)) {
       return malformed(&d, NULL, 0);
     }
     bool ok = true;
-    reader value;
+    reshard_wire_reader value;
     switch (field) {
     case BINDING_PARTICIPANT_ID:
       ok = read_text(&r, wire, &participant);
@@ -443,8 +357,8 @@ reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
       text id = {NULL, 0};
       /* Past the counted room only where counting stopped: a framing
        * error right here. */
-      if (wire != WIRE_DELIMITED || i >= region_room ||
-          !read_delimited(&r, &value)) {
+      if (wire != RESHARD_WIRE_DELIMITED || i >= region_room ||
+          !reshard_wire_read_delimited(&r, &value)) {
         return malformed(&d, "regions", i);
       }
       reshard_region *region = &out->regions[i];
@@ -460,8 +374,8 @@ reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
     }
     case BINDING_RANGES: {
       size_t i = out->range_count;
-      if (wire != WIRE_DELIMITED || i >= range_room ||
-          !read_delimited(&r, &value)) {
+      if (wire != RESHARD_WIRE_DELIMITED || i >= range_room ||
+          !reshard_wire_read_delimited(&r, &value)) {
         return malformed(&d, "ranges", i);
       }
       reshard_binding_range *range = &out->ranges[i];

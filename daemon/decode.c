@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "reshard/v1/planner.pb-c.h"
+#include "wire_reader.h"
 
 enum {
   /* Our schema nests five deep (PlanLoadRequest → Placement →
@@ -109,19 +110,6 @@ typedef struct scan {
   size_t length;         /* the request's size, for messages */
   reshard_error *err;
 } scan;
-
-static bool read_varint(const uint8_t **at, const uint8_t *end, uint64_t *out) {
-  uint64_t value = 0;
-  for (unsigned shift = 0; shift < 70 && *at < end; shift += 7) {
-    uint8_t byte = *(*at)++;
-    value |= (uint64_t)(byte & 0x7f) << (shift < 64 ? shift : 0);
-    if (!(byte & 0x80)) {
-      *out = value;
-      return true;
-    }
-  }
-  return false;
-}
 
 static reshard_status malformed(scan *s) {
   return reshard_error_set(s->err, RESHARD_INVALID_ARGUMENT,
@@ -268,55 +256,29 @@ static reshard_status scan_message(scan *s,
   uint64_t repeated[MAX_FIELDS] = {0};
   bool seen[MAX_FIELDS] = {false};
   uint64_t occurrences = 0, unknown = 0;
-  const uint8_t *at = data, *end = data + length;
-  while (at < end) {
-    uint64_t key;
-    if (!read_varint(&at, end, &key) || (key >> 3) == 0 ||
-        (key >> 3) > UINT32_MAX) {
+  reshard_wire_reader r = {data, data + length};
+  while (r.at < r.end) {
+    uint64_t number;
+    unsigned wire;
+    reshard_wire_reader value;
+    if (!reshard_wire_read_tag(&r, &number, &wire) ||
+        !reshard_wire_read_value(&r, wire, &value)) {
       return malformed(s);
     }
-    unsigned wire = key & 7;
-    const uint8_t *value = at;
-    uint64_t value_length = 0;
-    switch (wire) {
-    case 0: {
-      uint64_t ignored;
-      if (!read_varint(&at, end, &ignored)) {
-        return malformed(s);
-      }
-      break;
-    }
-    case 1:
-    case 5:
-      if ((size_t)(end - at) < (wire == 1 ? 8u : 4u)) {
-        return malformed(s);
-      }
-      at += wire == 1 ? 8 : 4;
-      break;
-    case 2:
-      if (!read_varint(&at, end, &value_length) ||
-          value_length > (uint64_t)(end - at)) {
-        return malformed(s);
-      }
-      value = at;
-      at += value_length;
-      break;
-    default:
-      return malformed(s); /* groups: protobuf-c refuses them too */
-    }
+    size_t value_length = (size_t)(value.end - value.at);
     occurrences++;
     const ProtobufCFieldDescriptor *field =
-        protobuf_c_message_descriptor_get_field(type, (unsigned)(key >> 3));
+        protobuf_c_message_descriptor_get_field(type, (unsigned)number);
     if (field == NULL) {
       /* protobuf-c keeps unknown fields: one record and a copy each. */
       unknown++;
-      status = add_cost(s, (uint64_t)(at - value) + ALLOC_SLACK);
+      status = add_cost(s, (uint64_t)value_length + ALLOC_SLACK);
     } else {
       size_t index = (size_t)(field - type->fields);
       uint64_t elements = 0;
-      if (wire == 2) {
-        status = scan_delimited(s, type, field, value, value_length, &elements,
-                                depth);
+      if (wire == RESHARD_WIRE_DELIMITED) {
+        status = scan_delimited(s, type, field, value.at, value_length,
+                                &elements, depth);
       } else if (field->label == PROTOBUF_C_LABEL_REPEATED) {
         elements = 1;
         status = count_capped(s, type, field, 1);

@@ -7,6 +7,7 @@
 #include "decode.h"
 #include "reshard/checked.h"
 #include "table.h"
+#include "wire_reader.h"
 
 enum {
   FIELD_PAGE_KEYS = 2,
@@ -16,64 +17,23 @@ enum {
   FIELD_LIMITS = 7,
 };
 
-static bool read_varint(const uint8_t *data, size_t length, size_t *at,
-                        uint64_t *out) {
-  uint64_t value = 0;
-  for (unsigned shift = 0; shift < 64; shift += 7) {
-    if (*at >= length) {
-      return false;
-    }
-    uint8_t byte = data[(*at)++];
-    value |= (uint64_t)(byte & 0x7f) << shift;
-    if (!(byte & 0x80)) {
-      *out = value;
-      return true;
-    }
-  }
-  return false;
-}
-
-/* The next top-level field of a message at *at: its tag and, for every
- * wire type, the span it covers. 1: a field; 0: the end; -1: the bytes do
- * not parse (or hold a group, which none of these messages has). */
-static int next_field(const uint8_t *data, size_t length, size_t *at,
-                      uint64_t *tag, reshard_wire_span *span) {
-  if (*at >= length) {
+/* The next top-level field of a message: its number, wire type and the
+ * span it covers. 1: a field; 0: the end; -1: the bytes do not parse as
+ * protobuf-c would parse them. */
+static int next_field(const uint8_t *data, reshard_wire_reader *r,
+                      uint64_t *number, unsigned *wire,
+                      reshard_wire_span *span) {
+  if (r->at == r->end) {
     return 0;
   }
-  size_t start = *at;
-  uint64_t skip;
-  if (!read_varint(data, length, at, tag)) {
+  const uint8_t *start = r->at;
+  reshard_wire_reader value;
+  if (!reshard_wire_read_tag(r, number, wire) ||
+      !reshard_wire_read_value(r, *wire, &value)) {
     return -1;
   }
-  size_t value = *at;
-  switch (*tag & 7) {
-  case 0:
-    if (!read_varint(data, length, at, &skip)) {
-      return -1;
-    }
-    *span = (reshard_wire_span){start, *at, data + value, *at - value};
-    return 1;
-  case 1:
-    skip = 8;
-    break;
-  case 5:
-    skip = 4;
-    break;
-  case 2:
-    if (!read_varint(data, length, at, &skip)) {
-      return -1;
-    }
-    break;
-  default:
-    return -1;
-  }
-  if (skip > length - *at) {
-    return -1;
-  }
-  *span =
-      (reshard_wire_span){start, *at + (size_t)skip, data + *at, (size_t)skip};
-  *at += (size_t)skip;
+  *span = (reshard_wire_span){(size_t)(start - data), (size_t)(r->at - data),
+                              value.at, (size_t)(value.end - value.at)};
   return 1;
 }
 
@@ -81,15 +41,16 @@ bool reshard_inline_scan(const uint8_t *data, size_t length,
                          reshard_inline_fields *out) {
   memset(out, 0, sizeof *out);
   unsigned placements = 0, placement_ids = 0, limits = 0;
-  size_t at = 0;
-  uint64_t tag;
+  reshard_wire_reader r = {data, data + length};
+  uint64_t number;
+  unsigned wire;
   reshard_wire_span span;
   int more;
-  while ((more = next_field(data, length, &at, &tag, &span)) > 0) {
-    if ((tag & 7) != 2) {
+  while ((more = next_field(data, &r, &number, &wire, &span)) > 0) {
+    if (wire != RESHARD_WIRE_DELIMITED) {
       continue;
     }
-    switch (tag >> 3) {
+    switch (number) {
     case FIELD_PAGE_KEYS:
       out->page_count++;
       break;
@@ -124,12 +85,13 @@ bool reshard_inline_find(const uint8_t *data, size_t length, unsigned field,
                          reshard_wire_span *last, unsigned *count) {
   memset(last, 0, sizeof *last);
   *count = 0;
-  size_t at = 0;
-  uint64_t tag;
+  reshard_wire_reader r = {data, data + length};
+  uint64_t number;
+  unsigned wire;
   reshard_wire_span span;
   int more;
-  while ((more = next_field(data, length, &at, &tag, &span)) > 0) {
-    if ((tag & 7) == 2 && (tag >> 3) == field) {
+  while ((more = next_field(data, &r, &number, &wire, &span)) > 0) {
+    if (wire == RESHARD_WIRE_DELIMITED && number == field) {
       *last = span;
       (*count)++;
     }
