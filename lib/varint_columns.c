@@ -174,10 +174,13 @@ static uint64_t same_length_until(const reshard_run *sequence, uint64_t from,
       bytes) {
     return to;
   }
-  /* The last row is longer, so the stride is positive and bytes < 10. */
+  /* The last row is longer, so the stride is positive and bytes < 10. The
+   * first row at or past `limit` is ceil((limit - value) / stride) on, in
+   * a form that cannot wrap and is at least one row, so stretches always
+   * advance. */
   uint64_t stride = region ? sequence->region_stride : sequence->part_stride;
   uint64_t limit = (uint64_t)1 << (7 * bytes);
-  return from + (limit - value + stride - 1) / stride;
+  return from + (limit - value - 1) / stride + 1;
 }
 
 /* Writes rows [from, to) of an offset column, in which every sequence s keeps
@@ -245,8 +248,7 @@ static uint8_t *offset_column(uint8_t *out, const reshard_run *group,
           same_length_until(&group[s], from, to, region, &lengths[s]);
       to = until < to ? until : to;
     }
-    /* A sequence that ended the stretch early may have been measured
-     * against a later end: its length is the one at `from` either way. */
+    /* Each sequence keeps lengths[s] up to its own end, at or past `to`. */
     out = to - from >= FIXED_ROWS_MIN
               ? fixed_rows(out, group, width, from, to, region, lengths)
               : offset_rows(out, group, width, from, to, region);
