@@ -141,11 +141,18 @@ static inline void put_progression(uint8_t *out, uint64_t first,
  * sequence's length costs more than it saves. */
 enum { FIXED_GROUP_MAX = 1024, FIXED_ROWS_MIN = 4 };
 
+/* A sequence's stride in the Part, or in the region. */
+static inline uint64_t sequence_stride(const reshard_run *sequence,
+                                       bool region) {
+  return region ? sequence->region_stride : sequence->part_stride;
+}
+
 /* Offset `k` of a sequence: its Part offset, or its region offset. */
 static inline uint64_t sequence_offset(const reshard_run *sequence, uint64_t k,
                                        bool region) {
-  return region ? sequence->first.region_offset + k * sequence->region_stride
-                : sequence->first.part_offset + k * sequence->part_stride;
+  uint64_t first =
+      region ? sequence->first.region_offset : sequence->first.part_offset;
+  return first + k * sequence_stride(sequence, region);
 }
 
 /* Writes rows [from, to) of an offset column value by value. */
@@ -178,7 +185,7 @@ static uint64_t same_length_until(const reshard_run *sequence, uint64_t from,
    * first row at or past `limit` is ceil((limit - value) / stride) on, in
    * a form that cannot wrap and is at least one row, so stretches always
    * advance. */
-  uint64_t stride = region ? sequence->region_stride : sequence->part_stride;
+  uint64_t stride = sequence_stride(sequence, region);
   uint64_t limit = (uint64_t)1 << (7 * bytes);
   return from + (limit - value - 1) / stride + 1;
 }
@@ -202,7 +209,7 @@ static uint8_t *fixed_rows(uint8_t *out, const reshard_run *group, size_t width,
   for (size_t s = 0; s < width; s++) {
     const reshard_run *sequence = &group[s];
     uint64_t first = sequence_offset(sequence, from, region);
-    uint64_t stride = region ? sequence->region_stride : sequence->part_stride;
+    uint64_t stride = sequence_stride(sequence, region);
     bool spill = row_bytes - (size_t)(column - out) >= sizeof(uint64_t);
     switch (lengths[s]) {
     case 1:
