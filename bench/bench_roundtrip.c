@@ -1,6 +1,8 @@
 /* reshard-roundtrip: the PlanLoad round trip against a live daemon, next to
  * the planning it contains (SPEC §7: a round trip costs at most twice the
- * planning). It starts reshardd on 127.0.0.1:0 with the memory catalog,
+ * planning). It starts reshardd on 127.0.0.1:0 (or, with --unix, on a Unix
+ * socket, as a client in the daemon's own pod can reach it) with the memory
+ * catalog,
  * publishes every SPEC §6 scenario's manifest, registers its pages and asks
  * for its plan over gRPC with the C client, once with the paged reader of
  * §6 and once with a contiguous NHD reader (one range per layer and
@@ -20,6 +22,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,17 +48,25 @@ typedef enum reader_memory { READER_PAGED, READER_CONTIGUOUS } reader_memory;
 typedef struct daemon_proc {
   pid_t pid;
   char log_path[64];
-  char target[64];
+  char socket_path[80]; /* with --unix */
+  char target[96];
 } daemon_proc;
 
-/* Starts `path` on 127.0.0.1:0 and reads the bound address from its
- * `msg=listening` log line. */
-static int daemon_start(const char *path, daemon_proc *d) {
+/* Starts `path` on 127.0.0.1:0, or on a Unix socket next to its log when
+ * `unix_socket`, and reads the bound address from its `msg=listening` log
+ * line. */
+static int daemon_start(const char *path, bool unix_socket, daemon_proc *d) {
   snprintf(d->log_path, sizeof d->log_path, "/tmp/reshard-roundtrip-XXXXXX");
   int fd = mkstemp(d->log_path);
   if (fd < 0) {
     perror("mkstemp");
     return -1;
+  }
+  char listen[96] = "127.0.0.1:0";
+  d->socket_path[0] = '\0';
+  if (unix_socket) {
+    snprintf(d->socket_path, sizeof d->socket_path, "%s.sock", d->log_path);
+    snprintf(listen, sizeof listen, "unix:%s", d->socket_path);
   }
   d->pid = fork();
   if (d->pid < 0) {
@@ -65,7 +76,7 @@ static int daemon_start(const char *path, daemon_proc *d) {
   }
   if (d->pid == 0) {
     dup2(fd, STDERR_FILENO);
-    execl(path, path, "--listen", "127.0.0.1:0", "--catalog", "memory",
+    execl(path, path, "--listen", listen, "--catalog", "memory",
           "--cache-bytes", "256M", (char *)NULL);
     fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
     _exit(127);
@@ -111,6 +122,9 @@ static int daemon_stop(daemon_proc *d) {
     waitpid(d->pid, &status, 0);
   }
   unlink(d->log_path);
+  if (d->socket_path[0] != '\0') {
+    unlink(d->socket_path);
+  }
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
@@ -370,7 +384,8 @@ done:
 static void usage(void) {
   fprintf(stderr,
           "usage: reshard-roundtrip [--daemon PATH] [--runs N] [--pages N] "
-          "[--scenario PREFIX] [--short]\n"
+          "[--scenario PREFIX] [--unix] [--short]\n"
+          "  --unix: the daemon and the replay server on Unix sockets\n"
           "  --short: 3 runs, 4 pages per scenario (CI keeps it running)\n");
 }
 
@@ -386,8 +401,11 @@ int main(int argc, char **argv) {
   const char *only = NULL;
   int runs = 30;
   uint64_t pages = 0;
+  bool unix_socket = false;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--short") == 0) {
+    if (strcmp(argv[i], "--unix") == 0) {
+      unix_socket = true;
+    } else if (strcmp(argv[i], "--short") == 0) {
       runs = 3;
       pages = 4;
     } else if (i + 1 < argc && strcmp(argv[i], "--daemon") == 0) {
@@ -407,13 +425,17 @@ int main(int argc, char **argv) {
     runs = 1;
   }
   daemon_proc daemon;
-  if (daemon_start(daemon_path, &daemon) != 0) {
+  if (daemon_start(daemon_path, unix_socket, &daemon) != 0) {
     return 1;
   }
   reshard_client *client = reshard_client_open(daemon.target, 60000);
-  char replay_target[64];
+  char replay_listen[96] = "127.0.0.1:0", replay_target[96];
+  if (unix_socket) {
+    snprintf(replay_listen, sizeof replay_listen, "unix:%s.replay",
+             daemon.socket_path);
+  }
   replay_server *replay =
-      replay_server_start(replay_target, sizeof replay_target);
+      replay_server_start(replay_listen, replay_target, sizeof replay_target);
   reshard_client *replay_client =
       replay == NULL ? NULL : reshard_client_open(replay_target, 60000);
   printf("reshard-roundtrip: reshardd at %s, %d calls per row, one client, "
@@ -451,6 +473,9 @@ int main(int argc, char **argv) {
   }
   reshard_client_close(replay_client);
   replay_server_stop(replay);
+  if (unix_socket) {
+    unlink(replay_listen + strlen("unix:"));
+  }
   reshard_client_close(client);
   if (daemon_stop(&daemon) != 0) {
     fprintf(stderr, "reshardd did not exit cleanly after SIGTERM\n");

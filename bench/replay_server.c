@@ -117,7 +117,8 @@ static void *serve(void *arg) {
   return NULL;
 }
 
-replay_server *replay_server_start(char *target, size_t target_size) {
+replay_server *replay_server_start(const char *listen, char *target,
+                                   size_t target_size) {
   replay_server *rs = calloc(1, sizeof *rs);
   if (rs == NULL) {
     return NULL;
@@ -137,7 +138,7 @@ replay_server *replay_server_start(char *target, size_t target_size) {
   grpc_server_register_completion_queue(rs->server, rs->queue, NULL);
   grpc_server_credentials *credentials =
       grpc_insecure_server_credentials_create();
-  int port = grpc_server_add_http2_port(rs->server, "127.0.0.1:0", credentials);
+  int port = grpc_server_add_http2_port(rs->server, listen, credentials);
   grpc_server_credentials_release(credentials);
   if (port <= 0) {
     grpc_server_destroy(rs->server);
@@ -147,7 +148,11 @@ replay_server *replay_server_start(char *target, size_t target_size) {
     free(rs);
     return NULL;
   }
-  snprintf(target, target_size, "127.0.0.1:%d", port);
+  if (strncmp(listen, "unix:", 5) == 0) {
+    snprintf(target, target_size, "%s", listen);
+  } else {
+    snprintf(target, target_size, "127.0.0.1:%d", port);
+  }
   grpc_server_start(rs->server);
   rs->serving = pthread_create(&rs->thread, NULL, serve, rs) == 0;
   if (!rs->serving) {

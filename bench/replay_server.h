@@ -9,10 +9,11 @@
 
 typedef struct replay_server replay_server;
 
-/* Starts a server on 127.0.0.1:0 with its own thread and writes its
- * address into `target`. NULL when it cannot start. The caller stops it
- * with replay_server_stop. */
-replay_server *replay_server_start(char *target, size_t target_size);
+/* Starts a server on `listen` (127.0.0.1:0, or unix:PATH) with its own
+ * thread and writes its address into `target`. NULL when it cannot start.
+ * The caller stops it with replay_server_stop. */
+replay_server *replay_server_start(const char *listen, char *target,
+                                   size_t target_size);
 
 /* The message every later call is answered with; the server keeps its own
  * copy. Call it only between calls. */

@@ -33,8 +33,13 @@ while they run. It may grow by at most --rss-growth-mib after the warm-up
 (flat); the peak above the set-up, over the calls in flight, is reported
 per call (and without the response, which the call must hold anyway).
 
-Only loopback targets are accepted. Every run is bounded in requests (-n)
-and in time (--time-limit).
+Only loopback targets and Unix sockets are accepted. Every run is bounded
+in requests (-n) and in time (--time-limit).
+
+--unix (with --daemon): the daemon listens on a Unix socket in a temporary
+directory and every client (the set-up's grpcio, h2load with -B unix:PATH)
+connects through it, as a client in the daemon's own pod can
+(docs/operations.md).
 
 Usage:
   scripts/load.py --daemon build/daemon/reshardd           # start one, test, stop it
@@ -46,7 +51,8 @@ Options: --scenario S1-8 (default; any of S1..S5 or S1-N), --requests 5000,
 (--mix-requests 200, --mix-clients 1, --mix-streams 4, --mix-method
 PlanLoad or PlanStore), --short (a quick
 smoke run for CI), --method PlanLoad (default) or PlanStore (the scenario's
-writer), --runs (ask for strided runs, SPEC §2.2 step 7).
+writer), --runs (ask for strided runs, SPEC §2.2 step 7), --unix (over a
+Unix socket).
 Exit status: 0 when every call succeeded and memory stayed flat, 1 otherwise,
 2 on bad usage.
 """
@@ -112,7 +118,10 @@ def split_host_port(text):
 
 
 def require_loopback(text):
-    """Load goes to this machine only (127.0.0.0/8, ::1, localhost)."""
+    """Load goes to this machine only (127.0.0.0/8, ::1, localhost, a Unix
+    socket)."""
+    if text.startswith("unix:"):
+        return text, None
     host, port = split_host_port(text)
     if host == "localhost":
         return host, port
@@ -212,16 +221,23 @@ def parse_h2load(stdout):
 def run_h2load(h2load, target, data_file, requests, clients, streams,
                threads, time_limit, log_file=None, path=PLAN_LOAD_PATH,
                tls=False):
-    host, port = split_host_port(target)
-    # Over TLS h2load negotiates h2 by ALPN; it does not verify the server
-    # (set_up did, with --tls-ca) and cannot present a client certificate.
-    url = "%s://%s:%d%s" % ("https" if tls else "http",
-                            ("[%s]" % host) if ":" in host else host, port,
-                            path)
     argv = [h2load, "-n", str(requests), "-c", str(clients), "-m",
             str(streams), "-t", str(threads), "-d", data_file,
             "-H", "content-type: application/grpc", "-H", "te: trailers",
             "-H", "grpc-timeout: 30S"]
+    scheme = "https" if tls else "http"
+    if target.startswith("unix:"):
+        # h2load connects through the socket; the URL gives the path only.
+        argv += ["-B", target]
+        url = "%s://localhost%s" % (scheme, path)
+    else:
+        host, port = split_host_port(target)
+        # Over TLS h2load negotiates h2 by ALPN; it does not verify the
+        # server (set_up did, with --tls-ca) and cannot present a client
+        # certificate.
+        url = "%s://%s:%d%s" % (scheme,
+                                ("[%s]" % host) if ":" in host else host,
+                                port, path)
     if log_file:
         argv += ["--log-file", log_file]
     argv.append(url)
@@ -256,10 +272,15 @@ class Target:
     def __init__(self, args):
         self.daemon = None
         self.pid = None
+        self.socket_dir = None
         if args.daemon:
             import reshard_e2e as e
+            listen = "127.0.0.1:0"
+            if args.unix:
+                self.socket_dir = tempfile.mkdtemp(prefix="reshard-load-")
+                listen = "unix:" + os.path.join(self.socket_dir, "grpc.sock")
             self.daemon = e.Daemon("--metrics-listen", "127.0.0.1:0",
-                                   *args.daemon_flag).start()
+                                   *args.daemon_flag, listen=listen).start()
             self.pid = self.daemon.proc.pid
             self.grpc = self.daemon.target
             self.metrics = self._wait_metrics_address()
@@ -281,11 +302,15 @@ class Target:
                         % self.daemon.log_text())
 
     def stop(self):
-        if self.daemon is not None:
-            code = self.daemon.stop()
-            if code != 0:
-                raise LoadError("reshardd exited with %s after SIGTERM:\n%s"
-                                % (code, self.daemon.log_text()))
+        try:
+            if self.daemon is not None:
+                code = self.daemon.stop()
+                if code != 0:
+                    raise LoadError("reshardd exited with %s after SIGTERM:"
+                                    "\n%s" % (code, self.daemon.log_text()))
+        finally:
+            if self.socket_dir is not None:
+                shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 
 def set_up(target, requests, timeout=120, method="PlanLoad", tls_ca=None):
@@ -466,7 +491,8 @@ def run(args):
               "runs": args.runs, "requests": args.requests,
               "warmup": args.warmup, "clients": args.clients,
               "streams_per_client": args.streams,
-              "concurrent_streams": streams, "repeat": args.repeat}
+              "concurrent_streams": streams, "repeat": args.repeat,
+              "transport": "unix" if args.unix else "tcp"}
     sent = {method_ok: 0, HEALTH_CHECK_OK: 0}
     mix_ok = "reshard.v1.Planner/%s OK" % args.mix_method
     if mix is not None:
@@ -644,12 +670,13 @@ def report(r, out=sys.stdout):
     lat = r["latency_ms"]
     print("reshardd load test: %s %s%s (%d copies, %d bytes per plan, "
           "%d-byte response), h2load %d requests at %d concurrent streams "
-          "(%d connections x %d)"
+          "(%d connections x %d%s)"
           % (r["scenario"], r["method"],
              " with runs (%d runs)" % r["plan"]["runs"] if r["runs"] else "",
              r["plan"]["copies"], r["plan"]["bytes"],
              r["plan"]["response_bytes"], r["requests"],
-             r["concurrent_streams"], r["clients"], r["streams_per_client"]),
+             r["concurrent_streams"], r["clients"], r["streams_per_client"],
+             ", over a Unix socket" if r.get("transport") == "unix" else ""),
           file=out)
     print("  throughput   %.1f requests/s over %.2f s"
           % (r["requests_per_second"], r["seconds"]), file=out)
@@ -748,6 +775,9 @@ def main(argv=None):
                              "PlanLoad or its writer's PlanStore")
     parser.add_argument("--runs", action="store_true",
                         help="ask for strided runs (SPEC §2.2 step 7)")
+    parser.add_argument("--unix", action="store_true",
+                        help="with --daemon: listen and load over a Unix "
+                             "socket instead of 127.0.0.1")
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=4)
@@ -795,6 +825,9 @@ def main(argv=None):
     if args.target and not args.metrics:
         parser.error("--target needs --metrics (the daemon's counters decide "
                      "success)")
+    if args.unix and not args.daemon:
+        parser.error("--unix goes with --daemon (give a running daemon's "
+                     "socket as --target unix:PATH)")
     if (args.requests < 1 or args.clients < 1 or args.streams < 1
             or args.repeat < 1 or args.mix_requests < 1
             or args.ceiling_requests < 1

@@ -30,6 +30,7 @@ ASan+UBSan build: the load test runs fewer requests and skips the memory
 bound, which ASan's quarantine would break).
 """
 
+import glob
 import json
 import os
 import re
@@ -943,6 +944,34 @@ class LoadSmokeTests(unittest.TestCase):
         self.assertEqual(result["mixed"]["small"]["h2load"]["succeeded"], 300)
         self.assertGreater(result["mixed"]["small"]["latency_ms"]["samples"],
                            0)
+
+    def test_h2load_unix_socket(self):
+        """--unix: the daemon listens on a Unix socket, the set-up and
+        h2load go through it, every call OK, and the socket's directory
+        is gone afterwards."""
+        import load
+        before = set(glob.glob(os.path.join(tempfile.gettempdir(),
+                                            "reshard-load-*")))
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "load.json")
+            code = load.main([
+                "--daemon", e.DAEMON, "--pygen", e.PYGEN, "--unix",
+                "--scenario", "S1-8", "--requests", "500", "--warmup", "100",
+                "--ceiling-requests", "1000", "--time-limit", "240",
+                "--rss-growth-mib", "0", "--json", out])
+            self.assertEqual(code, 0, "scripts/load.py --unix failed")
+            with open(out) as f:
+                result = json.load(f)
+        self.assertEqual(result["transport"], "unix")
+        self.assertEqual(result["problems"], [])
+        self.assertEqual(result["h2load"]["succeeded"], 500)
+        self.assertEqual(
+            result["daemon_counter_deltas"],
+            {"reshard.v1.Planner/PlanLoad OK": 600,
+             "grpc.health.v1.Health/Check OK": 1000})
+        after = set(glob.glob(os.path.join(tempfile.gettempdir(),
+                                           "reshard-load-*")))
+        self.assertEqual(after - before, set(), "socket directory left")
 
     def test_h2load_tls_smoke(self):
         """The TLS variant: h2load over https against --tls-cert."""

@@ -108,7 +108,8 @@ class Daemon:
 
     ``Daemon(*flags)`` adds flags after ``--listen 127.0.0.1:0 --catalog
     memory``. RESHARDD_* variables of the caller's environment are removed
-    so they cannot change the configuration under test.
+    so they cannot change the configuration under test. ``listen`` may be
+    ``unix:PATH``; ``target`` is then that address.
     """
 
     def __init__(self, *flags, listen="127.0.0.1:0", catalog="memory"):
@@ -117,6 +118,7 @@ class Daemon:
                               "binary (run the tests through ctest)")
         self.argv = [DAEMON, "--listen", listen, "--catalog", catalog,
                      *flags]
+        self.listen = listen
         self.proc = None
         self.port = None
         self.lines = []
@@ -172,6 +174,11 @@ class Daemon:
             self._cond.notify_all()
 
     def _find_port(self):
+        if self.listen.startswith("unix:"):
+            # No port to find: listening is enough. 0 stands for "ready".
+            ready = any(re.search(r'msg="?listening\b', line)
+                        for line in self.lines)
+            return 0 if ready else None
         for line in self.lines:
             m = LISTEN_RE.search(line)
             if m and int(m.group(1)) != 0:
@@ -186,6 +193,8 @@ class Daemon:
 
     @property
     def target(self):
+        if self.listen.startswith("unix:"):
+            return self.listen
         return "127.0.0.1:%d" % self.port
 
     def alive(self):
