@@ -107,6 +107,16 @@ static uint8_t *repeated_column(uint8_t *out, const reshard_run *group,
   return out + total;
 }
 
+/* The low 7 * length bits of `value` spread over `length` bytes, 7 to a
+ * byte: a LEB128 varint's payload without its continuation bits. */
+static inline uint64_t spread_7(uint64_t value, unsigned length) {
+  uint64_t word = 0;
+  for (unsigned b = 0; b < length; b++) {
+    word |= ((value >> (7 * b)) & 0x7f) << (8 * b);
+  }
+  return word;
+}
+
 /* Writes first + k * stride for k < rows, each in exactly `length` bytes,
  * `pitch` bytes apart. Inlined with a constant length, the byte loop
  * unrolls into shifts and stores with no branch per value. `spill`: each
@@ -115,19 +125,26 @@ static uint8_t *repeated_column(uint8_t *out, const reshard_run *group,
 static inline void put_progression(uint8_t *out, uint64_t first,
                                    uint64_t stride, uint64_t rows, size_t pitch,
                                    unsigned length, bool spill) {
+  if (spill) {
+    /* Added in the encoded form, two operations a value: with the top bit
+     * of every byte but the last set, a carry out of one byte's 7 payload
+     * bits runs through that bit into the next byte, so adding the spread
+     * stride gives the next value's payload; the top bits are set again
+     * after each add. The last byte's top bit stays clear, ending the
+     * varint: no carry reaches it, because every value of the progression
+     * has `length` bytes (and so the stride fits in them too). */
+    uint64_t continues = UINT64_C(0x8080808080808080) &
+                         ((UINT64_C(1) << (8 * (length - 1))) - 1);
+    uint64_t word = spread_7(first, length) | continues;
+    uint64_t step = spread_7(stride, length);
+    for (uint64_t k = 0; k < rows; k++, out += pitch) {
+      memcpy(out, &word, sizeof word);
+      word = (word + step) | continues;
+    }
+    return;
+  }
   uint64_t value = first;
   for (uint64_t k = 0; k < rows; k++, value += stride, out += pitch) {
-    if (spill) {
-      uint64_t word = 0;
-      for (unsigned b = 0; b < length; b++) {
-        word |= ((value >> (7 * b)) & 0x7f) << (8 * b);
-        if (b + 1 < length) {
-          word |= (uint64_t)0x80 << (8 * b);
-        }
-      }
-      memcpy(out, &word, sizeof word);
-      continue;
-    }
     for (unsigned b = 0; b + 1 < length; b++) {
       out[b] = (uint8_t)((value >> (7 * b)) | 0x80);
     }
