@@ -3,7 +3,9 @@
  * cached join template, and peak memory. A second table puts planning and
  * response encoding side by side, with and without runs (SPEC §2.2 step
  * 7), for the pool the scenarios register and for one region per (layer,
- * component). Figures only; nothing asserts. */
+ * component). With the daemon built, a third times the reader's binding
+ * decoded from its wire bytes and validated, per range. Figures only;
+ * nothing asserts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +16,10 @@
 #include "timing.h"
 
 #ifdef RESHARD_BENCH_ENCODE
+#include "binding_decode.h"
 #include "chunk_pool.h"
 #include "plan_response.h"
+#include "wire.h"
 #endif
 
 typedef struct timing {
@@ -202,6 +206,68 @@ static int encoding_row(const char *name, const char *memory, scenario *s,
          (double)plain.bytes / (double)runs.bytes);
   return 0;
 }
+
+/* The binding a paged reader sends with every PlanLoad (its blocks move
+ * between calls, so no cache saves this): decoded from its wire bytes as
+ * the daemon decodes it, then validated, each timed over `count` runs with
+ * arena chunks from a pool. */
+static int decode_row(const char *name, const char *memory, scenario *s,
+                      int count) {
+  reshard_arena wire_arena;
+  reshard_arena_init(&wire_arena, 0);
+  Reshard__V1__RuntimeBinding *pb =
+      reshard_wire_binding_to_pb(&s->binding, &wire_arena);
+  size_t length = 0;
+  uint8_t *bytes =
+      pb == NULL ? NULL : reshard_wire_pack(&pb->base, &wire_arena, &length);
+  double *decode_ns = malloc(sizeof(double) * (size_t)count);
+  double *validate_ns = malloc(sizeof(double) * (size_t)count);
+  reshard_chunk_pool *pool = reshard_chunk_pool_create(16u << 20);
+  int failed =
+      bytes == NULL || decode_ns == NULL || validate_ns == NULL || pool == NULL;
+  const reshard_load_request *request = &s->request;
+  for (int r = 0; !failed && r < count; r++) {
+    reshard_arena arena;
+    reshard_arena_init_from(&arena, 64 * 1024, reshard_chunk_pool_source(pool));
+    reshard_binding binding;
+    reshard_bound_binding bound;
+    reshard_error err;
+    double start = bench_now_ns();
+    if (reshard_binding_decode(bytes, length, "binding", &request->limits,
+                               16 * (uint64_t)length + (1u << 20), &arena,
+                               &binding, &err) != RESHARD_OK) {
+      fprintf(stderr, "%s: decode: %s\n", name, err.message);
+      failed = 1;
+    } else {
+      double decoded = bench_now_ns();
+      if (reshard_binding_validate(&binding, &request->placement->descriptor,
+                                   &s->reader.parts[0], request->page_count,
+                                   &request->limits, &arena, &bound,
+                                   &err) != RESHARD_OK) {
+        fprintf(stderr, "%s: validate: %s\n", name, err.message);
+        failed = 1;
+      }
+      decode_ns[r] = decoded - start;
+      validate_ns[r] = bench_now_ns() - decoded;
+    }
+    reshard_arena_destroy(&arena);
+  }
+  if (!failed) {
+    bench_sort_samples(decode_ns, (size_t)count);
+    bench_sort_samples(validate_ns, (size_t)count);
+    double ranges = (double)s->binding.range_count;
+    double decode = bench_median(decode_ns, (size_t)count);
+    double validate = bench_median(validate_ns, (size_t)count);
+    printf("%-16s %-6s | %10zu %7zu | %8.1fus %7.1f | %8.1fus %7.1f\n", name,
+           memory, length, s->binding.range_count, decode / 1e3,
+           decode / ranges, validate / 1e3, validate / ranges);
+  }
+  reshard_chunk_pool_free(pool);
+  free(decode_ns);
+  free(validate_ns);
+  reshard_arena_destroy(&wire_arena);
+  return failed ? -1 : 0;
+}
 #endif
 
 int main(int argc, char **argv) {
@@ -287,6 +353,30 @@ int main(int argc, char **argv) {
         failures++;
       }
       reshard_join_free(template_join);
+      reshard_arena_destroy(&arena);
+    }
+  }
+  printf("\nthe reader's binding, decoded from its wire bytes "
+         "(daemon/binding_decode.c) and validated (medians)\n");
+  printf("%-16s %-6s | %10s %7s | %10s %7s | %10s %7s\n", "scenario", "memory",
+         "bytes", "ranges", "decode", "ns/rng", "validate", "ns/rng");
+  for (size_t i = 0; i < sizeof scenario_specs / sizeof scenario_specs[0];
+       i++) {
+    const scenario_spec *spec = &scenario_specs[i];
+    if (only != NULL && strncmp(spec->name, only, strlen(only)) != 0) {
+      continue;
+    }
+    for (int split = 0; split < 2; split++) {
+      reshard_arena arena;
+      reshard_arena_init(&arena, 0);
+      reshard_error err;
+      scenario s;
+      if (scenario_build(spec, pages, 0, 42 + i, &arena, &s, &err) ||
+          (split && scenario_region_per_layer(&s, &arena, &err)) ||
+          decode_row(spec->name, split ? "layer" : "pool", &s, runs) != 0) {
+        fprintf(stderr, "%s: binding decode failed\n", spec->name);
+        failures++;
+      }
       reshard_arena_destroy(&arena);
     }
   }

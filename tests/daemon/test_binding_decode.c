@@ -321,6 +321,45 @@ Test(binding_decode, ranges_of_one_region_share_its_string) {
   cr_assert_str_eq(b.participant_id, "");
 }
 
+/* Neighbouring ranges whose region ids have one length and differ in one
+ * byte, anywhere, for every length up to 40: each range keeps its own. */
+Test(binding_decode, neighbours_ids_that_differ_in_one_byte_stay_apart) {
+  for (size_t length = 1; length <= 40; length++) {
+    for (size_t differ = 0; differ < length; differ++) {
+      wire w = {.length = 0};
+      char ids[2][41];
+      for (int i = 0; i < 2; i++) {
+        memset(ids[i], 'r', length);
+        ids[i][length] = '\0';
+        ids[i][differ] = (char)('0' + i);
+        wire inner = {.length = 0};
+        put_byte(&inner, 0x10); /* component */
+        put_byte(&inner, 0x01);
+        put_byte(&inner, 0x3a); /* region_id */
+        put_byte(&inner, (uint8_t)length);
+        for (size_t k = 0; k < length; k++) {
+          put_byte(&inner, (uint8_t)ids[i][k]);
+        }
+        put_byte(&w, 0x22); /* ranges, with a one-byte length */
+        put_byte(&w, (uint8_t)inner.length);
+        for (size_t k = 0; k < inner.length; k++) {
+          put_byte(&w, inner.data[k]);
+        }
+      }
+      reshard_binding b;
+      reshard_error err;
+      cr_assert_eq(reshard_binding_decode(w.data, w.length, "binding", NULL,
+                                          UINT64_MAX, &arena, &b, &err),
+                   RESHARD_OK, "%s", err.message);
+      cr_assert_eq(b.range_count, 2);
+      cr_assert_str_eq(b.ranges[0].region_id, ids[0], "length %zu byte %zu",
+                       length, differ);
+      cr_assert_str_eq(b.ranges[1].region_id, ids[1], "length %zu byte %zu",
+                       length, differ);
+    }
+  }
+}
+
 Test(binding_decode, refuses_past_its_budget) {
   wire w = {.length = 0};
   for (int i = 0; i < 100; i++) {

@@ -571,6 +571,38 @@ Test(binding, rejects_region_address_not_a_multiple_of_itemsize) {
                  "region address + offset is not a multiple of itemsize 2");
 }
 
+/* itemsize 3, not a power of two, so multiples are found by division:
+ * hb(K) 12 and hb(V) 6 bytes, the same four ranges scaled, in a region at
+ * an address that is a multiple of 3. */
+static void base_itemsize_3(void) {
+  empty_base();
+  fx.descriptor.itemsize = 3;
+  fx.binding.regions[0].address = KV_ADDRESS + 2;
+  add_range(1, K, 0, 8, 2, 2, "kv", 0, 24, 12);
+  add_range(1, V, 0, 8, 2, 2, "kv", 192, 12, 6);
+  add_range(2, K, 0, 8, 2, 2, "kv", 288, 24, 12);
+  add_range(2, V, 0, 8, 2, 2, "kv", 480, 12, 6);
+}
+
+Test(binding, an_itemsize_of_3_accepts_multiples_of_3,
+     .init = base_itemsize_3) {
+  validate_ok();
+}
+
+/* 484 is a multiple of 4 (and so passes a mask test for a power of two
+ * near 3) but not of 3. */
+Test(binding, an_itemsize_of_3_refuses_other_offsets, .init = base_itemsize_3) {
+  fx.binding.ranges[3].offset_bytes = 484;
+  ASSERT_INVALID("binding.ranges[3].offset_bytes:",
+                 "not a multiple of itemsize 3");
+}
+
+Test(binding, an_itemsize_of_3_refuses_other_strides, .init = base_itemsize_3) {
+  fx.binding.ranges[3].token_stride_bytes = 16;
+  ASSERT_INVALID("binding.ranges[3].token_stride_bytes:",
+                 "not a multiple of itemsize 3");
+}
+
 Test(binding, odd_address_plus_odd_offset_is_aligned) {
   fx.binding.regions[1].address = 0x20001;
   fx.binding.ranges[3].region_id = "aux";
