@@ -53,9 +53,9 @@ typedef struct validation {
    * cost neither a hash of the id nor a strcmp. */
   region_address *by_address;
   size_t address_mask, address_count;
-  /* Worked out once: per range, a call for the head's bytes and three
-   * divisions by itemsize were a third of the checks. With itemsize a
-   * power of two (every dtype's is), a multiple is a mask test. */
+  /* Worked out once rather than per range (a call for the head's bytes,
+   * three 64-bit divisions by itemsize): with itemsize a power of two, as
+   * every dtype's is, a multiple is a mask test. */
   uint64_t head_bytes[RESHARD_COMPONENT_VALUE + 1];
   bool item_power_of_two;
   uint64_t item_mask; /* itemsize - 1 then */
