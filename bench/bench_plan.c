@@ -268,6 +268,52 @@ static int decode_row(const char *name, const char *memory, scenario *s,
   reshard_arena_destroy(&wire_arena);
   return failed ? -1 : 0;
 }
+
+/* encoding_row with the scenario's join template built for it. */
+static int encoding_memory_row(const char *name, const char *memory,
+                               scenario *s, int count) {
+  reshard_error err;
+  reshard_join *template_join =
+      reshard_join_build(&s->upload.layout, &s->reader.parts[0], &err);
+  int status = template_join == NULL
+                   ? -1
+                   : encoding_row(name, memory, s, template_join, count);
+  reshard_join_free(template_join);
+  return status;
+}
+
+typedef int (*memory_row)(const char *name, const char *memory, scenario *s,
+                          int count);
+
+/* Prints `row` for each selected scenario twice: with the pool it
+ * registers, and with one region per (layer, component). Returns the rows
+ * that failed. */
+static int each_reader_memory(const char *only, uint64_t pages, int count,
+                              memory_row row) {
+  int failures = 0;
+  for (size_t i = 0; i < sizeof scenario_specs / sizeof scenario_specs[0];
+       i++) {
+    const scenario_spec *spec = &scenario_specs[i];
+    if (only != NULL && strncmp(spec->name, only, strlen(only)) != 0) {
+      continue;
+    }
+    for (int split = 0; split < 2; split++) {
+      const char *memory = split ? "layer" : "pool";
+      reshard_arena arena;
+      reshard_arena_init(&arena, 0);
+      reshard_error err;
+      scenario s;
+      if (scenario_build(spec, pages, 0, 42 + i, &arena, &s, &err) ||
+          (split && scenario_region_per_layer(&s, &arena, &err)) ||
+          row(spec->name, memory, &s, count) != 0) {
+        fprintf(stderr, "%s (%s): failed\n", spec->name, memory);
+        failures++;
+      }
+      reshard_arena_destroy(&arena);
+    }
+  }
+  return failures;
+}
 #endif
 
 int main(int argc, char **argv) {
@@ -331,55 +377,12 @@ int main(int argc, char **argv) {
   }
 #ifdef RESHARD_BENCH_ENCODE
   print_encoding_header();
-  for (size_t i = 0; i < sizeof scenario_specs / sizeof scenario_specs[0];
-       i++) {
-    const scenario_spec *spec = &scenario_specs[i];
-    if (only != NULL && strncmp(spec->name, only, strlen(only)) != 0) {
-      continue;
-    }
-    for (int split = 0; split < 2; split++) {
-      reshard_arena arena;
-      reshard_arena_init(&arena, 0);
-      reshard_error err;
-      scenario s;
-      reshard_join *template_join = NULL;
-      if (scenario_build(spec, pages, 0, 42 + i, &arena, &s, &err) ||
-          (split && scenario_region_per_layer(&s, &arena, &err)) ||
-          (template_join = reshard_join_build(
-               &s.upload.layout, &s.reader.parts[0], &err)) == NULL ||
-          encoding_row(spec->name, split ? "layer" : "pool", &s, template_join,
-                       runs) != 0) {
-        fprintf(stderr, "%s: encoding failed\n", spec->name);
-        failures++;
-      }
-      reshard_join_free(template_join);
-      reshard_arena_destroy(&arena);
-    }
-  }
+  failures += each_reader_memory(only, pages, runs, encoding_memory_row);
   printf("\nthe reader's binding, decoded from its wire bytes "
          "(daemon/binding_decode.c) and validated (medians)\n");
   printf("%-16s %-6s | %10s %7s | %10s %7s | %10s %7s\n", "scenario", "memory",
          "bytes", "ranges", "decode", "ns/rng", "validate", "ns/rng");
-  for (size_t i = 0; i < sizeof scenario_specs / sizeof scenario_specs[0];
-       i++) {
-    const scenario_spec *spec = &scenario_specs[i];
-    if (only != NULL && strncmp(spec->name, only, strlen(only)) != 0) {
-      continue;
-    }
-    for (int split = 0; split < 2; split++) {
-      reshard_arena arena;
-      reshard_arena_init(&arena, 0);
-      reshard_error err;
-      scenario s;
-      if (scenario_build(spec, pages, 0, 42 + i, &arena, &s, &err) ||
-          (split && scenario_region_per_layer(&s, &arena, &err)) ||
-          decode_row(spec->name, split ? "layer" : "pool", &s, runs) != 0) {
-        fprintf(stderr, "%s: binding decode failed\n", spec->name);
-        failures++;
-      }
-      reshard_arena_destroy(&arena);
-    }
-  }
+  failures += each_reader_memory(only, pages, runs, decode_row);
 #endif
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);

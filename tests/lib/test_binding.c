@@ -572,16 +572,19 @@ Test(binding, rejects_region_address_not_a_multiple_of_itemsize) {
 }
 
 /* itemsize 3, not a power of two, so multiples are found by division:
- * hb(K) 12 and hb(V) 6 bytes, the same four ranges scaled, in a region at
- * an address that is a multiple of 3. */
+ * hb(K) 12 and hb(V) 6 bytes, the base's four ranges scaled, in a region
+ * at an address that is a multiple of 3. Runs after the suite's base(). */
 static void base_itemsize_3(void) {
-  empty_base();
+  static const uint64_t offsets[] = {0, 192, 288, 480};
   fx.descriptor.itemsize = 3;
   fx.binding.regions[0].address = KV_ADDRESS + 2;
-  add_range(1, K, 0, 8, 2, 2, "kv", 0, 24, 12);
-  add_range(1, V, 0, 8, 2, 2, "kv", 192, 12, 6);
-  add_range(2, K, 0, 8, 2, 2, "kv", 288, 24, 12);
-  add_range(2, V, 0, 8, 2, 2, "kv", 480, 12, 6);
+  for (size_t i = 0; i < 4; i++) {
+    reshard_binding_range *r = &fx.binding.ranges[i];
+    bool key = r->component == K;
+    r->offset_bytes = offsets[i];
+    r->token_stride_bytes = key ? 24 : 12;
+    r->head_stride_bytes = key ? 12 : 6;
+  }
 }
 
 Test(binding, an_itemsize_of_3_accepts_multiples_of_3,
