@@ -18,6 +18,7 @@
 #ifdef RESHARD_BENCH_ENCODE
 #include "binding_decode.h"
 #include "chunk_pool.h"
+#include "decode.h"
 #include "plan_response.h"
 #include "wire.h"
 #endif
@@ -234,8 +235,8 @@ static int decode_row(const char *name, const char *memory, scenario *s,
     reshard_error err;
     double start = bench_now_ns();
     if (reshard_binding_decode(bytes, length, "binding", &request->limits,
-                               16 * (uint64_t)length + (1u << 20), &arena,
-                               &binding, &err) != RESHARD_OK) {
+                               reshard_decode_budget(length), &arena, &binding,
+                               &err) != RESHARD_OK) {
       fprintf(stderr, "%s: decode: %s\n", name, err.message);
       failed = 1;
     } else {
@@ -294,7 +295,7 @@ static int each_reader_memory(const char *only, uint64_t pages, int count,
   for (size_t i = 0; i < sizeof scenario_specs / sizeof scenario_specs[0];
        i++) {
     const scenario_spec *spec = &scenario_specs[i];
-    if (only != NULL && strncmp(spec->name, only, strlen(only)) != 0) {
+    if (!scenario_selected(spec, only)) {
       continue;
     }
     for (int split = 0; split < 2; split++) {
@@ -338,7 +339,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof scenario_specs / sizeof scenario_specs[0];
        i++) {
     const scenario_spec *spec = &scenario_specs[i];
-    if (only != NULL && strncmp(spec->name, only, strlen(only)) != 0) {
+    if (!scenario_selected(spec, only)) {
       continue;
     }
     reshard_arena arena;

@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof scenario_specs / sizeof scenario_specs[0];
        i++) {
     const scenario_spec *spec = &scenario_specs[i];
-    if (only != NULL && strncmp(spec->name, only, strlen(only)) != 0) {
+    if (!scenario_selected(spec, only)) {
       continue;
     }
     reshard_arena arena;

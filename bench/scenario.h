@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "reshard/arena.h"
 #include "reshard/plan.h"
@@ -31,6 +32,13 @@ typedef struct scenario_spec {
 
 /* The five rows of SPEC §6. */
 extern const scenario_spec scenario_specs[5];
+
+/* Whether a benchmark asked for `only` (a name prefix such as "S5"; NULL:
+ * every scenario) runs `spec`. */
+static inline bool scenario_selected(const scenario_spec *spec,
+                                     const char *only) {
+  return only == NULL || strncmp(spec->name, only, strlen(only)) == 0;
+}
 
 /* Everything reshard_plan_load needs, built in `arena`. The region's
  * address is fictitious (planning never dereferences it). */
