@@ -125,14 +125,16 @@ replay_server *replay_server_start(const char *listen, char *target,
   }
   grpc_init();
   rs->response = grpc_empty_slice();
-  grpc_arg args[2];
+  grpc_arg args[3];
   memset(args, 0, sizeof args);
-  args[0].type = args[1].type = GRPC_ARG_INTEGER;
+  args[0].type = args[1].type = args[2].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = -1;
   args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = -1;
-  grpc_channel_args channel_args = {2, args};
+  args[2].key = GRPC_ARG_HTTP2_BDP_PROBE;
+  args[2].value.integer = 0;
+  grpc_channel_args channel_args = {3, args};
   rs->server = grpc_server_create(&channel_args, NULL);
   rs->queue = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(rs->server, rs->queue, NULL);
