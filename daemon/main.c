@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <grpc/grpc.h>
 #include <grpc/support/log.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,6 +299,19 @@ static void catalog_for_logs(const char *catalog, char *out, size_t size) {
   }
 }
 
+/* gRPC reads each request into buffers from malloc. glibc maps any block
+ * of 128 KiB or more afresh and unmaps it when freed (raising that
+ * threshold only after freeing a larger mapped block), so a paged
+ * reader's request (S1: 244 KB) cost page faults, and an unmap that every
+ * core must hear about, on every call. Blocks up to 4 MiB come from the
+ * heap instead, and up to 8 MiB of free heap is kept for the next call:
+ * what glibc's own adjustment settled on while the daemon still malloc'd
+ * its multi-megabyte responses (docs/performance.md, Round 12). */
+static void keep_heap(void) {
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  mallopt(M_TRIM_THRESHOLD, 8 << 20);
+}
+
 int main(int argc, char **argv) {
   static app a;
   reshard_error err;
@@ -321,6 +335,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   reshard_log_set_level(a.config.log_level);
+  keep_heap();
   signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
   reshard_accept_guard_init();

@@ -213,8 +213,39 @@ reshard_status reshard_range_batches_measure(
   return RESHARD_OK;
 }
 
-uint8_t *reshard_range_batches_write(const reshard_range_batches *batches,
-                                     unsigned field, uint8_t *out) {
+/* Where the long column payloads of a response sent as pieces go: each
+ * is a piece of its own, where it lies, between pieces of the frame that
+ * holds every other byte. NULL: they are copied into the frame. */
+typedef struct piece_sink {
+  reshard_response_piece *pieces;
+  size_t count;
+  const uint8_t *frame_start; /* of the frame piece being written */
+  size_t min_reference;
+} piece_sink;
+
+/* Ends the frame piece at `out`, if it has bytes. */
+static void end_frame_piece(piece_sink *sink, const uint8_t *out) {
+  if (out > sink->frame_start) {
+    sink->pieces[sink->count++] = (reshard_response_piece){
+        sink->frame_start, (size_t)(out - sink->frame_start)};
+  }
+  sink->frame_start = out;
+}
+
+/* The `length` column bytes at `bytes`, next in the response. */
+static uint8_t *put_payload(uint8_t *out, const uint8_t *bytes, size_t length,
+                            piece_sink *sink) {
+  if (sink == NULL || length < sink->min_reference) {
+    memcpy(out, bytes, length);
+    return out + length;
+  }
+  end_frame_piece(sink, out);
+  sink->pieces[sink->count++] = (reshard_response_piece){bytes, length};
+  return out;
+}
+
+static uint8_t *write_batches(const reshard_range_batches *batches,
+                              unsigned field, uint8_t *out, piece_sink *sink) {
   for (size_t b = 0; b < batches->batch_count; b++) {
     size_t count;
     unsigned width;
@@ -241,9 +272,8 @@ uint8_t *reshard_range_batches_write(const reshard_range_batches *batches,
       out = put_tag(out, column_field(c), WIRE_LENGTH);
       out = reshard_varint_put(out, sizes[c]);
       if (encoded != NULL) {
-        memcpy(out, encoded, sizes[c]);
+        out = put_payload(out, encoded, sizes[c], sink);
         encoded += sizes[c];
-        out += sizes[c];
       } else {
         out = write_column(out, rows + c, count, width, lengths[c]);
       }
@@ -253,6 +283,11 @@ uint8_t *reshard_range_batches_write(const reshard_range_batches *batches,
     }
   }
   return out;
+}
+
+uint8_t *reshard_range_batches_write(const reshard_range_batches *batches,
+                                     unsigned field, uint8_t *out) {
+  return write_batches(batches, field, out, NULL);
 }
 
 /* ---- PlanStats ---- */
@@ -347,8 +382,8 @@ reshard_status reshard_plan_response_measure(
   return RESHARD_OK;
 }
 
-size_t reshard_plan_response_write(const reshard_plan_response *response,
-                                   uint8_t *out) {
+static size_t write_response(const reshard_plan_response *response,
+                             uint8_t *out, piece_sink *sink) {
   const reshard_load_plan *plan = response->plan;
   const reshard_wire_plan_names *names = response->names;
   uint8_t *start = out;
@@ -362,12 +397,55 @@ size_t reshard_plan_response_write(const reshard_plan_response *response,
     out = put_string(out, 3, names->sources[source].layout_id, 0);
   }
   out = put_region_ids(out, 3, names->binding);
-  out = reshard_range_batches_write(&response->batches, 4, out);
+  out = write_batches(&response->batches, 4, out, sink);
   out = reshard_plan_stats_write(out, 5, plan->operations, plan->bytes,
                                  plan->copies_before_coalescing,
                                  plan->runs.run_count);
   out = put_string(out, 6, names->placement_id, 0);
+  if (sink != NULL) {
+    end_frame_piece(sink, out);
+  }
   return (size_t)(out - start);
+}
+
+size_t reshard_plan_response_write(const reshard_plan_response *response,
+                                   uint8_t *out) {
+  return write_response(response, out, NULL);
+}
+
+/* Column payloads that a response sent as pieces references. */
+static bool referenced(const reshard_plan_response *response, size_t size,
+                       size_t min_reference) {
+  return response->batches.columns != NULL && size >= min_reference;
+}
+
+void reshard_plan_response_measure_pieces(const reshard_plan_response *response,
+                                          size_t min_reference,
+                                          size_t *frame_size,
+                                          size_t *piece_room) {
+  const reshard_range_batches *batches = &response->batches;
+  size_t frame = response->size, references = 0;
+  for (size_t b = 0; b < batches->batch_count; b++) {
+    const size_t *sizes =
+        batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
+    for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+      if (referenced(response, sizes[c], min_reference)) {
+        frame -= sizes[c];
+        references++;
+      }
+    }
+  }
+  *frame_size = frame;
+  /* A frame piece before each reference, and one after the last. */
+  *piece_room = 2 * references + 1;
+}
+
+size_t reshard_plan_response_write_pieces(const reshard_plan_response *response,
+                                          size_t min_reference, uint8_t *frame,
+                                          reshard_response_piece *pieces) {
+  piece_sink sink = {pieces, 0, frame, min_reference};
+  write_response(response, frame, &sink);
+  return sink.count;
 }
 
 /* ---- PlanStoreResponse ---- */

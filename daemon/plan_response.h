@@ -24,6 +24,7 @@
 #include "reshard/runs.h"
 #include "reshard/store.h"
 #include "reshard/varint_columns.h"
+#include "response_memory.h"
 #include "wire.h"
 
 /* RangeBatch columns: fields 1..6 (copies) and 8..10 (runs). */
@@ -90,6 +91,20 @@ reshard_plan_response_measure(const reshard_load_plan *plan,
  * bytes; returns the bytes written (response->size). */
 size_t reshard_plan_response_write(const reshard_plan_response *response,
                                    uint8_t *out);
+
+/* The same response as pieces (response_memory.h), to send without
+ * copying the plan's varint columns: each column payload of at least
+ * `min_reference` bytes is a piece of its own, where the planner wrote it,
+ * and every other byte goes into a frame. measure_pieces gives the
+ * frame's size and the most pieces there can be; write_pieces writes the
+ * frame at `frame` and the pieces into `pieces`, and returns how many. */
+void reshard_plan_response_measure_pieces(const reshard_plan_response *response,
+                                          size_t min_reference,
+                                          size_t *frame_size,
+                                          size_t *piece_room);
+size_t reshard_plan_response_write_pieces(const reshard_plan_response *response,
+                                          size_t min_reference, uint8_t *frame,
+                                          reshard_response_piece *pieces);
 
 /* A PlanStoreResponse, measured and ready to write. With runs requested
  * (plan->runs.batch_first non-NULL) the batches carry runs. */

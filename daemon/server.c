@@ -503,6 +503,20 @@ static bool pooled_slice(reshard_chunk_pool *pool, size_t size,
   return true;
 }
 
+/* The packed response replaces any packed before; NULL is out of
+ * memory. */
+static reshard_status set_send_buffer(reshard_call *call,
+                                      grpc_byte_buffer *buffer) {
+  if (buffer == NULL) {
+    return RESHARD_RESOURCE_EXHAUSTED;
+  }
+  if (call->send_buffer != NULL) {
+    grpc_byte_buffer_destroy(call->send_buffer);
+  }
+  call->send_buffer = buffer;
+  return RESHARD_OK;
+}
+
 reshard_status reshard_call_pack_encoded(reshard_call *call, size_t size,
                                          size_t (*write)(void *context,
                                                          uint8_t *out),
@@ -518,14 +532,35 @@ reshard_status reshard_call_pack_encoded(reshard_call *call, size_t size,
   (void)written;
   grpc_byte_buffer *buffer = grpc_raw_byte_buffer_create(&slice, 1);
   grpc_slice_unref(slice);
-  if (buffer == NULL) {
+  return set_send_buffer(call, buffer);
+}
+
+reshard_response_memory *reshard_call_response_memory(reshard_call *call) {
+  return reshard_response_memory_create(call->server->pool);
+}
+
+reshard_status reshard_call_pack_pieces(reshard_call *call,
+                                        reshard_response_memory *memory,
+                                        const reshard_response_piece *pieces,
+                                        size_t count) {
+  grpc_slice *slices = RESHARD_ARENA_ARRAY(&call->arena, grpc_slice, count);
+  if (slices == NULL) {
     return RESHARD_RESOURCE_EXHAUSTED;
   }
-  if (call->send_buffer != NULL) {
-    grpc_byte_buffer_destroy(call->send_buffer);
+  for (size_t i = 0; i < count; i++) {
+    /* Bytes that fit inside a slice itself are copied there: no
+     * reference to count, nothing for gRPC to free. */
+    slices[i] = pieces[i].length <= GRPC_SLICE_INLINED_SIZE
+                    ? grpc_slice_from_copied_buffer(
+                          (const char *)pieces[i].bytes, pieces[i].length)
+                    : reshard_response_memory_slice(memory, pieces[i].bytes,
+                                                    pieces[i].length);
   }
-  call->send_buffer = buffer;
-  return RESHARD_OK;
+  grpc_byte_buffer *buffer = grpc_raw_byte_buffer_create(slices, count);
+  for (size_t i = 0; i < count; i++) {
+    grpc_slice_unref(slices[i]);
+  }
+  return set_send_buffer(call, buffer);
 }
 
 void reshard_call_send_packed(reshard_call *call) {

@@ -36,6 +36,7 @@
 #include "metrics.h"
 #include "reshard/arena.h"
 #include "reshard/error.h"
+#include "response_memory.h"
 
 typedef struct reshard_server reshard_server;
 typedef struct reshard_call reshard_call;
@@ -168,6 +169,21 @@ reshard_status reshard_call_pack_encoded(reshard_call *call, size_t size,
                                          size_t (*write)(void *context,
                                                          uint8_t *out),
                                          void *context);
+
+/* Memory for a response sent as it lies (response_memory.h), from the
+ * server's chunk pool, with one reference for the caller. NULL when out
+ * of memory. Safe from any thread. */
+reshard_response_memory *reshard_call_response_memory(reshard_call *call);
+
+/* Like reshard_call_pack_encoded for a response made of `count` pieces
+ * that lie in `memory`'s arena (response_memory.h): each long piece is
+ * sent from where it lies, holding the memory until gRPC drops it; short
+ * ones are copied. The caller keeps its own reference. Same threading
+ * rule as reshard_call_pack. */
+reshard_status reshard_call_pack_pieces(reshard_call *call,
+                                        reshard_response_memory *memory,
+                                        const reshard_response_piece *pieces,
+                                        size_t count);
 
 /* Finishes the call with OK and the response packed by reshard_call_pack
  * or reshard_call_pack_encoded. */

@@ -587,7 +587,9 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   }
   if (request->varint_columns) {
     reshard_status status = reshard__column_encoder_init(
-        &encoder, batch_room, max_batches, plan->arena, plan->err);
+        &encoder, batch_room, max_batches, plan->arena,
+        request->column_arena != NULL ? request->column_arena : plan->arena,
+        plan->err);
     if (status) {
       return status;
     }

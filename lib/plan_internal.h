@@ -235,6 +235,7 @@ void reshard__run_folder_finish(const reshard__run_folder *folder,
 typedef struct reshard__column_encoder {
   reshard_varint_batches out;
   reshard_arena *arena;
+  reshard_arena *bytes_arena; /* where closed batches' bytes go */
   uint8_t *scratch;   /* RESHARD_COPY_COLUMNS columns of column_room bytes */
   size_t column_room; /* the longest column of a batch */
   uint8_t *cursor[RESHARD_COPY_COLUMNS]; /* the open batch's column ends */
@@ -242,11 +243,13 @@ typedef struct reshard__column_encoder {
 } reshard__column_encoder;
 
 /* Sizes the encoder for at most `max_batch_copies` copies in a batch and
- * `max_batches` batches. */
+ * `max_batches` batches; closed batches' bytes go to `bytes_arena`,
+ * everything else to `arena`. */
 reshard_status reshard__column_encoder_init(reshard__column_encoder *encoder,
                                             size_t max_batch_copies,
                                             size_t max_batches,
                                             reshard_arena *arena,
+                                            reshard_arena *bytes_arena,
                                             reshard_error *err);
 /* Appends `count` copies to the open batch. */
 void reshard__column_encoder_rows(reshard__column_encoder *encoder,

@@ -26,9 +26,11 @@ reshard_status reshard__column_encoder_init(reshard__column_encoder *encoder,
                                             size_t max_batch_copies,
                                             size_t max_batches,
                                             reshard_arena *arena,
+                                            reshard_arena *bytes_arena,
                                             reshard_error *err) {
   uint64_t room, scratch_size;
-  *encoder = (reshard__column_encoder){.arena = arena};
+  *encoder =
+      (reshard__column_encoder){.arena = arena, .bytes_arena = bytes_arena};
   if (!reshard_mul(max_batch_copies, VARINT_MAX, &room) ||
       !reshard_mul(room, RESHARD_COPY_COLUMNS, &scratch_size) ||
       scratch_size > SIZE_MAX ||
@@ -367,7 +369,7 @@ reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
     sizes[c] = (size_t)(encoder->cursor[c] - start);
     total += sizes[c];
   }
-  uint8_t *bytes = RESHARD_ARENA_ARRAY(encoder->arena, uint8_t, total);
+  uint8_t *bytes = RESHARD_ARENA_ARRAY(encoder->bytes_arena, uint8_t, total);
   if (bytes == NULL) {
     return no_memory(err);
   }

@@ -63,6 +63,9 @@ typedef struct load_ctx {
   /* Planning scratch and the plan: freed as soon as the response is
    * encoded, so a call waiting to send holds its response, not its plan. */
   reshard_arena scratch;
+  /* Without runs, the planner's varint columns go here and are sent from
+   * here (response_memory.h); NULL when it could not be had. */
+  reshard_response_memory *response_memory;
   reshard_load_plan plan;     /* only its counts outlive the scratch */
   reshard_join **built_joins; /* per source, what the planner built */
   bool planned; /* reshard_plan_load succeeded: built joins are ours */
@@ -178,6 +181,13 @@ static void load_work(reshard_work *work) {
   uint64_t start = uv_hrtime();
   reshard_arena_init_from(&ctx->scratch, 64 * 1024,
                           reshard_call_arena(call)->source);
+  if (ctx->load.varint_columns) {
+    ctx->response_memory = reshard_call_response_memory(call);
+    ctx->load.column_arena =
+        ctx->response_memory != NULL
+            ? reshard_response_memory_arena(ctx->response_memory)
+            : NULL;
+  }
   ctx->status =
       reshard_plan_load(&ctx->load, &ctx->scratch, &ctx->plan, &ctx->err);
   ctx->plan_us = (uv_hrtime() - start) / 1000;
@@ -189,10 +199,42 @@ static void load_work(reshard_work *work) {
     encode_plan(ctx);
   }
   reshard_arena_destroy(&ctx->scratch);
+  /* The response's slices hold what they point into. */
+  reshard_response_memory_release(ctx->response_memory);
+  ctx->response_memory = NULL;
+  ctx->load.column_arena = NULL;
   ctx->plan.page_source = NULL;
   ctx->plan.copies = NULL;
   ctx->plan.batches = NULL;
   ctx->plan.built_joins = NULL;
+}
+
+/* Column payloads at least this long are sent where the planner wrote
+ * them; shorter ones cost less to copy than a slice of their own. */
+enum { RESPONSE_REFERENCE_MIN_BYTES = 4096 };
+
+/* The measured response into the call's send buffer: from the response
+ * memory when the planner wrote its columns there, else copied whole. */
+static reshard_status pack_response(load_ctx *ctx,
+                                    const reshard_plan_response *response) {
+  reshard_call *call = ctx->call;
+  if (ctx->response_memory == NULL) {
+    return reshard_call_pack_encoded(call, response->size, write_plan_response,
+                                     (void *)response);
+  }
+  size_t frame_size, piece_room;
+  reshard_plan_response_measure_pieces(response, RESPONSE_REFERENCE_MIN_BYTES,
+                                       &frame_size, &piece_room);
+  uint8_t *frame = RESHARD_ARENA_ARRAY(
+      reshard_response_memory_arena(ctx->response_memory), uint8_t, frame_size);
+  reshard_response_piece *pieces = RESHARD_ARENA_ARRAY(
+      reshard_call_arena(call), reshard_response_piece, piece_room);
+  if (frame == NULL || pieces == NULL) {
+    return RESHARD_RESOURCE_EXHAUSTED;
+  }
+  size_t count = reshard_plan_response_write_pieces(
+      response, RESPONSE_REFERENCE_MIN_BYTES, frame, pieces);
+  return reshard_call_pack_pieces(call, ctx->response_memory, pieces, count);
 }
 
 /* Worker thread (or loop, for small plans): the plan into the response. */
@@ -215,8 +257,7 @@ static void encode_plan(load_ctx *ctx) {
   if (reshard_plan_response_measure(&ctx->plan, &names,
                                     reshard_call_arena(call),
                                     &response) != RESHARD_OK ||
-      reshard_call_pack_encoded(call, response.size, write_plan_response,
-                                &response) != RESHARD_OK) {
+      pack_response(ctx, &response) != RESHARD_OK) {
     ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
                                     "out of memory building the response");
     return;

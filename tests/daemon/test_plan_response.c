@@ -7,6 +7,7 @@
  * out, repeated strings always written). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,48 @@ typedef struct encoder_case {
   uint64_t max_batch_bytes;
   bool runs;
 } encoder_case;
+
+/* The response as pieces, with column payloads of at least `min_reference`
+ * bytes referenced: the pieces in order are the bytes `want`, every byte
+ * not referenced lies in the frame, which they fill exactly, and only
+ * payloads that long lie outside it. */
+static void assert_same_pieces(const reshard_plan_response *response,
+                               const uint8_t *want, size_t want_size,
+                               size_t min_reference) {
+  size_t frame_size, room;
+  reshard_plan_response_measure_pieces(response, min_reference, &frame_size,
+                                       &room);
+  uint8_t *frame = malloc(frame_size + 1);
+  reshard_response_piece *pieces = malloc(room * sizeof *pieces);
+  size_t count = reshard_plan_response_write_pieces(response, min_reference,
+                                                    frame, pieces);
+  cr_assert_leq(count, room);
+  size_t at = 0, in_frame = 0, referenced = 0;
+  for (size_t i = 0; i < count; i++) {
+    size_t length = pieces[i].length;
+    cr_assert_gt(length, 0, "piece %zu is empty", i);
+    cr_assert_leq(at + length, want_size);
+    cr_assert(memcmp(pieces[i].bytes, want + at, length) == 0,
+              "piece %zu of %zu differs (minimum %zu)", i, count,
+              min_reference);
+    if (pieces[i].bytes >= frame &&
+        pieces[i].bytes + length <= frame + frame_size) {
+      in_frame += length;
+    } else {
+      cr_assert_geq(length, min_reference);
+      referenced++;
+    }
+    at += length;
+  }
+  cr_assert_eq(at, want_size);
+  cr_assert_eq(in_frame, frame_size);
+  if (min_reference == 1) {
+    cr_assert_eq(referenced, 6 * response->batches.batch_count,
+                 "every column payload is referenced");
+  }
+  free(pieces);
+  free(frame);
+}
 
 static void assert_same_bytes(const reshard_load_plan *plan,
                               const reshard_wire_plan_names *names,
@@ -43,6 +86,12 @@ static void assert_same_bytes(const reshard_load_plan *plan,
   cr_assert_eq(reshard_plan_response_write(&response, got), size);
   for (size_t i = 0; i < size; i++) {
     cr_assert_eq(got[i], want[i], "byte %zu of %zu differs", i, size);
+  }
+  if (response.batches.columns != NULL) {
+    static const size_t minimums[] = {1, 16, 4096, SIZE_MAX};
+    for (size_t m = 0; m < sizeof minimums / sizeof minimums[0]; m++) {
+      assert_same_pieces(&response, want, want_size, minimums[m]);
+    }
   }
   free(got);
   free(want);

@@ -99,13 +99,24 @@ static size_t run_case(oracle_case *c, const char *what) {
   check_columns(&with_columns, plain.copies, what);
   /* Asked for the columns only (as the daemon asks), the plan need not
    * write the copies; the columns are the same. */
-  reshard_arena only_arena;
+  reshard_arena only_arena, bytes_arena;
   reshard_load_plan only_columns;
   reshard_arena_init(&only_arena, 0);
+  reshard_arena_init(&bytes_arena, 0);
   c->request.omit_copies = true;
+  /* As the daemon asks, with the columns' bytes in an arena of their own
+   * that outlives the planning scratch. */
+  c->request.column_arena = &bytes_arena;
   cr_assert_eq(reshard_plan_load(&c->request, &only_arena, &only_columns, &err),
                RESHARD_OK, "%s: %s", what, err.message);
   c->request.omit_copies = false;
+  c->request.column_arena = NULL;
+  size_t column_total = 0;
+  for (size_t i = 0; i < only_columns.batch_count * RESHARD_COPY_COLUMNS; i++) {
+    column_total += only_columns.columns.column_bytes[i];
+  }
+  cr_assert_geq(bytes_arena.total_bytes, column_total,
+                "%s: the columns' bytes are not in their arena", what);
   cr_assert_null(only_columns.copies, "%s", what);
   cr_assert_eq(only_columns.batch_count, plain.batch_count, "%s", what);
   cr_assert(plain.batch_count == 0 ||
@@ -114,6 +125,7 @@ static size_t run_case(oracle_case *c, const char *what) {
             "%s: omitting the copies changed the batches", what);
   check_columns(&only_columns, plain.copies, what);
   oracle_plan_release(c, &only_arena, &only_columns);
+  reshard_arena_destroy(&bytes_arena);
   size_t copies = with_columns.copy_count;
   oracle_plan_release(c, &columns_arena, &with_columns);
   oracle_plan_release(c, &plain_arena, &plain);
@@ -221,8 +233,9 @@ Test(varint_columns, group_encoder) {
     reshard_arena_init(&arena, 0);
     reshard__column_encoder encoder;
     reshard_error err;
-    cr_assert_eq(reshard__column_encoder_init(
-                     &encoder, GROUPS * MAX_WIDTH * MAX_ROWS, 1, &arena, &err),
+    cr_assert_eq(reshard__column_encoder_init(&encoder,
+                                              GROUPS * MAX_WIDTH * MAX_ROWS, 1,
+                                              &arena, &arena, &err),
                  RESHARD_OK);
     size_t count = 0;
     for (unsigned g = 0; g < GROUPS; g++) {

@@ -53,6 +53,10 @@ typedef struct reshard_load_request {
    * `columns`), right after batching it: what a PlanLoad response without
    * runs carries. */
   bool varint_columns;
+  /* Optional: where the varint columns' bytes go (NULL: the plan's arena).
+   * A caller that sends them as they lie keeps them past the planning's
+   * scratch. */
+  reshard_arena *column_arena;
   /* Optional: `binding` as reshard_binding_validate validated it earlier
    * for this placement's participant part, this page_count and these
    * limits (a caller's cache of identical bindings). The planner then
