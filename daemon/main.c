@@ -303,13 +303,14 @@ static void catalog_for_logs(const char *catalog, char *out, size_t size) {
  * of 128 KiB or more afresh and unmaps it when freed (raising that
  * threshold only after freeing a larger mapped block), so a paged
  * reader's request (S1: 244 KB) cost page faults, and an unmap that every
- * core must hear about, on every call. Blocks up to 4 MiB come from the
- * heap instead, and up to 8 MiB of free heap is kept for the next call:
- * what glibc's own adjustment settled on while the daemon still malloc'd
- * its multi-megabyte responses (docs/performance.md, Round 12). */
+ * core must hear about, on every call. Blocks under 1 MiB (the SPEC §6
+ * paged requests are 0.2 to 0.8 MB) come from the heap instead, and up to
+ * 2 MiB of free heap is kept at the top of each malloc arena. 4 and 8 MiB
+ * kept S5's resident memory 0.4 MiB a call higher (docs/performance.md,
+ * Round 12). */
 static void keep_heap(void) {
-  mallopt(M_MMAP_THRESHOLD, 4 << 20);
-  mallopt(M_TRIM_THRESHOLD, 8 << 20);
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  mallopt(M_TRIM_THRESHOLD, 2 << 20);
 }
 
 int main(int argc, char **argv) {
