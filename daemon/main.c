@@ -306,8 +306,8 @@ static void catalog_for_logs(const char *catalog, char *out, size_t size) {
  * core must hear about, on every call. Blocks under 1 MiB (the SPEC §6
  * paged requests are 0.2 to 0.8 MB) come from the heap instead, and up to
  * 2 MiB of free heap is kept at the top of each malloc arena. 4 and 8 MiB
- * kept S5's resident memory 0.4 MiB a call higher (docs/performance.md,
- * Round 12). */
+ * kept S5's resident memory about half a MiB a call higher
+ * (docs/performance.md, Round 12). */
 static void keep_heap(void) {
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
   mallopt(M_TRIM_THRESHOLD, 2 << 20);

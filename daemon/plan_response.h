@@ -7,7 +7,8 @@
  *
  * Encoding is measure, then write. A plan that carries its batches as
  * varint columns (reshard_load_request.varint_columns) is measured and
- * written from those: column sizes read, column bytes copied. Otherwise
+ * written from those: column sizes read, column bytes copied (or, written
+ * as pieces, long columns referenced where they lie). Otherwise
  * measuring reads every copy (or run) once, row by row, and keeps each batch's
  * column sizes and whether all of a column's values share one varint length;
  * writing then fills a batch column by column (its rows stay in cache), with a
