@@ -20,6 +20,7 @@ struct reshard_chunk_pool {
   atomic_size_t references;
   uv_mutex_t lock;
   free_block *free[CLASS_COUNT];
+  uint64_t last_take[CLASS_COUNT]; /* `takes` when the class last served */
   size_t retain_bytes;
   size_t kept_bytes;
   uint64_t kept_blocks;
@@ -100,6 +101,7 @@ void *reshard_chunk_pool_take(reshard_chunk_pool *pool, size_t size,
   size_t block_size = class_size(c);
   uv_mutex_lock(&pool->lock);
   pool->takes++;
+  pool->last_take[c] = pool->takes;
   free_block *block = pool->free[c];
   if (block != NULL) {
     pool->free[c] = block->next;
@@ -115,6 +117,27 @@ void *reshard_chunk_pool_take(reshard_chunk_pool *pool, size_t size,
   return block;
 }
 
+/* The kept class used longest ago, if it was used before class `c`: the
+ * one to give up for a block of `c`, so that what is kept follows the
+ * calls being served now (a burst of large plans must not leave the pool
+ * full of their blocks for good). -1 when there is none. */
+static int stalest_class(const reshard_chunk_pool *pool, int c) {
+  int stalest = -1;
+  for (int other = 0; other < CLASS_COUNT; other++) {
+    if (other != c && pool->free[other] != NULL &&
+        pool->last_take[other] < pool->last_take[c] &&
+        (stalest < 0 || pool->last_take[other] < pool->last_take[stalest])) {
+      stalest = other;
+    }
+  }
+  return stalest;
+}
+
+static bool has_room(const reshard_chunk_pool *pool, size_t capacity) {
+  return pool->kept_bytes <= pool->retain_bytes &&
+         pool->retain_bytes - pool->kept_bytes >= capacity;
+}
+
 void reshard_chunk_pool_give(reshard_chunk_pool *pool, void *block,
                              size_t capacity) {
   if (block == NULL) {
@@ -122,10 +145,24 @@ void reshard_chunk_pool_give(reshard_chunk_pool *pool, void *block,
   }
   int c = class_of(capacity);
   bool keep = false;
-  if (c >= 0 && capacity == class_size(c)) {
+  free_block *evicted = NULL;
+  if (c >= 0 && capacity == class_size(c) && capacity <= pool->retain_bytes) {
     uv_mutex_lock(&pool->lock);
-    keep = pool->kept_bytes <= pool->retain_bytes &&
-           pool->retain_bytes - pool->kept_bytes >= capacity;
+    /* Blocks given up before room is found stay given up: they were staler
+     * than a class in use. */
+    while (!has_room(pool, capacity)) {
+      int stalest = stalest_class(pool, c);
+      if (stalest < 0) {
+        break;
+      }
+      free_block *node = pool->free[stalest];
+      pool->free[stalest] = node->next;
+      pool->kept_bytes -= class_size(stalest);
+      pool->kept_blocks--;
+      node->next = evicted;
+      evicted = node;
+    }
+    keep = has_room(pool, capacity);
     if (keep) {
       free_block *node = block;
       node->next = pool->free[c];
@@ -134,6 +171,11 @@ void reshard_chunk_pool_give(reshard_chunk_pool *pool, void *block,
       pool->kept_blocks++;
     }
     uv_mutex_unlock(&pool->lock);
+  }
+  while (evicted != NULL) {
+    free_block *next = evicted->next;
+    free(evicted);
+    evicted = next;
   }
   if (!keep) {
     free(block);

@@ -3,9 +3,12 @@
  * that finishes gives its blocks back instead of freeing them, so the next
  * call reuses memory that is already mapped and touched: no page faults,
  * no mmap/munmap per call for a large plan. Blocks come in power-of-two
- * classes; at most `retain_bytes` are kept, the rest is freed at once, so
- * the daemon's resident memory stays bounded by what calls in flight hold
- * plus that amount. Thread-safe (one mutex, held for a list push or pop). */
+ * classes; at most `retain_bytes` are kept, so the daemon's resident memory
+ * stays bounded by what calls in flight hold plus that amount. When the
+ * pool is full, a block given back takes the place of blocks of the class
+ * used longest ago, if that is older than its own: what is kept follows
+ * the calls being served now. Thread-safe (one mutex, held for a list push
+ * or pop, or an eviction). */
 #ifndef RESHARD_CHUNK_POOL_H
 #define RESHARD_CHUNK_POOL_H
 

@@ -100,3 +100,60 @@ Test(chunk_pool, rounds_up_to_a_quarter_octave) {
   }
   reshard_chunk_pool_free(pool);
 }
+
+/* A burst of one size must not leave the pool full of it for good: blocks
+ * of a class used since take the place of the class used longest ago. */
+Test(chunk_pool, gives_up_the_stalest_class_for_the_one_in_use) {
+  reshard_chunk_pool *pool = reshard_chunk_pool_create(4 * 65536);
+  void *old[4];
+  size_t old_capacity[4];
+  for (int i = 0; i < 4; i++) {
+    old[i] = reshard_chunk_pool_take(pool, 65536, &old_capacity[i]);
+  }
+  for (int i = 0; i < 4; i++) {
+    reshard_chunk_pool_give(pool, old[i], old_capacity[i]);
+  }
+  reshard_chunk_pool_stats stats;
+  reshard_chunk_pool_get_stats(pool, &stats);
+  cr_assert_eq(stats.kept_bytes, 4 * 65536, "the pool is full of 64 KiB");
+
+  for (int round = 0; round < 2; round++) {
+    void *now[2];
+    size_t now_capacity[2];
+    for (int i = 0; i < 2; i++) {
+      now[i] = reshard_chunk_pool_take(pool, 100000, &now_capacity[i]);
+      cr_assert_eq(now_capacity[i], 114688);
+    }
+    for (int i = 0; i < 2; i++) {
+      reshard_chunk_pool_give(pool, now[i], now_capacity[i]);
+    }
+  }
+  reshard_chunk_pool_get_stats(pool, &stats);
+  cr_assert_eq(stats.reuses, 2, "the second round reuses the first's blocks");
+  cr_assert_eq(stats.kept_blocks, 2,
+               "the four 64 KiB blocks gave way to two of 112 KiB");
+  cr_assert_eq(stats.kept_bytes, 2 * 114688);
+  reshard_chunk_pool_free(pool);
+}
+
+/* The other way round: a block of a class not used since is not kept at
+ * the cost of blocks of a class in use. */
+Test(chunk_pool, keeps_the_class_in_use_over_a_stale_one) {
+  reshard_chunk_pool *pool = reshard_chunk_pool_create(2 * 65536);
+  size_t stale_capacity = 0;
+  void *stale = reshard_chunk_pool_take(pool, 100000, &stale_capacity);
+  void *used[2];
+  size_t used_capacity[2];
+  for (int i = 0; i < 2; i++) {
+    used[i] = reshard_chunk_pool_take(pool, 65536, &used_capacity[i]);
+  }
+  for (int i = 0; i < 2; i++) {
+    reshard_chunk_pool_give(pool, used[i], used_capacity[i]);
+  }
+  reshard_chunk_pool_give(pool, stale, stale_capacity);
+  reshard_chunk_pool_stats stats;
+  reshard_chunk_pool_get_stats(pool, &stats);
+  cr_assert_eq(stats.kept_blocks, 2);
+  cr_assert_eq(stats.kept_bytes, 2 * 65536);
+  reshard_chunk_pool_free(pool);
+}
