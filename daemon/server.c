@@ -41,6 +41,11 @@ enum {
    * sends its request with its headers, so a silent stream is not one
    * worth keeping others waiting for. */
   REQUEST_READ_CONTENDED_MS = 1000,
+  /* A finished call whose client has not taken its response this long
+   * while other calls wait for room is cancelled: a client that never
+   * opens its flow-control window must not hold the room for good. Ten
+   * seconds carry S2's 3.9 MB response at 400 KB/s. */
+  RESPONSE_SEND_CONTENDED_MS = 10 * 1000,
   /* Once no Planner call is in flight, calls still sending their status
    * get this long before the rest are cancelled; connections that ignore
    * GOAWAY do not hold the exit for the whole drain timeout. */
@@ -123,10 +128,13 @@ struct reshard_call {
   atomic_bool cancelled;
 
   server_tag recv_tag, close_tag, send_tag, write_tag;
-  unsigned pending;   /* batches started and not yet completed */
-  bool finished;      /* the handler finished (status chosen) */
-  bool status_sent;   /* the status batch was started */
-  bool metadata_sent; /* initial metadata went out */
+  unsigned pending;     /* batches started and not yet completed */
+  bool finished;        /* the handler finished (status chosen) */
+  bool status_sent;     /* the status batch was started */
+  bool sending;         /* ...and has not completed */
+  bool send_cut;        /* cancelled by us before its response went out */
+  uint64_t finished_ns; /* uv_hrtime when the handler finished */
+  bool metadata_sent;   /* initial metadata went out */
   bool write_pending;
   grpc_status_code code; /* the status chosen */
   const char *message;   /* its message, in the arena */
@@ -296,7 +304,8 @@ static grpc_call_error start_batch(reshard_call *call, const grpc_op *ops,
  * connection broke) before our status went out is CANCELLED, whatever
  * status we had chosen, which the client never saw. */
 static grpc_status_code final_code(const reshard_call *call) {
-  return call->close_cancelled ? GRPC_STATUS_CANCELLED : call->code;
+  return call->close_cancelled && !call->send_cut ? GRPC_STATUS_CANCELLED
+                                                  : call->code;
 }
 
 static void log_call(const reshard_call *call) {
@@ -410,6 +419,7 @@ static void send_status(reshard_call *call) {
   count++;
   call->status_sent = true;
   grpc_call_error error = start_batch(call, ops, count, &call->send_tag);
+  call->sending = error == GRPC_CALL_OK;
   /* The details are not retained past grpc_call_start_batch. */
   grpc_slice_unref(details);
   if (error != GRPC_CALL_OK && call->send_buffer != NULL) {
@@ -422,6 +432,7 @@ static void finish(reshard_call *call, grpc_status_code code,
                    const char *message) {
   assert(!call->finished && "a call is finished exactly once");
   call->finished = true;
+  call->finished_ns = uv_hrtime();
   call->code = code;
   call->message = message ? reshard_arena_strdup(&call->arena, message) : NULL;
   if (call->message == NULL && message != NULL) {
@@ -873,6 +884,7 @@ static void on_write(reshard_call *call, int success) {
 
 static void on_send(reshard_call *call) {
   call->pending--;
+  call->sending = false;
   if (call->send_buffer != NULL) {
     grpc_byte_buffer_destroy(call->send_buffer);
     call->send_buffer = NULL;
@@ -914,16 +926,40 @@ static void apply_default_deadline(const reshard_server *server,
   }
 }
 
+/* Cancels a call whose response has not gone out: gRPC then completes its
+ * batches and the call is freed, giving its room back. The log and the
+ * metrics keep `code`, not CANCELLED. */
+static void cut_send(reshard_call *call, grpc_status_code code,
+                     const char *message) {
+  call->send_cut = true;
+  call->code = code;
+  call->message = message;
+  grpc_call_cancel_with_status(call->call, code, message, NULL);
+}
+
 /* Ends the calls whose deadline passed while they waited for something
- * gRPC does not know about: their request (under the default deadline) or
- * in-flight room. */
+ * gRPC does not know about: their request (under the default deadline),
+ * in-flight room, or a client that does not take its response (gRPC
+ * enforces a deadline the client set, not the default one). */
 static void on_sweep(uv_timer_t *timer) {
   reshard_server *server = timer->data;
   uint64_t now = uv_hrtime();
   for (reshard_call *call = server->calls; call != NULL;) {
     reshard_call *next = call->next;
     if (call->finished) {
-      /* nothing to do */
+      if (call->sending && !call->send_cut) {
+        if (reshard_call_expired(call)) {
+          cut_send(call, GRPC_STATUS_DEADLINE_EXCEEDED,
+                   "response not taken by the client by the call's deadline");
+        } else if (server->inflight.waiting != 0 &&
+                   now - call->finished_ns >=
+                       (uint64_t)RESPONSE_SEND_CONTENDED_MS * 1000000) {
+          cut_send(call, GRPC_STATUS_DEADLINE_EXCEEDED,
+                   "response not taken by the client within 10 s while "
+                   "other calls wait for in-flight memory "
+                   "(--max-inflight-bytes)");
+        }
+      }
     } else if (call->waiter.queued && reshard_call_expired(call)) {
       end_waiting(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
                   "in-flight memory limit (--max-inflight-bytes) still full "

@@ -591,6 +591,110 @@ def concurrent_plans(out, binary, pygen):
     daemon.stop()
 
 
+def plan_request(address, path, pygen):
+    """Worker process: publishes S1 with 8 pages (8 192 copies, a 92 KB
+    response) and writes its PlanLoad request's bytes to `path`."""
+    os.environ["RESHARD_E2E_PYGEN"] = pygen
+    sys.path[:0] = [os.path.join(REPO, "tests", "e2e"),
+                    os.path.join(REPO, "scripts")]
+    import load
+    import reshard_scenarios
+    requests = reshard_scenarios.build("S1", 8)
+    load.set_up(address, requests)
+    with open(path, "wb") as f:
+        f.write(requests.plan_load.SerializeToString())
+
+
+def unread_plans(daemon, payload, connections, per_connection, headers=()):
+    """PlanLoads from connections that set their flow-control window to 0
+    (SETTINGS_INITIAL_WINDOW_SIZE) and never open it: the daemon plans
+    them and cannot send a byte of their responses."""
+    block = grpc_headers(PLANNER + "PlanLoad", headers)
+    message = grpc_message(payload)
+    socks = []
+    for _ in range(connections):
+        host, port = daemon.address.rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        data = PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 0))
+        for i in range(per_connection):
+            stream = 1 + 2 * i
+            data += frame(HEADERS, END_HEADERS, stream, block)
+            for at in range(0, len(message), 16384):
+                last = at + 16384 >= len(message)
+                data += frame(DATA, END_STREAM if last else 0, stream,
+                              message[at:at + 16384])
+        sock.sendall(data)
+        socks.append(sock)
+    return socks
+
+
+def unread_responses(out, binary, pygen):
+    """Clients that send PlanLoads and never take the responses. gRPC
+    cannot end such a call: it ends at the default deadline, and, with a
+    deadline of its own far off, 10 s after it was answered while other
+    calls wait for in-flight room; a client that reads is served."""
+    if pygen is None:
+        print("skip  unread responses: no generated Python messages (--pygen)")
+        return
+
+    def start(*args):
+        daemon = Daemon(binary, *args)
+        with tempfile.NamedTemporaryFile() as f:
+            subprocess.run(
+                [sys.executable, __file__, "--worker", "plan_request",
+                 "--address", daemon.address, "--payload", f.name,
+                 "--pygen", pygen], check=True, timeout=120)
+            return daemon, f.read()
+
+    def deadline_exceeded(daemon):
+        return daemon.metric("reshard_requests_total", method="PlanLoad",
+                             code="DEADLINE_EXCEEDED")
+
+    daemon, payload = start("--default-deadline", "2s")
+    socks = unread_plans(daemon, payload, 4, 2)
+    time.sleep(1)
+    held = daemon.metric("reshard_inflight_bytes")
+    time.sleep(2.5)
+    ended = deadline_exceeded(daemon)
+    left = daemon.metric("reshard_inflight_bytes")
+    out.check("unread responses: ended at the default deadline",
+              held > 0 and ended == 8 and left == 0,
+              "%.1f MiB held after 1 s; after 3.5 s %d of 8 DEADLINE_EXCEEDED, "
+              "%.1f MiB held (--default-deadline 2s)" %
+              (held / MiB, ended, left / MiB))
+    for sock in socks:
+        sock.close()
+    daemon.stop()
+
+    daemon, payload = start("--max-inflight-bytes", "16M",
+                            "--max-request-bytes", "1M",
+                            "--default-deadline", "0")
+    socks = []
+    served = []
+
+    def hold_and_call():
+        socks.extend(unread_plans(daemon, payload, 4, 2,
+                                  [("grpc-timeout", "99999999S")]))
+        time.sleep(1)
+        served.append(daemon.metric("reshard_inflight_waiting_calls"))
+        start_s = time.monotonic()
+        served.append(daemon.call(PLANNER + "PlanLoad", payload, timeout=40))
+        served.append(time.monotonic() - start_s)
+
+    attack(out, daemon, "unread responses filling a 16 MiB in-flight budget",
+           hold_and_call, bound=CALL_BOUND)
+    waiting, got, took = served
+    cut = deadline_exceeded(daemon)
+    out.check("unread responses: a reading client is served",
+              waiting > 0 and got == ("OK", "") and took < 40 and cut >= 1,
+              "%d unread calls waiting for room; the reading client's "
+              "PlanLoad %s after %.1f s; %d unread calls ended "
+              "DEADLINE_EXCEEDED" % (waiting, got[0], took, cut))
+    for sock in socks:
+        sock.close()
+    daemon.stop()
+
+
 def idle_streams(out, binary):
     """10 connections x 100 HEADERS-only streams end at the default
     deadline as DEADLINE_EXCEEDED; a connection opening more streams than
@@ -798,7 +902,8 @@ def publish_manifest(daemon):
 
 CLASSES = [repeated_singular, identity_blowup, tiny_elements,
            distinct_region_ids,
-           compression_bomb, calls_in_flight, concurrent_plans, idle_streams,
+           compression_bomb, calls_in_flight, concurrent_plans,
+           unread_responses, idle_streams,
            descriptors, half_headers, cancelled, signals, lmdb_files,
            disk_full]
 
@@ -818,6 +923,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.worker == "plan_many":
         plan_many(args.address, args.count, args.pygen)
+        return 0
+    if args.worker == "plan_request":
+        plan_request(args.address, args.payload, args.pygen)
         return 0
     if args.worker == "forget_many":
         forget_many(args.address, args.count)
@@ -841,7 +949,7 @@ def main(argv=None):
         if args.only and args.only != fn.__name__:
             continue
         try:
-            if fn is concurrent_plans:
+            if fn in (concurrent_plans, unread_responses):
                 fn(out, args.reshardd, args.pygen)
             else:
                 fn(out, args.reshardd)
