@@ -413,23 +413,16 @@ size_t reshard_plan_response_write(const reshard_plan_response *response,
   return write_response(response, out, NULL);
 }
 
-/* Column payloads that a response sent as pieces references. */
-static bool referenced(const reshard_plan_response *response, size_t size,
-                       size_t min_reference) {
-  return response->batches.columns != NULL && size >= min_reference;
-}
-
-void reshard_plan_response_measure_pieces(const reshard_plan_response *response,
-                                          size_t min_reference,
-                                          size_t *frame_size,
-                                          size_t *piece_room) {
-  const reshard_range_batches *batches = &response->batches;
-  size_t frame = response->size, references = 0;
-  for (size_t b = 0; b < batches->batch_count; b++) {
+void reshard_response_measure_pieces(const reshard_range_batches *batches,
+                                     size_t size, size_t min_reference,
+                                     size_t *frame_size, size_t *piece_room) {
+  size_t frame = size, references = 0;
+  for (size_t b = 0; batches->columns != NULL && b < batches->batch_count;
+       b++) {
     const size_t *sizes =
         batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
     for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
-      if (referenced(response, sizes[c], min_reference)) {
+      if (sizes[c] >= min_reference) {
         frame -= sizes[c];
         references++;
       }
@@ -440,7 +433,7 @@ void reshard_plan_response_measure_pieces(const reshard_plan_response *response,
   *piece_room = 2 * references + 1;
 }
 
-size_t reshard_plan_response_write_pieces(const reshard_plan_response *response,
+size_t reshard_plan_response_write_pieces(const void *response,
                                           size_t min_reference, uint8_t *frame,
                                           reshard_response_piece *pieces) {
   piece_sink sink = {pieces, 0, frame, min_reference};
@@ -478,8 +471,8 @@ reshard_status reshard_store_response_measure(const reshard_store_plan *plan,
   return RESHARD_OK;
 }
 
-size_t reshard_store_response_write(const reshard_store_response *response,
-                                    uint8_t *out) {
+static size_t write_store_response(const reshard_store_response *response,
+                                   uint8_t *out, piece_sink *sink) {
   const reshard_store_plan *plan = response->plan;
   uint8_t *start = out;
   if (plan->part_count) {
@@ -490,10 +483,26 @@ size_t reshard_store_response_write(const reshard_store_response *response,
     }
   }
   out = put_region_ids(out, 2, response->binding);
-  out = reshard_range_batches_write(&response->batches, 3, out);
+  out = write_batches(&response->batches, 3, out, sink);
   out = reshard_plan_stats_write(out, 4, plan->operations, plan->bytes,
                                  plan->copies_before_coalescing,
                                  plan->runs.run_count);
   out = put_string(out, 5, response->layout_id, 0);
+  if (sink != NULL) {
+    end_frame_piece(sink, out);
+  }
   return (size_t)(out - start);
+}
+
+size_t reshard_store_response_write(const reshard_store_response *response,
+                                    uint8_t *out) {
+  return write_store_response(response, out, NULL);
+}
+
+size_t reshard_store_response_write_pieces(const void *response,
+                                           size_t min_reference, uint8_t *frame,
+                                           reshard_response_piece *pieces) {
+  piece_sink sink = {pieces, 0, frame, min_reference};
+  write_store_response(response, frame, &sink);
+  return sink.count;
 }

@@ -93,19 +93,24 @@ reshard_plan_response_measure(const reshard_load_plan *plan,
 size_t reshard_plan_response_write(const reshard_plan_response *response,
                                    uint8_t *out);
 
-/* The same response as pieces (response_memory.h), to send without
- * copying the plan's varint columns: each column payload of at least
- * `min_reference` bytes is a piece of its own, where the planner wrote it,
- * and every other byte goes into a frame. measure_pieces gives the
- * frame's size and the most pieces there can be; write_pieces writes the
- * frame at `frame` and the pieces into `pieces`, and returns how many. */
-void reshard_plan_response_measure_pieces(const reshard_plan_response *response,
-                                          size_t min_reference,
-                                          size_t *frame_size,
-                                          size_t *piece_room);
-size_t reshard_plan_response_write_pieces(const reshard_plan_response *response,
+/* A measured response (PlanLoad's or PlanStore's) as pieces
+ * (response_memory.h), to send without copying the plan's varint columns:
+ * each column payload of at least `min_reference` bytes is a piece of its
+ * own, where the planner wrote it, and every other byte goes into a frame.
+ * measure_pieces gives, from the response's batches and size, the frame's
+ * size and the most pieces there can be. */
+void reshard_response_measure_pieces(const reshard_range_batches *batches,
+                                     size_t size, size_t min_reference,
+                                     size_t *frame_size, size_t *piece_room);
+
+/* Writes the frame at `frame` and the pieces into `pieces` (room as
+ * measured); returns how many. `response` is a reshard_plan_response, or
+ * a reshard_store_response for the second: the two share this signature
+ * (reshard_response_pieces_fn) so that one packer serves both RPCs. */
+typedef size_t reshard_response_pieces_fn(const void *response,
                                           size_t min_reference, uint8_t *frame,
                                           reshard_response_piece *pieces);
+reshard_response_pieces_fn reshard_plan_response_write_pieces;
 
 /* A PlanStoreResponse, measured and ready to write. With runs requested
  * (plan->runs.batch_first non-NULL) the batches carry runs. */
@@ -132,5 +137,8 @@ reshard_status reshard_store_response_measure(const reshard_store_plan *plan,
  * bytes; returns the bytes written (response->size). */
 size_t reshard_store_response_write(const reshard_store_response *response,
                                     uint8_t *out);
+
+/* The same response as pieces (reshard_response_pieces_fn above). */
+reshard_response_pieces_fn reshard_store_response_write_pieces;
 
 #endif

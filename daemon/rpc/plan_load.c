@@ -209,34 +209,6 @@ static void load_work(reshard_work *work) {
   ctx->plan.built_joins = NULL;
 }
 
-/* Column payloads at least this long are sent where the planner wrote
- * them; shorter ones cost less to copy than a slice of their own. */
-enum { RESPONSE_REFERENCE_MIN_BYTES = 4096 };
-
-/* The measured response into the call's send buffer: from the response
- * memory when the planner wrote its columns there, else copied whole. */
-static reshard_status pack_response(load_ctx *ctx,
-                                    const reshard_plan_response *response) {
-  reshard_call *call = ctx->call;
-  if (ctx->response_memory == NULL) {
-    return reshard_call_pack_encoded(call, response->size, write_plan_response,
-                                     (void *)response);
-  }
-  size_t frame_size, piece_room;
-  reshard_plan_response_measure_pieces(response, RESPONSE_REFERENCE_MIN_BYTES,
-                                       &frame_size, &piece_room);
-  uint8_t *frame = RESHARD_ARENA_ARRAY(
-      reshard_response_memory_arena(ctx->response_memory), uint8_t, frame_size);
-  reshard_response_piece *pieces = RESHARD_ARENA_ARRAY(
-      reshard_call_arena(call), reshard_response_piece, piece_room);
-  if (frame == NULL || pieces == NULL) {
-    return RESHARD_RESOURCE_EXHAUSTED;
-  }
-  size_t count = reshard_plan_response_write_pieces(
-      response, RESPONSE_REFERENCE_MIN_BYTES, frame, pieces);
-  return reshard_call_pack_pieces(call, ctx->response_memory, pieces, count);
-}
-
 /* Worker thread (or loop, for small plans): the plan into the response. */
 static void encode_plan(load_ctx *ctx) {
   reshard_call *call = ctx->call;
@@ -257,7 +229,10 @@ static void encode_plan(load_ctx *ctx) {
   if (reshard_plan_response_measure(&ctx->plan, &names,
                                     reshard_call_arena(call),
                                     &response) != RESHARD_OK ||
-      pack_response(ctx, &response) != RESHARD_OK) {
+      reshard__planner_pack_response(
+          call, ctx->response_memory, &response.batches, response.size,
+          &response, reshard_plan_response_write_pieces,
+          write_plan_response) != RESHARD_OK) {
     ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
                                     "out of memory building the response");
     return;

@@ -35,6 +35,9 @@ typedef struct store_ctx {
   bool manifest_hit, join_hit;
 
   reshard_work work;
+  /* Without runs, the planner's varint columns go here and are sent from
+   * here (response_memory.h); NULL when it could not be had. */
+  reshard_response_memory *response_memory;
   reshard_store_request store;
   reshard_store_plan plan;
   bool planned;
@@ -112,8 +115,10 @@ static void encode_plan(store_ctx *ctx, reshard_arena *scratch) {
   if (reshard_store_response_measure(&ctx->plan, &ctx->binding,
                                      ctx->manifest->layout_id, scratch,
                                      &response) != RESHARD_OK ||
-      reshard_call_pack_encoded(call, response.size, write_response,
-                                &response) != RESHARD_OK) {
+      reshard__planner_pack_response(
+          call, ctx->response_memory, &response.batches, response.size,
+          &response, reshard_store_response_write_pieces,
+          write_response) != RESHARD_OK) {
     ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
                                     "out of memory building the response");
   }
@@ -134,6 +139,13 @@ static void store_work(reshard_work *work) {
   reshard_arena scratch;
   reshard_arena_init_from(&scratch, 64 * 1024,
                           reshard_call_arena(call)->source);
+  if (ctx->store.varint_columns) {
+    ctx->response_memory = reshard_call_response_memory(call);
+    ctx->store.column_arena =
+        ctx->response_memory != NULL
+            ? reshard_response_memory_arena(ctx->response_memory)
+            : NULL;
+  }
   uint64_t start = uv_hrtime();
   ctx->status =
       reshard_plan_store(&ctx->store, &scratch, &ctx->plan, &ctx->err);
@@ -144,6 +156,10 @@ static void store_work(reshard_work *work) {
     encode_plan(ctx, &scratch);
   }
   reshard_arena_destroy(&scratch);
+  /* The response's slices hold what they point into. */
+  reshard_response_memory_release(ctx->response_memory);
+  ctx->response_memory = NULL;
+  ctx->store.column_arena = NULL;
 }
 
 /* Loop: keep the join template the planner built, then answer. */

@@ -14,6 +14,7 @@
 #include "catalog/catalog.h"
 #include "inline_cache.h"
 #include "metrics.h"
+#include "plan_response.h"
 #include "reshard/identity.h"
 #include "reshard/limits.h"
 #include "reshard/placement.h"
@@ -183,6 +184,17 @@ void reshard__planner_keep_join(reshard_planner *planner, reshard_join *built,
                                 const char *layout_id,
                                 const reshard__target *target, uint64_t dp_rank,
                                 const char *participant);
+
+/* Packs a measured response (`batches`, `size`) into the call's send
+ * buffer. With `memory`, where the planner wrote the varint columns, the
+ * long columns are sent from there (`write` is the response's
+ * reshard_response_pieces_fn); without, `write_whole` copies it all. Any
+ * thread, as reshard_call_pack. */
+reshard_status reshard__planner_pack_response(
+    reshard_call *call, reshard_response_memory *memory,
+    const reshard_range_batches *batches, size_t size, void *response,
+    reshard_response_pieces_fn *write,
+    size_t (*write_whole)(void *response, uint8_t *out));
 
 /* Plans: `fn` runs on the loop now when the binding covers at most the
  * planner's inline_max_values values, else on the planner's work pool;

@@ -190,6 +190,32 @@ void reshard__planner_keep_join(reshard_planner *planner, reshard_join *built,
   reshard_shared_unref(shared ? &shared->base : NULL);
 }
 
+/* Column payloads at least this long are sent where the planner wrote
+ * them; shorter ones cost less to copy than a slice of their own. */
+enum { RESPONSE_REFERENCE_MIN_BYTES = 4096 };
+
+reshard_status reshard__planner_pack_response(
+    reshard_call *call, reshard_response_memory *memory,
+    const reshard_range_batches *batches, size_t size, void *response,
+    reshard_response_pieces_fn *write,
+    size_t (*write_whole)(void *response, uint8_t *out)) {
+  if (memory == NULL) {
+    return reshard_call_pack_encoded(call, size, write_whole, response);
+  }
+  size_t frame_size, piece_room;
+  reshard_response_measure_pieces(batches, size, RESPONSE_REFERENCE_MIN_BYTES,
+                                  &frame_size, &piece_room);
+  uint8_t *frame = RESHARD_ARENA_ARRAY(reshard_response_memory_arena(memory),
+                                       uint8_t, frame_size);
+  reshard_response_piece *pieces = RESHARD_ARENA_ARRAY(
+      reshard_call_arena(call), reshard_response_piece, piece_room);
+  if (frame == NULL || pieces == NULL) {
+    return RESHARD_RESOURCE_EXHAUSTED;
+  }
+  size_t count = write(response, RESPONSE_REFERENCE_MIN_BYTES, frame, pieces);
+  return reshard_call_pack_pieces(call, memory, pieces, count);
+}
+
 /* `fn` then `after` on the loop now, or `fn` on the work pool. */
 static int run_here_or_pool(reshard_planner *planner, reshard_work *work,
                             bool here, reshard_work_fn fn,

@@ -2,9 +2,11 @@
  * must produce exactly the bytes protobuf-c packs for the message
  * reshard_wire_plan_to_pb builds, on every SPEC §6 scenario with and
  * without runs (and without runs both from the copies and from the varint
- * columns the planner encodes while batching), with many small batches and with
- * the edge cases proto3 encodes specially (zero values and empty strings left
- * out, repeated strings always written). */
+ * columns the planner encodes while batching, whole and as pieces sent from
+ * where the columns lie), with many small batches and with the edge cases
+ * proto3 encodes specially (zero values and empty strings left out,
+ * repeated strings always written); the PlanStoreResponse encoder the
+ * same way. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdint.h>
@@ -24,20 +26,22 @@ typedef struct encoder_case {
   bool runs;
 } encoder_case;
 
-/* The response as pieces, with column payloads of at least `min_reference`
- * bytes referenced: the pieces in order are the bytes `want`, every byte
- * not referenced lies in the frame, which they fill exactly, and only
- * payloads that long lie outside it. */
-static void assert_same_pieces(const reshard_plan_response *response,
+/* A response (`batches`, `want_size` bytes, written by `write`) as
+ * pieces, with column payloads of at least `min_reference` bytes
+ * referenced: the pieces in order are the bytes `want`, every byte not
+ * referenced lies in the frame, which they fill exactly, and only payloads
+ * that long lie outside it. */
+static void assert_same_pieces(const reshard_range_batches *batches,
+                               const void *response,
+                               reshard_response_pieces_fn *write,
                                const uint8_t *want, size_t want_size,
                                size_t min_reference) {
   size_t frame_size, room;
-  reshard_plan_response_measure_pieces(response, min_reference, &frame_size,
-                                       &room);
+  reshard_response_measure_pieces(batches, want_size, min_reference,
+                                  &frame_size, &room);
   uint8_t *frame = malloc(frame_size + 1);
   reshard_response_piece *pieces = malloc(room * sizeof *pieces);
-  size_t count = reshard_plan_response_write_pieces(response, min_reference,
-                                                    frame, pieces);
+  size_t count = write(response, min_reference, frame, pieces);
   cr_assert_leq(count, room);
   size_t at = 0, in_frame = 0, referenced = 0;
   for (size_t i = 0; i < count; i++) {
@@ -59,12 +63,14 @@ static void assert_same_pieces(const reshard_plan_response *response,
   cr_assert_eq(at, want_size);
   cr_assert_eq(in_frame, frame_size);
   if (min_reference == 1) {
-    cr_assert_eq(referenced, 6 * response->batches.batch_count,
+    cr_assert_eq(referenced, 6 * batches->batch_count,
                  "every column payload is referenced");
   }
   free(pieces);
   free(frame);
 }
+
+static const size_t piece_minimums[] = {1, 16, 4096, SIZE_MAX};
 
 static void assert_same_bytes(const reshard_load_plan *plan,
                               const reshard_wire_plan_names *names,
@@ -88,9 +94,11 @@ static void assert_same_bytes(const reshard_load_plan *plan,
     cr_assert_eq(got[i], want[i], "byte %zu of %zu differs", i, size);
   }
   if (response.batches.columns != NULL) {
-    static const size_t minimums[] = {1, 16, 4096, SIZE_MAX};
-    for (size_t m = 0; m < sizeof minimums / sizeof minimums[0]; m++) {
-      assert_same_pieces(&response, want, want_size, minimums[m]);
+    for (size_t m = 0; m < sizeof piece_minimums / sizeof piece_minimums[0];
+         m++) {
+      assert_same_pieces(&response.batches, &response,
+                         reshard_plan_response_write_pieces, want, want_size,
+                         piece_minimums[m]);
     }
   }
   free(got);
@@ -258,6 +266,15 @@ static void run_store_case(const store_case *c, bool varint_columns) {
   cr_assert_eq(reshard_store_response_write(&response, got), response.size);
   for (size_t i = 0; i < response.size; i++) {
     cr_assert_eq(got[i], want[i], "byte %zu of %zu differs", i, response.size);
+  }
+  cr_assert_eq(response.batches.columns != NULL, varint_columns && !c->runs);
+  if (response.batches.columns != NULL) {
+    for (size_t m = 0; m < sizeof piece_minimums / sizeof piece_minimums[0];
+         m++) {
+      assert_same_pieces(&response.batches, &response,
+                         reshard_store_response_write_pieces, want, want_size,
+                         piece_minimums[m]);
+    }
   }
   free(got);
   free(want);

@@ -646,6 +646,38 @@ Test(store_request, runs_are_the_fold_of_the_explicit_plan) {
       0);
 }
 
+Test(store_request, columns_land_in_the_given_arena) {
+  /* As the daemon asks without runs: the copies left out, the varint
+   * columns written into an arena of the caller's that outlives the
+   * plan's, with the same bytes as in the plan's own. */
+  fx.request.varint_columns = true;
+  fx.request.omit_copies = true;
+  cr_assert_eq(plan_fx(), RESHARD_OK, "%s", fx.err.message);
+  reshard_store_plan own = fx.plan;
+  reshard_join_free(own.built_join);
+  reshard_arena columns;
+  reshard_arena_init(&columns, 0);
+  fx.request.column_arena = &columns;
+  cr_assert_eq(plan_fx(), RESHARD_OK, "%s", fx.err.message);
+  cr_assert_null(fx.plan.copies);
+  cr_assert_eq(fx.plan.columns.batch_count, own.columns.batch_count);
+  size_t total = 0;
+  for (size_t b = 0; b < own.columns.batch_count; b++) {
+    size_t length = 0;
+    for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+      length += own.columns.column_bytes[b * RESHARD_COPY_COLUMNS + c];
+    }
+    cr_assert_neq(fx.plan.columns.bytes[b], own.columns.bytes[b]);
+    cr_assert_eq(memcmp(fx.plan.columns.bytes[b], own.columns.bytes[b], length),
+                 0, "batch %zu's columns differ", b);
+    total += length;
+  }
+  cr_assert_gt(total, 0);
+  cr_assert_geq(columns.total_bytes, total,
+                "the columns' bytes are not in the given arena");
+  reshard_arena_destroy(&columns);
+}
+
 static bool stop_now(void *context) {
   (void)context;
   return true;

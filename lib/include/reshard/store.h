@@ -35,6 +35,9 @@ typedef struct reshard_store_request {
    * the caller reads only those or the runs (the plan's `copies` NULL). */
   bool varint_columns;
   bool omit_copies;
+  /* Optional, as reshard_load_request.column_arena: where the varint
+   * columns' bytes go (NULL: the plan's arena). */
+  reshard_arena *column_arena;
   /* Optional, as for reshard_load_request. */
   bool (*should_stop)(void *context);
   void *should_stop_context;
