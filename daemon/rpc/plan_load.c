@@ -181,13 +181,8 @@ static void load_work(reshard_work *work) {
   uint64_t start = uv_hrtime();
   reshard_arena_init_from(&ctx->scratch, 64 * 1024,
                           reshard_call_arena(call)->source);
-  if (ctx->load.varint_columns) {
-    ctx->response_memory = reshard_call_response_memory(call);
-    ctx->load.column_arena =
-        ctx->response_memory != NULL
-            ? reshard_response_memory_arena(ctx->response_memory)
-            : NULL;
-  }
+  ctx->response_memory = reshard__planner_column_memory(
+      call, ctx->load.varint_columns, &ctx->load.column_arena);
   ctx->status =
       reshard_plan_load(&ctx->load, &ctx->scratch, &ctx->plan, &ctx->err);
   ctx->plan_us = (uv_hrtime() - start) / 1000;

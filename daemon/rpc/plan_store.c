@@ -139,13 +139,8 @@ static void store_work(reshard_work *work) {
   reshard_arena scratch;
   reshard_arena_init_from(&scratch, 64 * 1024,
                           reshard_call_arena(call)->source);
-  if (ctx->store.varint_columns) {
-    ctx->response_memory = reshard_call_response_memory(call);
-    ctx->store.column_arena =
-        ctx->response_memory != NULL
-            ? reshard_response_memory_arena(ctx->response_memory)
-            : NULL;
-  }
+  ctx->response_memory = reshard__planner_column_memory(
+      call, ctx->store.varint_columns, &ctx->store.column_arena);
   uint64_t start = uv_hrtime();
   ctx->status =
       reshard_plan_store(&ctx->store, &scratch, &ctx->plan, &ctx->err);

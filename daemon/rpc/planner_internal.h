@@ -185,6 +185,15 @@ void reshard__planner_keep_join(reshard_planner *planner, reshard_join *built,
                                 const reshard__target *target, uint64_t dp_rank,
                                 const char *participant);
 
+/* With `varint_columns`, memory for the response whose columns the
+ * planner writes into *column_arena (its arena) to send them from there;
+ * else, or when out of memory, NULL and *column_arena NULL, and the
+ * response is copied whole. The caller releases it once the response is
+ * packed. Any thread. */
+reshard_response_memory *
+reshard__planner_column_memory(reshard_call *call, bool varint_columns,
+                               reshard_arena **column_arena);
+
 /* Packs a measured response (`batches`, `size`) into the call's send
  * buffer. With `memory`, where the planner wrote the varint columns, the
  * long columns are sent from there (`write` is the response's

@@ -190,6 +190,15 @@ void reshard__planner_keep_join(reshard_planner *planner, reshard_join *built,
   reshard_shared_unref(shared ? &shared->base : NULL);
 }
 
+reshard_response_memory *
+reshard__planner_column_memory(reshard_call *call, bool varint_columns,
+                               reshard_arena **column_arena) {
+  reshard_response_memory *memory =
+      varint_columns ? reshard_call_response_memory(call) : NULL;
+  *column_arena = memory != NULL ? reshard_response_memory_arena(memory) : NULL;
+  return memory;
+}
+
 /* Column payloads at least this long are sent where the planner wrote
  * them; shorter ones cost less to copy than a slice of their own. */
 enum { RESPONSE_REFERENCE_MIN_BYTES = 4096 };
