@@ -7,6 +7,7 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
+#include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -18,6 +19,7 @@
 #include "chunk_pool.h"
 #include "inflight.h"
 #include "log.h"
+#include "reset_guard.h"
 
 enum {
   MAX_METHODS = 16,
@@ -50,6 +52,15 @@ enum {
    * get this long before the rest are cancelled; connections that ignore
    * GOAWAY do not hold the exit for the whole drain timeout. */
   SHUTDOWN_GRACE_MS = 1000,
+  /* Threads waiting on the completion queue. gRPC reads connections on
+   * the threads that wait on it, and a thread reading a connection whose
+   * bytes keep coming does not return until they stop: with one, a client
+   * flooding a connection held back every other call's events, health
+   * checks included (docs/security.md, rapid reset). */
+  QUEUE_THREADS = 2,
+  /* Calls a connection may have reset before sending their requests, in
+   * one second, before the daemon closes it (reset_guard.h). */
+  RESETS_PER_SECOND_MAX = 1000,
 };
 
 /* Free arena blocks kept for the next calls: a few dozen calls' worth for
@@ -161,8 +172,10 @@ struct reshard_server {
   unsigned slot_count;
   unsigned slots_pending;
 
-  /* The queue thread's hand-off list. */
-  uv_thread_t thread;
+  /* The queue threads and their hand-off list. */
+  uv_thread_t threads[QUEUE_THREADS];
+  unsigned thread_count;       /* started */
+  atomic_uint threads_running; /* not yet past their last event */
   uv_mutex_t lock;
   server_tag *events_head, *events_tail;
   uv_async_t async;
@@ -187,6 +200,7 @@ struct reshard_server {
   void *closed_data;
 
   reshard_server_stats stats;
+  reshard_reset_guard reset_guard;
 };
 
 static void begin_shutdown(reshard_server *server);
@@ -231,7 +245,9 @@ static void queue_thread(void *arg) {
       push_event(server, tag);
     }
   }
-  push_event(server, &server->queue_done_tag);
+  if (atomic_fetch_sub(&server->threads_running, 1) == 1) {
+    push_event(server, &server->queue_done_tag);
+  }
 }
 
 /* ---- Calls ---- */
@@ -351,6 +367,24 @@ static void release_charge(reshard_call *call) {
     call->charged = 0;
   }
   publish_inflight(call->server);
+}
+
+/* The call's client reset it before its request was read: count it
+ * against its connection (reset_guard.h). */
+static void note_reset(reshard_server *server, reshard_call *call) {
+  char *peer = grpc_call_get_peer(call->call);
+  if (reshard_reset_guard_note(&server->reset_guard, peer, uv_hrtime())) {
+    reshard_log_line line;
+    if (reshard_log_begin(&line, RESHARD_LOG_WARN,
+                          "closed a connection that reset its streams before "
+                          "sending their requests (HTTP/2 rapid reset)")) {
+      reshard_log_str(&line, "peer", peer);
+      reshard_log_u64(&line, "resets_per_second", RESETS_PER_SECOND_MAX);
+      reshard_log_u64(&line, "closed_total", server->reset_guard.closed);
+      reshard_log_end(&line);
+    }
+  }
+  gpr_free(peer);
 }
 
 static void call_free(reshard_call *call) {
@@ -850,6 +884,10 @@ static void on_close(reshard_call *call) {
   call->pending--;
   if (call->close_cancelled) {
     atomic_store_explicit(&call->cancelled, true, memory_order_relaxed);
+    /* gRPC still knows the peer here; by the call's end it forgot it. */
+    if (call->payload == NULL && !call->send_cut) {
+      note_reset(call->server, call);
+    }
   }
   if (call->waiter.queued && !call->finished) {
     /* Gone while waiting for room: give its place up now. */
@@ -1118,10 +1156,12 @@ static void on_handle_closed(uv_handle_t *handle) {
 }
 
 static void on_queue_done(reshard_server *server) {
-  /* The thread returned from its last grpc_completion_queue_next. */
+  /* The threads returned from their last grpc_completion_queue_next. */
   grpc_completion_queue_destroy(server->cq);
   server->cq = NULL;
-  uv_thread_join(&server->thread);
+  for (unsigned i = 0; i < server->thread_count; i++) {
+    uv_thread_join(&server->threads[i]);
+  }
   server->handles_closing = 3;
   uv_close((uv_handle_t *)&server->async, on_handle_closed);
   uv_close((uv_handle_t *)&server->timer, on_handle_closed);
@@ -1368,6 +1408,7 @@ reshard_server *reshard_server_create(uv_loop_t *loop,
   grpc_arg args[13];
   server_channel_args(&server->options, args, &channel_args);
   reshard_inflight_init(&server->inflight, options->max_inflight_bytes);
+  reshard_reset_guard_init(&server->reset_guard, RESETS_PER_SECOND_MAX);
   server->grpc = grpc_server_create(&channel_args, NULL);
   server->cq = grpc_completion_queue_create_for_next(NULL);
   server->pool = reshard_chunk_pool_create(CALL_POOL_RETAIN_BYTES);
@@ -1428,10 +1469,16 @@ reshard_status reshard_server_start(reshard_server *server, int *port,
 
   grpc_server_start(server->grpc);
   server->phase = PHASE_SERVING;
-  if (uv_thread_create(&server->thread, queue_thread, server) != 0) {
-    /* Without the thread nothing can be served; abort loudly. */
-    reshard_log_msg(RESHARD_LOG_ERROR, "cannot start the queue thread", NULL);
-    abort();
+  /* Counted before any starts: the last to finish reports it. */
+  atomic_init(&server->threads_running, QUEUE_THREADS);
+  for (unsigned i = 0; i < QUEUE_THREADS; i++) {
+    if (uv_thread_create(&server->threads[i], queue_thread, server) != 0) {
+      /* Without the threads nothing can be served; abort loudly. */
+      reshard_log_msg(RESHARD_LOG_ERROR, "cannot start the queue threads",
+                      NULL);
+      abort();
+    }
+    server->thread_count++;
   }
   server->slot_count = server->options.request_slots;
   for (unsigned i = 0; i < server->slot_count; i++) {

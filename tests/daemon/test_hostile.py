@@ -695,6 +695,50 @@ def unread_responses(out, binary, pygen):
     daemon.stop()
 
 
+def rapid_reset(out, binary):
+    """One connection that opens streams and resets them at once (HTTP/2
+    rapid reset, CVE-2023-44487): gRPC 1.51 keeps each such stream as a
+    call until the daemon takes it, and a single connection once took the
+    daemon to 3.6 GiB in ten seconds. The daemon closes a connection past
+    1 000 such resets a second (daemon/reset_guard.c)."""
+    daemon = Daemon(binary)
+    block = grpc_headers(PLANNER + "PlanLoad")
+    sent, ended = [0], []
+
+    def flood():
+        conn = RawConnection(daemon.address)
+        conn.sock.settimeout(2)
+
+        def drain():
+            try:
+                while conn.sock.recv(1 << 20):
+                    pass
+            except OSError:
+                pass
+
+        threading.Thread(target=drain, daemon=True).start()
+        stream, stop = 1, time.monotonic() + 5
+        try:
+            while time.monotonic() < stop:
+                conn.send(b"".join(
+                    frame(HEADERS, END_HEADERS, stream + 2 * i, block) +
+                    frame(RST_STREAM, 0, stream + 2 * i, struct.pack(">I", 8))
+                    for i in range(100)))
+                stream += 200
+                sent[0] += 100
+        except OSError:
+            ended.append(True)
+        conn.close()
+
+    attack(out, daemon, "rapid reset (HEADERS + RST_STREAM, one connection)",
+           flood, bound=CALL_BOUND)
+    warned = sum("HTTP/2 rapid reset" in line for line in daemon.lines)
+    out.check("rapid reset: the connection is closed", ended and warned >= 1,
+              "%d streams sent and reset; connection ended by the daemon: %s; "
+              "%d closing logged" % (sent[0], bool(ended), warned))
+    daemon.stop()
+
+
 def idle_streams(out, binary):
     """10 connections x 100 HEADERS-only streams end at the default
     deadline as DEADLINE_EXCEEDED; a connection opening more streams than
@@ -903,7 +947,7 @@ def publish_manifest(daemon):
 CLASSES = [repeated_singular, identity_blowup, tiny_elements,
            distinct_region_ids,
            compression_bomb, calls_in_flight, concurrent_plans,
-           unread_responses, idle_streams,
+           unread_responses, rapid_reset, idle_streams,
            descriptors, half_headers, cancelled, signals, lmdb_files,
            disk_full]
 

@@ -1,0 +1,159 @@
+#include "reset_guard.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+enum { WINDOW_NS = 1000000000 };
+
+void reshard_reset_guard_init(reshard_reset_guard *guard, uint32_t limit) {
+  memset(guard, 0, sizeof *guard);
+  guard->limit = limit;
+}
+
+/* The entry of `peer`, or the one to reuse for it: a free one, else the
+ * one whose window started longest ago. */
+static reshard_reset_peer *entry_of(reshard_reset_guard *guard,
+                                    const char *peer) {
+  reshard_reset_peer *reuse = &guard->peers[0];
+  for (size_t i = 0; i < RESHARD_RESET_GUARD_PEERS; i++) {
+    reshard_reset_peer *entry = &guard->peers[i];
+    if (strcmp(entry->peer, peer) == 0) {
+      return entry;
+    }
+    if (reuse->peer[0] != '\0' &&
+        (entry->peer[0] == '\0' ||
+         entry->window_start_ns < reuse->window_start_ns)) {
+      reuse = entry;
+    }
+  }
+  snprintf(reuse->peer, sizeof reuse->peer, "%s", peer);
+  reuse->count = 0;
+  reuse->window_start_ns = 0;
+  return reuse;
+}
+
+bool reshard_reset_guard_note(reshard_reset_guard *guard, const char *peer,
+                              uint64_t now_ns) {
+  if (peer == NULL || strncmp(peer, "ip", 2) != 0 ||
+      strlen(peer) >= RESHARD_RESET_GUARD_PEER_MAX) {
+    return false; /* unix sockets share one name */
+  }
+  reshard_reset_peer *entry = entry_of(guard, peer);
+  if (entry->count == 0 || now_ns - entry->window_start_ns >= WINDOW_NS) {
+    entry->window_start_ns = now_ns;
+    entry->count = 0;
+  }
+  if (++entry->count < guard->limit) {
+    return false;
+  }
+  entry->count = 0;
+  guard->closed += reshard_reset_guard_close_peer(peer);
+  return true;
+}
+
+/* Parses "ipv4:ADDR:PORT" or "ipv6:[ADDR]:PORT" into an IPv6 address
+ * (IPv4 as mapped) and a port, the form compare_peer compares. */
+static bool parse_peer(const char *peer, struct in6_addr *address,
+                       in_port_t *port) {
+  char host[INET6_ADDRSTRLEN];
+  const char *colon;
+  if (strncmp(peer, "ipv4:", 5) == 0) {
+    colon = strrchr(peer + 5, ':');
+    size_t length = colon != NULL ? (size_t)(colon - (peer + 5)) : 0;
+    struct in_addr v4;
+    if (length == 0 || length >= sizeof host) {
+      return false;
+    }
+    memcpy(host, peer + 5, length);
+    host[length] = '\0';
+    if (inet_pton(AF_INET, host, &v4) != 1) {
+      return false;
+    }
+    memset(address, 0, sizeof *address);
+    address->s6_addr[10] = address->s6_addr[11] = 0xff;
+    memcpy(&address->s6_addr[12], &v4, sizeof v4);
+  } else if (strncmp(peer, "ipv6:[", 6) == 0) {
+    const char *close = strchr(peer + 6, ']');
+    size_t length = close != NULL ? (size_t)(close - (peer + 6)) : 0;
+    if (length == 0 || length >= sizeof host || close[1] != ':') {
+      return false;
+    }
+    memcpy(host, peer + 6, length);
+    host[length] = '\0';
+    if (inet_pton(AF_INET6, host, address) != 1) {
+      return false;
+    }
+    colon = close + 1;
+  } else {
+    return false;
+  }
+  char *end;
+  unsigned long value = strtoul(colon + 1, &end, 10);
+  if (*end != '\0' || value == 0 || value > 65535) {
+    return false;
+  }
+  *port = htons((in_port_t)value);
+  return true;
+}
+
+/* Whether socket `fd` is connected to `address`:`port`. */
+static bool connected_to(int fd, const struct in6_addr *address,
+                         in_port_t port) {
+  struct sockaddr_storage storage;
+  socklen_t length = sizeof storage;
+  if (getpeername(fd, (struct sockaddr *)&storage, &length) != 0) {
+    return false;
+  }
+  struct in6_addr peer;
+  in_port_t peer_port;
+  if (storage.ss_family == AF_INET) {
+    const struct sockaddr_in *v4 = (const struct sockaddr_in *)&storage;
+    memset(&peer, 0, sizeof peer);
+    peer.s6_addr[10] = peer.s6_addr[11] = 0xff;
+    memcpy(&peer.s6_addr[12], &v4->sin_addr, sizeof v4->sin_addr);
+    peer_port = v4->sin_port;
+  } else if (storage.ss_family == AF_INET6) {
+    const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)&storage;
+    peer = v6->sin6_addr;
+    peer_port = v6->sin6_port;
+  } else {
+    return false;
+  }
+  return peer_port == port && memcmp(&peer, address, sizeof peer) == 0;
+}
+
+unsigned reshard_reset_guard_close_peer(const char *peer) {
+  struct in6_addr address;
+  in_port_t port;
+  if (!parse_peer(peer, &address, &port)) {
+    return 0;
+  }
+  /* The open descriptors, not every number up to the limit: this runs
+   * once per closed connection, on the loop. */
+  DIR *fds = opendir("/proc/self/fd");
+  if (fds == NULL) {
+    return 0;
+  }
+  unsigned closed = 0;
+  struct dirent *entry;
+  while ((entry = readdir(fds)) != NULL) {
+    char *end;
+    long fd = strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || end == entry->d_name || fd == dirfd(fds)) {
+      continue;
+    }
+    /* gRPC sees the end of the stream, closes the transport and ends its
+     * calls; the descriptor stays gRPC's to close. */
+    if (connected_to((int)fd, &address, port) &&
+        shutdown((int)fd, SHUT_RDWR) == 0) {
+      closed++;
+    }
+  }
+  closedir(fds);
+  return closed;
+}
