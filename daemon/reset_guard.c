@@ -57,7 +57,7 @@ bool reshard_reset_guard_note(reshard_reset_guard *guard, const char *peer,
 }
 
 /* Parses "ipv4:ADDR:PORT" or "ipv6:[ADDR]:PORT" into an IPv6 address
- * (IPv4 as mapped) and a port, the form compare_peer compares. */
+ * (IPv4 as mapped) and a port, the form connected_to compares. */
 static bool parse_peer(const char *peer, struct in6_addr *address,
                        in_port_t *port) {
   char host[INET6_ADDRSTRLEN];

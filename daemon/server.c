@@ -379,7 +379,7 @@ static void note_reset(reshard_server *server, reshard_call *call) {
                           "closed a connection that reset its streams before "
                           "sending their requests (HTTP/2 rapid reset)")) {
       reshard_log_str(&line, "peer", peer);
-      reshard_log_u64(&line, "resets_per_second", RESETS_PER_SECOND_MAX);
+      reshard_log_u64(&line, "limit_per_second", RESETS_PER_SECOND_MAX);
       reshard_log_u64(&line, "closed_total", server->reset_guard.closed);
       reshard_log_end(&line);
     }
