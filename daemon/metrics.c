@@ -49,6 +49,7 @@ struct reshard_metrics {
 
   atomic_bool draining;
   counter inflight_bytes, inflight_waiting;
+  counter reset_closes;
 };
 
 static const struct {
@@ -255,6 +256,12 @@ void reshard_metrics_set_inflight(reshard_metrics *metrics, uint64_t bytes,
   if (metrics != NULL) {
     put(&metrics->inflight_bytes, bytes);
     put(&metrics->inflight_waiting, waiting);
+  }
+}
+
+void reshard_metrics_reset_close(reshard_metrics *metrics, uint64_t closed) {
+  if (metrics != NULL) {
+    add(&metrics->reset_closes, closed);
   }
 }
 
@@ -586,6 +593,11 @@ bool reshard_metrics_format(const reshard_metrics *m,
          "Calls waiting for room under --max-inflight-bytes.");
   text_printf(out, "reshard_inflight_waiting_calls %" PRIu64 "\n",
               get(&m->inflight_waiting));
+  header(out, "reshard_reset_flood_connections_closed_total", "counter",
+         "Connections closed for resetting their streams before sending "
+         "requests (HTTP/2 rapid reset).");
+  text_printf(out, "reshard_reset_flood_connections_closed_total %" PRIu64 "\n",
+              get(&m->reset_closes));
   format_calls(m, out);
   format_plans(m, out);
   format_catalog(m, out);

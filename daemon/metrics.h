@@ -124,6 +124,9 @@ void reshard_metrics_set_draining(reshard_metrics *metrics, bool draining);
 void reshard_metrics_set_inflight(reshard_metrics *metrics, uint64_t bytes,
                                   uint64_t waiting);
 
+/* `closed` more connections closed by the reset guard (reset_guard.h). */
+void reshard_metrics_reset_close(reshard_metrics *metrics, uint64_t closed);
+
 /* ---- Exposition (any thread) ---- */
 
 /* Process figures the HTTP thread reads from the kernel at scrape time;

@@ -373,7 +373,10 @@ static void release_charge(reshard_call *call) {
  * against its connection (reset_guard.h). */
 static void note_reset(reshard_server *server, reshard_call *call) {
   char *peer = grpc_call_get_peer(call->call);
+  uint64_t closed_before = server->reset_guard.closed;
   if (reshard_reset_guard_note(&server->reset_guard, peer, uv_hrtime())) {
+    reshard_metrics_reset_close(server->options.metrics,
+                                server->reset_guard.closed - closed_before);
     reshard_log_line line;
     if (reshard_log_begin(&line, RESHARD_LOG_WARN,
                           "closed a connection that reset its streams before "

@@ -733,9 +733,12 @@ def rapid_reset(out, binary):
     attack(out, daemon, "rapid reset (HEADERS + RST_STREAM, one connection)",
            flood, bound=CALL_BOUND)
     warned = sum("HTTP/2 rapid reset" in line for line in daemon.lines)
-    out.check("rapid reset: the connection is closed", ended and warned >= 1,
+    counted = daemon.metric("reshard_reset_flood_connections_closed_total")
+    out.check("rapid reset: the connection is closed",
+              ended and warned >= 1 and counted == warned,
               "%d streams sent and reset; connection ended by the daemon: %s; "
-              "%d closing logged" % (sent[0], bool(ended), warned))
+              "%d closing logged, %d counted" % (sent[0], bool(ended), warned,
+                                                 counted))
     daemon.stop()
 
 
