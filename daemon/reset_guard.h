@@ -5,9 +5,9 @@
  * resets before the daemon has taken the call stays a server call, tens
  * of kilobytes, in gRPC's queue of calls not yet requested, and the thread
  * that reads the connection keeps reading as long as bytes arrive. One
- * connection sending HEADERS and RST_STREAM pairs took the daemon from
- * 30 MiB to 3.6 GiB in ten seconds (docs/security.md). The stream limit
- * does not bind: a reset stream no longer counts.
+ * connection sending HEADERS and RST_STREAM pairs grew the daemon by
+ * 2.6 GiB in six seconds (docs/security.md). The stream limit does not
+ * bind: a reset stream no longer counts.
  *
  * The server notes every call that its client cancelled before its request
  * was read, with gRPC's peer string ("ipv4:10.0.0.7:51234"), which names

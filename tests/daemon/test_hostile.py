@@ -698,8 +698,8 @@ def unread_responses(out, binary, pygen):
 def rapid_reset(out, binary):
     """One connection that opens streams and resets them at once (HTTP/2
     rapid reset, CVE-2023-44487): gRPC 1.51 keeps each such stream as a
-    call until the daemon takes it, and a single connection once took the
-    daemon to 3.6 GiB in ten seconds. The daemon closes a connection past
+    call until the daemon takes it, and a single connection once grew the
+    daemon by 2.6 GiB in six seconds. The daemon closes a connection past
     1 000 such resets a second (daemon/reset_guard.c)."""
     daemon = Daemon(binary)
     block = grpc_headers(PLANNER + "PlanLoad")
