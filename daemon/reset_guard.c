@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,11 +38,11 @@ static reshard_reset_peer *entry_of(reshard_reset_guard *guard,
   return reuse;
 }
 
-bool reshard_reset_guard_note(reshard_reset_guard *guard, const char *peer,
-                              uint64_t now_ns) {
+unsigned reshard_reset_guard_note(reshard_reset_guard *guard, const char *peer,
+                                  uint64_t now_ns) {
   if (peer == NULL || strncmp(peer, "ip", 2) != 0 ||
       strlen(peer) >= RESHARD_RESET_GUARD_PEER_MAX) {
-    return false; /* unix sockets share one name */
+    return 0; /* unix sockets share one name */
   }
   reshard_reset_peer *entry = entry_of(guard, peer);
   if (entry->count == 0 || now_ns - entry->window_start_ns >= WINDOW_NS) {
@@ -49,11 +50,12 @@ bool reshard_reset_guard_note(reshard_reset_guard *guard, const char *peer,
     entry->count = 0;
   }
   if (++entry->count < guard->limit) {
-    return false;
+    return 0;
   }
   entry->count = 0;
-  guard->closed += reshard_reset_guard_close_peer(peer);
-  return true;
+  unsigned closed = reshard_reset_guard_close_peer(peer);
+  guard->closed += closed;
+  return closed;
 }
 
 /* Parses "ipv4:ADDR:PORT" or "ipv6:[ADDR]:PORT" into an IPv6 address

@@ -21,7 +21,6 @@
 #ifndef RESHARD_RESET_GUARD_H
 #define RESHARD_RESET_GUARD_H
 
-#include <stdbool.h>
 #include <stdint.h>
 
 enum {
@@ -45,11 +44,11 @@ typedef struct reshard_reset_guard {
 void reshard_reset_guard_init(reshard_reset_guard *guard, uint32_t limit);
 
 /* A call from `peer` ended cancelled by its client before its request was
- * read, at `now_ns` (a monotonic clock). True when this took the peer past
- * the limit: its connection was then looked for and shut down, and the
- * count starts again. */
-bool reshard_reset_guard_note(reshard_reset_guard *guard, const char *peer,
-                              uint64_t now_ns);
+ * read, at `now_ns` (a monotonic clock). When this takes the peer past the
+ * limit, its connection is looked for and shut down and the count starts
+ * again; returns the sockets shut down (0 otherwise). */
+unsigned reshard_reset_guard_note(reshard_reset_guard *guard, const char *peer,
+                                  uint64_t now_ns);
 
 /* Shuts down the daemon's sockets connected to `peer` (gRPC's peer
  * string, "ipv4:ADDR:PORT" or "ipv6:[ADDR]:PORT"); returns how many. */

@@ -174,7 +174,6 @@ struct reshard_server {
 
   /* The queue threads and their hand-off list. */
   uv_thread_t threads[QUEUE_THREADS];
-  unsigned thread_count;       /* started */
   atomic_uint threads_running; /* not yet past their last event */
   uv_mutex_t lock;
   server_tag *events_head, *events_tail;
@@ -373,10 +372,10 @@ static void release_charge(reshard_call *call) {
  * against its connection (reset_guard.h). */
 static void note_reset(reshard_server *server, reshard_call *call) {
   char *peer = grpc_call_get_peer(call->call);
-  uint64_t closed_before = server->reset_guard.closed;
-  if (reshard_reset_guard_note(&server->reset_guard, peer, uv_hrtime())) {
-    reshard_metrics_reset_close(server->options.metrics,
-                                server->reset_guard.closed - closed_before);
+  unsigned closed =
+      reshard_reset_guard_note(&server->reset_guard, peer, uv_hrtime());
+  if (closed > 0) {
+    reshard_metrics_reset_close(server->options.metrics, closed);
     reshard_log_line line;
     if (reshard_log_begin(&line, RESHARD_LOG_WARN,
                           "closed a connection that reset its streams before "
@@ -1162,7 +1161,7 @@ static void on_queue_done(reshard_server *server) {
   /* The threads returned from their last grpc_completion_queue_next. */
   grpc_completion_queue_destroy(server->cq);
   server->cq = NULL;
-  for (unsigned i = 0; i < server->thread_count; i++) {
+  for (unsigned i = 0; i < QUEUE_THREADS; i++) {
     uv_thread_join(&server->threads[i]);
   }
   server->handles_closing = 3;
@@ -1481,7 +1480,6 @@ reshard_status reshard_server_start(reshard_server *server, int *port,
                       NULL);
       abort();
     }
-    server->thread_count++;
   }
   server->slot_count = server->options.request_slots;
   for (unsigned i = 0; i < server->slot_count; i++) {
