@@ -50,6 +50,7 @@ struct reshard_metrics {
   atomic_bool draining;
   counter inflight_bytes, inflight_waiting;
   counter reset_closes;
+  counter read_flood_closes;
 };
 
 static const struct {
@@ -262,6 +263,13 @@ void reshard_metrics_set_inflight(reshard_metrics *metrics, uint64_t bytes,
 void reshard_metrics_reset_close(reshard_metrics *metrics, uint64_t closed) {
   if (metrics != NULL) {
     add(&metrics->reset_closes, closed);
+  }
+}
+
+void reshard_metrics_read_flood_close(reshard_metrics *metrics,
+                                      uint64_t closed) {
+  if (metrics != NULL) {
+    add(&metrics->read_flood_closes, closed);
   }
 }
 
@@ -598,6 +606,11 @@ bool reshard_metrics_format(const reshard_metrics *m,
          "requests (HTTP/2 rapid reset).");
   text_printf(out, "reshard_reset_flood_connections_closed_total %" PRIu64 "\n",
               get(&m->reset_closes));
+  header(out, "reshard_read_flood_connections_closed_total", "counter",
+         "Connections closed for keeping every completion-queue thread "
+         "reading without end (a flood on many connections).");
+  text_printf(out, "reshard_read_flood_connections_closed_total %" PRIu64 "\n",
+              get(&m->read_flood_closes));
   format_calls(m, out);
   format_plans(m, out);
   format_catalog(m, out);

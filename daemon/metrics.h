@@ -127,6 +127,10 @@ void reshard_metrics_set_inflight(reshard_metrics *metrics, uint64_t bytes,
 /* `closed` more connections closed by the reset guard (reset_guard.h). */
 void reshard_metrics_reset_close(reshard_metrics *metrics, uint64_t closed);
 
+/* `closed` more connections closed by the read guard (read_guard.h). */
+void reshard_metrics_read_flood_close(reshard_metrics *metrics,
+                                      uint64_t closed);
+
 /* ---- Exposition (any thread) ---- */
 
 /* Process figures the HTTP thread reads from the kernel at scrape time;

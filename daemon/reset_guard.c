@@ -1,13 +1,14 @@
 #include "reset_guard.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+
+#include "sockets.h"
 
 enum { WINDOW_NS = 1000000000 };
 
@@ -129,33 +130,29 @@ static bool connected_to(int fd, const struct in6_addr *address,
   return peer_port == port && memcmp(&peer, address, sizeof peer) == 0;
 }
 
-unsigned reshard_reset_guard_close_peer(const char *peer) {
+/* The peer to close and how many of its sockets were shut down. */
+typedef struct peer_close {
   struct in6_addr address;
   in_port_t port;
-  if (!parse_peer(peer, &address, &port)) {
+  unsigned closed;
+} peer_close;
+
+static bool close_if_connected(int fd, void *data) {
+  peer_close *close = data;
+  /* gRPC sees the end of the stream, closes the transport and ends its
+   * calls; the descriptor stays gRPC's to close. */
+  if (connected_to(fd, &close->address, close->port) &&
+      reshard_socket_established(fd) && shutdown(fd, SHUT_RDWR) == 0) {
+    close->closed++;
+  }
+  return true;
+}
+
+unsigned reshard_reset_guard_close_peer(const char *peer) {
+  peer_close close = {.closed = 0};
+  if (!parse_peer(peer, &close.address, &close.port)) {
     return 0;
   }
-  /* The open descriptors, not every number up to the limit: this runs
-   * once per closed connection, on the loop. */
-  DIR *fds = opendir("/proc/self/fd");
-  if (fds == NULL) {
-    return 0;
-  }
-  unsigned closed = 0;
-  struct dirent *entry;
-  while ((entry = readdir(fds)) != NULL) {
-    char *end;
-    long fd = strtol(entry->d_name, &end, 10);
-    if (*end != '\0' || end == entry->d_name || fd == dirfd(fds)) {
-      continue;
-    }
-    /* gRPC sees the end of the stream, closes the transport and ends its
-     * calls; the descriptor stays gRPC's to close. */
-    if (connected_to((int)fd, &address, port) &&
-        shutdown((int)fd, SHUT_RDWR) == 0) {
-      closed++;
-    }
-  }
-  closedir(fds);
-  return closed;
+  reshard_each_fd(close_if_connected, &close);
+  return close.closed;
 }

@@ -9,16 +9,20 @@
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <malloc.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "chunk_pool.h"
 #include "inflight.h"
 #include "log.h"
+#include "read_guard.h"
 #include "reset_guard.h"
 
 enum {
@@ -32,6 +36,13 @@ enum {
    * waiting for their request under the default deadline, and calls
    * waiting for in-flight room. */
   SWEEP_MS = 100,
+  /* How often the read guard looks at the queue threads: threads held by
+   * a flood are found after two looks (read_guard.h), while every look
+   * costs two clock reads. */
+  READ_GUARD_LOOK_MS = 25,
+  /* After a guard closed a flood's connection, and no other for this
+   * long, the memory its calls held is given back to the system. */
+  FLOOD_TRIM_DELAY_MS = 2000,
   /* Charged to every admitted call besides its request's bytes (see
    * request_bytes): the first arena chunks. */
   CALL_BASE_BYTES = 64 * 1024,
@@ -158,6 +169,14 @@ struct reshard_call {
   struct reshard_call *prev, *next; /* the server's live calls */
 };
 
+/* What the loop sees of a queue thread (read_guard.h). */
+typedef struct queue_thread_state {
+  reshard_server *server;
+  _Alignas(64) atomic_uint_fast64_t returned; /* completions returned */
+  clockid_t clock;                            /* its CPU time */
+  bool has_clock;
+} queue_thread_state;
+
 struct reshard_server {
   uv_loop_t *loop;
   reshard_server_options options;
@@ -174,12 +193,15 @@ struct reshard_server {
 
   /* The queue threads and their hand-off list. */
   uv_thread_t threads[QUEUE_THREADS];
+  queue_thread_state queue[QUEUE_THREADS];
   atomic_uint threads_running; /* not yet past their last event */
   uv_mutex_t lock;
   server_tag *events_head, *events_tail;
   uv_async_t async;
   uv_timer_t timer; /* drain timeout, then the shutdown grace period */
   uv_timer_t sweep; /* deadlines gRPC does not know about */
+  uv_timer_t look;  /* the read guard's */
+  uv_timer_t trim;  /* gives memory back after a flood */
   bool handles_open;
   unsigned handles_closing;
 
@@ -200,6 +222,7 @@ struct reshard_server {
 
   reshard_server_stats stats;
   reshard_reset_guard reset_guard;
+  reshard_read_guard read_guard;
 };
 
 static void begin_shutdown(reshard_server *server);
@@ -225,7 +248,8 @@ static void push_event(reshard_server *server, server_tag *tag) {
 }
 
 static void queue_thread(void *arg) {
-  reshard_server *server = arg;
+  queue_thread_state *self = arg;
+  reshard_server *server = self->server;
   /* gRPC wakes this thread whenever the loop starts a batch; as a normal
    * thread it preempted the loop on each of those wake-ups, about once per
    * PlanLoad. A batch thread waits for a free core or the end of the
@@ -235,6 +259,7 @@ static void queue_thread(void *arg) {
   for (;;) {
     grpc_event event = grpc_completion_queue_next(
         server->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    atomic_fetch_add_explicit(&self->returned, 1, memory_order_relaxed);
     if (event.type == GRPC_QUEUE_SHUTDOWN) {
       break;
     }
@@ -368,6 +393,27 @@ static void release_charge(reshard_call *call) {
   publish_inflight(call->server);
 }
 
+/* A flood's calls ended by the thousands: glibc keeps their freed memory
+ * in its arenas (gigabytes after one, docs/security.md) unless asked.
+ * Asking took 137 ms after 1.5 GB: on a thread of its own, not the loop. */
+static void *trim_memory(void *unused) {
+  (void)unused;
+  malloc_trim(0);
+  return NULL;
+}
+
+static void on_trim(uv_timer_t *timer) {
+  (void)timer;
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, trim_memory, NULL) == 0) {
+    pthread_detach(thread);
+  }
+}
+
+static void after_flood_closed(reshard_server *server) {
+  uv_timer_start(&server->trim, on_trim, FLOOD_TRIM_DELAY_MS, 0);
+}
+
 /* The call's client reset it before its request was read: count it
  * against its connection (reset_guard.h). */
 static void note_reset(reshard_server *server, reshard_call *call) {
@@ -375,6 +421,7 @@ static void note_reset(reshard_server *server, reshard_call *call) {
   unsigned closed =
       reshard_reset_guard_note(&server->reset_guard, peer, uv_hrtime());
   if (closed > 0) {
+    after_flood_closed(server);
     reshard_metrics_reset_close(server->options.metrics, closed);
     reshard_log_line line;
     if (reshard_log_begin(&line, RESHARD_LOG_WARN,
@@ -977,6 +1024,43 @@ static void cut_send(reshard_call *call, grpc_status_code code,
   grpc_call_cancel_with_status(call->call, code, message, NULL);
 }
 
+/* Queue threads held reading a connection that does not stop: shut the
+ * busiest connections down (read_guard.h). */
+static void check_held_threads(reshard_server *server, uint64_t now) {
+  uint64_t returned[QUEUE_THREADS], cpu_ns[QUEUE_THREADS];
+  for (unsigned i = 0; i < QUEUE_THREADS; i++) {
+    const queue_thread_state *state = &server->queue[i];
+    struct timespec cpu = {0, 0};
+    if (state->has_clock) {
+      (void)clock_gettime(state->clock, &cpu);
+    }
+    returned[i] = atomic_load_explicit(&state->returned, memory_order_relaxed);
+    cpu_ns[i] = (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec;
+  }
+  unsigned closed =
+      reshard_read_guard_look(&server->read_guard, now, returned, cpu_ns);
+  if (closed == 0) {
+    return;
+  }
+  after_flood_closed(server);
+  reshard_metrics_read_flood_close(server->options.metrics, closed);
+  reshard_log_line line;
+  if (reshard_log_begin(&line, RESHARD_LOG_WARN,
+                        "closed the connections that kept the completion-"
+                        "queue threads reading without end (a flood)")) {
+    reshard_log_u64(&line, "closed", closed);
+    reshard_log_u64(&line, "closed_total", server->read_guard.closed);
+    reshard_log_end(&line);
+  }
+}
+
+static void on_look(uv_timer_t *timer) {
+  reshard_server *server = timer->data;
+  if (server->phase == PHASE_SERVING || server->phase == PHASE_DRAINING) {
+    check_held_threads(server, uv_hrtime());
+  }
+}
+
 /* Ends the calls whose deadline passed while they waited for something
  * gRPC does not know about: their request (under the default deadline),
  * in-flight room, or a client that does not take its response (gRPC
@@ -1164,10 +1248,12 @@ static void on_queue_done(reshard_server *server) {
   for (unsigned i = 0; i < QUEUE_THREADS; i++) {
     uv_thread_join(&server->threads[i]);
   }
-  server->handles_closing = 3;
+  server->handles_closing = 5;
   uv_close((uv_handle_t *)&server->async, on_handle_closed);
   uv_close((uv_handle_t *)&server->timer, on_handle_closed);
   uv_close((uv_handle_t *)&server->sweep, on_handle_closed);
+  uv_close((uv_handle_t *)&server->look, on_handle_closed);
+  uv_close((uv_handle_t *)&server->trim, on_handle_closed);
 }
 
 static void dispatch(reshard_server *server, server_tag *tag) {
@@ -1330,6 +1416,18 @@ void reshard_server_on_drain(reshard_server *server, reshard_drain_fn fn,
 
 /* ---- Life cycle ---- */
 
+/* A timer of the server's; with `fn`, repeating every `ms` without keeping
+ * the loop alive. */
+static void init_timer(reshard_server *server, uv_timer_t *timer,
+                       uv_timer_cb fn, uint64_t ms) {
+  uv_timer_init(server->loop, timer);
+  timer->data = server;
+  if (fn != NULL) {
+    uv_timer_start(timer, fn, ms, ms);
+    uv_unref((uv_handle_t *)timer);
+  }
+}
+
 static grpc_arg int_arg(const char *key, int value) {
   grpc_arg arg;
   memset(&arg, 0, sizeof arg);
@@ -1461,12 +1559,11 @@ reshard_status reshard_server_start(reshard_server *server, int *port,
   }
   uv_async_init(server->loop, &server->async, on_async);
   server->async.data = server;
-  uv_timer_init(server->loop, &server->timer);
-  server->timer.data = server;
-  uv_timer_init(server->loop, &server->sweep);
-  server->sweep.data = server;
-  uv_timer_start(&server->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
-  uv_unref((uv_handle_t *)&server->sweep);
+  init_timer(server, &server->timer, NULL, 0);
+  init_timer(server, &server->sweep, on_sweep, SWEEP_MS);
+  init_timer(server, &server->look, on_look, READ_GUARD_LOOK_MS);
+  init_timer(server, &server->trim, NULL, 0);
+  uv_unref((uv_handle_t *)&server->trim); /* a chore, never a reason to run */
   server->handles_open = true;
 
   grpc_server_start(server->grpc);
@@ -1474,13 +1571,22 @@ reshard_status reshard_server_start(reshard_server *server, int *port,
   /* Counted before any starts: the last to finish reports it. */
   atomic_init(&server->threads_running, QUEUE_THREADS);
   for (unsigned i = 0; i < QUEUE_THREADS; i++) {
-    if (uv_thread_create(&server->threads[i], queue_thread, server) != 0) {
+    queue_thread_state *state = &server->queue[i];
+    state->server = server;
+    atomic_init(&state->returned, 0);
+    if (uv_thread_create(&server->threads[i], queue_thread, state) != 0) {
       /* Without the threads nothing can be served; abort loudly. */
       reshard_log_msg(RESHARD_LOG_ERROR, "cannot start the queue threads",
                       NULL);
       abort();
     }
+    state->has_clock =
+        pthread_getcpuclockid(server->threads[i], &state->clock) == 0;
   }
+  /* A Unix socket keeps no count of bytes received: no read guard. */
+  reshard_read_guard_init(
+      &server->read_guard, QUEUE_THREADS,
+      strncmp(server->options.listen, "unix:", 5) == 0 ? 0 : bound);
   server->slot_count = server->options.request_slots;
   for (unsigned i = 0; i < server->slot_count; i++) {
     server->slots[i].tag =
@@ -1513,6 +1619,7 @@ void reshard_server_free(reshard_server *server) {
     uv_mutex_destroy(&server->lock);
   }
   free(server->slots);
+  reshard_read_guard_free(&server->read_guard);
   reshard_chunk_pool_free(server->pool);
   free(server);
 }

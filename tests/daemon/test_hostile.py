@@ -19,6 +19,7 @@ Usage: test_hostile.py --reshardd PATH [--sanitized] [--only NAME]
 import argparse
 import os
 import re
+import shutil
 import signal
 import socket
 import stat
@@ -34,6 +35,9 @@ LISTENING = re.compile(r"msg=listening address=(\S+)")
 METRICS = re.compile(r"metrics_address=(\S+)")
 MiB = 1 << 20
 CALL_BOUND = 64 * MiB
+# A flood on many connections holds every queue thread until the read
+# guard closes them; gRPC keeps its calls meanwhile (docs/security.md).
+FLOOD_BOUND = 1536 * MiB
 HEALTH_BOUND_S = 0.100
 HEALTH = "/grpc.health.v1.Health/Check"
 PLANNER = "/reshard.v1.Planner/"
@@ -695,50 +699,160 @@ def unread_responses(out, binary, pygen):
     daemon.stop()
 
 
-def rapid_reset(out, binary):
+def reset_flood(address, seconds, ended):
     """One connection that opens streams and resets them at once (HTTP/2
-    rapid reset, CVE-2023-44487): gRPC 1.51 keeps each such stream as a
-    call until the daemon takes it, and a single connection once grew the
-    daemon by 2.6 GiB in six seconds. The daemon closes a connection past
-    1 000 such resets a second (daemon/reset_guard.c)."""
-    daemon = Daemon(binary)
+    rapid reset, CVE-2023-44487) for `seconds`; appends to `ended` how it
+    ended: "closed" when the daemon closed it, "timeout" when sending
+    stalled for 2 s (the daemon stopped reading it, or shut it down and has
+    not closed it yet), "done" when the flood ran its course. Returns the
+    streams sent."""
     block = grpc_headers(PLANNER + "PlanLoad")
+    conn = RawConnection(address)
+    conn.sock.settimeout(2)
+
+    def drain():
+        try:
+            while conn.sock.recv(1 << 20):
+                pass
+        except OSError:
+            pass
+
+    threading.Thread(target=drain, daemon=True).start()
+    stream, stop, sent = 1, time.monotonic() + seconds, 0
+    how = "done"
+    try:
+        while time.monotonic() < stop:
+            conn.send(b"".join(
+                frame(HEADERS, END_HEADERS, stream + 2 * i, block) +
+                frame(RST_STREAM, 0, stream + 2 * i, struct.pack(">I", 8))
+                for i in range(100)))
+            stream += 200
+            sent += 100
+    except socket.timeout:
+        how = "timeout"
+    except OSError:
+        how = "closed"
+    ended.append(how)
+    conn.close()
+    return sent
+
+
+def rapid_reset(out, binary):
+    """One connection that opens streams and resets them at once: gRPC
+    1.51 keeps each such stream as a call until the daemon takes it, and a
+    single connection once grew the daemon by 2.6 GiB in six seconds. The
+    daemon closes a connection past 1 000 such resets a second
+    (daemon/reset_guard.c)."""
+    daemon = Daemon(binary)
     sent, ended = [0], []
 
     def flood():
-        conn = RawConnection(daemon.address)
-        conn.sock.settimeout(2)
-
-        def drain():
-            try:
-                while conn.sock.recv(1 << 20):
-                    pass
-            except OSError:
-                pass
-
-        threading.Thread(target=drain, daemon=True).start()
-        stream, stop = 1, time.monotonic() + 5
-        try:
-            while time.monotonic() < stop:
-                conn.send(b"".join(
-                    frame(HEADERS, END_HEADERS, stream + 2 * i, block) +
-                    frame(RST_STREAM, 0, stream + 2 * i, struct.pack(">I", 8))
-                    for i in range(100)))
-                stream += 200
-                sent[0] += 100
-        except OSError:
-            ended.append(True)
-        conn.close()
+        sent[0] = reset_flood(daemon.address, 5, ended)
 
     attack(out, daemon, "rapid reset (HEADERS + RST_STREAM, one connection)",
            flood, bound=CALL_BOUND)
-    warned = sum("HTTP/2 rapid reset" in line for line in daemon.lines)
-    counted = daemon.metric("reshard_reset_flood_connections_closed_total")
+    logged, counted = flood_closings(daemon)
     out.check("rapid reset: the connection is closed",
-              ended and warned >= 1 and counted == warned,
-              "%d streams sent and reset; connection ended by the daemon: %s; "
-              "%d closing logged, %d counted" % (sent[0], bool(ended), warned,
+              ended in (["closed"], ["timeout"]) and logged == 1 and
+              counted == 1,
+              "%d streams sent and reset; the connection ended: %s; "
+              "%d closing logged, %d counted" % (sent[0], ended, logged,
                                                  counted))
+    daemon.stop()
+
+
+def large_requests(out, binary):
+    """Requests of the largest size on four connections at once, eight
+    each (h2load, which sends them as fast as the windows allow): reading
+    them holds the queue threads for a while without a completion, as a
+    flood does, but at the pace of requests. The read guard closes
+    nothing; a first version without its rates closed all four connections
+    in 115 ms (docs/security.md)."""
+    h2load = shutil.which("h2load")
+    if h2load is None:
+        out.check("requests of the largest size", False,
+                  "h2load is missing (apt-get install nghttp2-client)")
+        return
+    daemon = Daemon(binary)
+    message = field(1, b"a" * (15 * MiB))  # a model domain no catalog has
+    with tempfile.NamedTemporaryFile() as body:
+        body.write(b"\x00" + struct.pack(">I", len(message)) + message)
+        body.flush()
+        for _ in range(3):
+            subprocess.run(
+                [h2load, "-n", "96", "-c", "4", "-m", "8", "-t", "2",
+                 "-d", body.name, "-H", "content-type: application/grpc",
+                 "-H", "te: trailers",
+                 "http://%s%sPlanLoad" % (daemon.address, PLANNER)],
+                capture_output=True, timeout=120, check=True)
+    answered = daemon.metric("reshard_requests_total", method="PlanLoad",
+                             code="INVALID_ARGUMENT")
+    closed = daemon.metric("reshard_read_flood_connections_closed_total")
+    out.check("requests of the largest size: none taken for a flood",
+              answered == 3 * 96 and closed == 0,
+              "%d of %d answered INVALID_ARGUMENT; %d connections closed by "
+              "the read guard" % (answered, 3 * 96, closed))
+    daemon.stop()
+
+
+def flood_closings(daemon):
+    """Connections closed by the reset and read guards: as logged, and as
+    counted by the metrics."""
+    logged = sum("HTTP/2 rapid reset" in line for line in daemon.lines)
+    logged += sum(int(re.search(r" closed=(\d+)", line).group(1))
+                  for line in daemon.lines if "without end" in line)
+    counted = (
+        daemon.metric("reshard_reset_flood_connections_closed_total") +
+        daemon.metric("reshard_read_flood_connections_closed_total"))
+    return logged, counted
+
+
+def rapid_reset_connections(out, binary):
+    """Rapid reset on four connections at once: every queue thread is held
+    reading one, no event reaches the loop and the reset guard sees
+    nothing (before the read guard: +5.8 GiB in 10 s, health checks timing
+    out). The daemon shuts the connections down (daemon/read_guard.c) and
+    gives the memory their calls held back to the system."""
+    daemon = Daemon(binary)
+    base = daemon.status("VmRSS")
+    ended, sent = [], []
+
+    def flood():
+        threads = [threading.Thread(
+            target=lambda: sent.append(reset_flood(daemon.address, 3, ended)))
+            for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    growth, worst, failures, probes, elapsed = measure(daemon, flood)
+    detail = ("%d streams sent and reset; peak growth %.1f MiB (bound %.0f "
+              "MiB), health worst %.1f ms over %d checks, %d failed" %
+              (sum(sent), growth / MiB, FLOOD_BOUND / MiB, worst * 1000,
+               probes, failures))
+    name = "rapid reset on four connections"
+    if out.sanitized:
+        out.check(name + " (sanitized: figures only)", failures == 0, detail)
+    else:
+        out.check(name, growth < FLOOD_BOUND and failures == 0, detail)
+    read = daemon.metric("reshard_read_flood_connections_closed_total")
+    logged, counted = flood_closings(daemon)
+    out.check(name + ": the connections are closed",
+              len(ended) == 4 and "done" not in ended and read >= 1 and
+              counted == 4 and logged == 4,
+              "the connections ended: %s; %d closed, %d of them by the read "
+              "guard; %d closings logged" % (sorted(ended), counted, read,
+                                             logged))
+    if not out.sanitized:
+        # The sanitizer's allocator keeps what it frees in quarantine.
+        time.sleep(3)
+        rest = daemon.status("VmRSS") - base
+        out.check(name + ": the memory is given back", rest < CALL_BOUND,
+                  "%.1f MiB above the start 3 s after the flood"
+                  % (rest / MiB))
+    out.check(name + ": daemon alive", daemon.proc.poll() is None and
+              daemon.call(HEALTH, b"")[0] == "OK", "health OK afterwards")
     daemon.stop()
 
 
@@ -950,7 +1064,9 @@ def publish_manifest(daemon):
 CLASSES = [repeated_singular, identity_blowup, tiny_elements,
            distinct_region_ids,
            compression_bomb, calls_in_flight, concurrent_plans,
-           unread_responses, rapid_reset, idle_streams,
+           unread_responses, rapid_reset, rapid_reset_connections,
+           large_requests,
+           idle_streams,
            descriptors, half_headers, cancelled, signals, lmdb_files,
            disk_full]
 

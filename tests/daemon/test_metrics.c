@@ -89,6 +89,7 @@ Test(metrics, fresh_registry_reports_zeros) {
   cr_assert_eq(value(text, "reshard_calls_in_flight"), 0);
   cr_assert_eq(value(text, "reshard_plan_copies_total"), 0);
   cr_assert_eq(value(text, "reshard_reset_flood_connections_closed_total"), 0);
+  cr_assert_eq(value(text, "reshard_read_flood_connections_closed_total"), 0);
   /* No unknown-method series until one is seen; no process series
    * without process figures. */
   cr_assert_null(strstr(text, "method=\"unknown\""));
@@ -203,6 +204,7 @@ Test(metrics, plans_catalog_cache_and_drain) {
   reshard_metrics_set_draining(m, true);
   reshard_metrics_reset_close(m, 1);
   reshard_metrics_reset_close(m, 2);
+  reshard_metrics_read_flood_close(m, 2);
   char *text = format(m, NULL);
   cr_assert_eq(value(text, "reshard_plans_total{result=\"ok\"}"), 2);
   cr_assert_eq(value(text, "reshard_plans_total{result=\"error\"}"), 1);
@@ -244,6 +246,7 @@ Test(metrics, plans_catalog_cache_and_drain) {
   cr_assert_eq(value(text, "reshard_cache_budget_bytes"), 1 << 30);
   cr_assert_eq(value(text, "reshard_draining"), 1);
   cr_assert_eq(value(text, "reshard_reset_flood_connections_closed_total"), 3);
+  cr_assert_eq(value(text, "reshard_read_flood_connections_closed_total"), 2);
   free(text);
   reshard_metrics_free(m);
 }
@@ -267,6 +270,7 @@ Test(metrics, null_registry_writers_do_nothing) {
   reshard_metrics_publish_cache(NULL, NULL);
   reshard_metrics_set_draining(NULL, true);
   reshard_metrics_reset_close(NULL, 1);
+  reshard_metrics_read_flood_close(NULL, 1);
   reshard_metrics_free(NULL);
 }
 

@@ -119,3 +119,22 @@ Test(reset_guard, unix_and_malformed_peers_are_never_closed) {
   cr_assert_eq(reshard_reset_guard_close_peer("ipv6:[::1]"), 0);
   cr_assert_eq(reshard_reset_guard_close_peer("ipv4:127.0.0.1:0"), 0);
 }
+
+Test(reset_guard, a_connection_shut_down_already_is_not_counted_again) {
+  connection c;
+  connect_pair(&c);
+  reshard_reset_guard guard;
+  reshard_reset_guard_init(&guard, 10);
+  for (int i = 0; i < 10; i++) {
+    reshard_reset_guard_note(&guard, c.peer, 1000 + i);
+  }
+  cr_assert_eq(guard.closed, 1);
+  /* gRPC still holds the descriptor while it works through the calls the
+   * connection sent before it ended: more of them past the limit find it
+   * shut down already. */
+  for (int i = 0; i < 10; i++) {
+    cr_assert_not(reshard_reset_guard_note(&guard, c.peer, 2000 + i));
+  }
+  cr_assert_eq(guard.closed, 1);
+  close_pair(&c);
+}
