@@ -138,21 +138,22 @@ typedef struct peer_close {
 } peer_close;
 
 static bool close_if_connected(int fd, void *data) {
-  peer_close *close = data;
+  peer_close *target = data;
   /* gRPC sees the end of the stream, closes the transport and ends its
-   * calls; the descriptor stays gRPC's to close. */
-  if (connected_to(fd, &close->address, close->port) &&
+   * calls; the descriptor stays gRPC's to close. One shut down already is
+   * no longer established. */
+  if (connected_to(fd, &target->address, target->port) &&
       reshard_socket_established(fd) && shutdown(fd, SHUT_RDWR) == 0) {
-    close->closed++;
+    target->closed++;
   }
   return true;
 }
 
 unsigned reshard_reset_guard_close_peer(const char *peer) {
-  peer_close close = {.closed = 0};
-  if (!parse_peer(peer, &close.address, &close.port)) {
+  peer_close target = {.closed = 0};
+  if (!parse_peer(peer, &target.address, &target.port)) {
     return 0;
   }
-  reshard_each_fd(close_if_connected, &close);
-  return close.closed;
+  reshard_each_fd(close_if_connected, &target);
+  return target.closed;
 }

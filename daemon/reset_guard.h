@@ -51,7 +51,8 @@ unsigned reshard_reset_guard_note(reshard_reset_guard *guard, const char *peer,
                                   uint64_t now_ns);
 
 /* Shuts down the daemon's sockets connected to `peer` (gRPC's peer
- * string, "ipv4:ADDR:PORT" or "ipv6:[ADDR]:PORT"); returns how many. */
+ * string, "ipv4:ADDR:PORT" or "ipv6:[ADDR]:PORT") that were not shut down
+ * already; returns how many. */
 unsigned reshard_reset_guard_close_peer(const char *peer);
 
 #endif
