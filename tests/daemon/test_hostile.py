@@ -749,8 +749,10 @@ def rapid_reset(out, binary):
     def flood():
         sent[0] = reset_flood(daemon.address, 5, ended)
 
+    # The flood's calls live until the loop ends them: 10-31 MiB at their
+    # peak over a dozen runs, once 74 MiB; unguarded, gigabytes.
     attack(out, daemon, "rapid reset (HEADERS + RST_STREAM, one connection)",
-           flood, bound=CALL_BOUND)
+           flood, bound=2 * CALL_BOUND)
     logged, counted = flood_closings(daemon)
     out.check("rapid reset: the connection is closed",
               ended in (["closed"], ["timeout"]) and logged == 1 and
