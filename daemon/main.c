@@ -13,13 +13,13 @@
 #include <sys/resource.h>
 #include <uv.h>
 
-#include "accept_guard.h"
 #include "cache.h"
 #include "catalog/catalog.h"
 #include "catalog/catalog_timed.h"
 #include "catalog/redis_url.h"
 #include "config.h"
 #include "decode.h"
+#include "guard/accept_guard.h"
 #include "health.h"
 #include "log.h"
 #include "metrics.h"

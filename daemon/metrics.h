@@ -124,10 +124,10 @@ void reshard_metrics_set_draining(reshard_metrics *metrics, bool draining);
 void reshard_metrics_set_inflight(reshard_metrics *metrics, uint64_t bytes,
                                   uint64_t waiting);
 
-/* `closed` more connections closed by the reset guard (reset_guard.h). */
+/* `closed` more connections closed by the reset guard (guard/reset_guard.h). */
 void reshard_metrics_reset_close(reshard_metrics *metrics, uint64_t closed);
 
-/* `closed` more connections closed by the read guard (read_guard.h). */
+/* `closed` more connections closed by the read guard (guard/read_guard.h). */
 void reshard_metrics_read_flood_close(reshard_metrics *metrics,
                                       uint64_t closed);
 

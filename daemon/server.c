@@ -20,10 +20,10 @@
 #include <time.h>
 
 #include "chunk_pool.h"
+#include "guard/read_guard.h"
+#include "guard/reset_guard.h"
 #include "inflight.h"
 #include "log.h"
-#include "read_guard.h"
-#include "reset_guard.h"
 
 enum {
   MAX_METHODS = 16,
@@ -37,7 +37,7 @@ enum {
    * waiting for in-flight room. */
   SWEEP_MS = 100,
   /* How often the read guard looks at the queue threads: threads held by
-   * a flood are found after two looks (read_guard.h), while every look
+   * a flood are found after two looks (guard/read_guard.h), while every look
    * costs two clock reads. */
   READ_GUARD_LOOK_MS = 25,
   /* After a guard closed a flood's connection, and no other for this
@@ -70,7 +70,7 @@ enum {
    * checks included (docs/security.md, rapid reset). */
   QUEUE_THREADS = 2,
   /* Calls a connection may have reset before sending their requests, in
-   * one second, before the daemon closes it (reset_guard.h). */
+   * one second, before the daemon closes it (guard/reset_guard.h). */
   RESETS_PER_SECOND_MAX = 1000,
 };
 
@@ -169,7 +169,7 @@ struct reshard_call {
   struct reshard_call *prev, *next; /* the server's live calls */
 };
 
-/* What the loop sees of a queue thread (read_guard.h). */
+/* What the loop sees of a queue thread (guard/read_guard.h). */
 typedef struct queue_thread_state {
   reshard_server *server;
   _Alignas(64) atomic_uint_fast64_t returned; /* completions returned */
@@ -415,7 +415,7 @@ static void after_flood_closed(reshard_server *server) {
 }
 
 /* The call's client reset it before its request was read: count it
- * against its connection (reset_guard.h). */
+ * against its connection (guard/reset_guard.h). */
 static void note_reset(reshard_server *server, reshard_call *call) {
   char *peer = grpc_call_get_peer(call->call);
   unsigned closed =
@@ -1025,7 +1025,7 @@ static void cut_send(reshard_call *call, grpc_status_code code,
 }
 
 /* Queue threads held reading a connection that does not stop: shut the
- * busiest connections down (read_guard.h). */
+ * busiest connections down (guard/read_guard.h). */
 static void check_held_threads(reshard_server *server, uint64_t now) {
   uint64_t returned[QUEUE_THREADS], cpu_ns[QUEUE_THREADS];
   for (unsigned i = 0; i < QUEUE_THREADS; i++) {

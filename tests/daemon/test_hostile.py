@@ -742,7 +742,7 @@ def rapid_reset(out, binary):
     1.51 keeps each such stream as a call until the daemon takes it, and a
     single connection once grew the daemon by 2.6 GiB in six seconds. The
     daemon closes a connection past 1 000 such resets a second
-    (daemon/reset_guard.c)."""
+    (daemon/guard/reset_guard.c)."""
     daemon = Daemon(binary)
     sent, ended = [0], []
 
@@ -788,7 +788,12 @@ def large_requests(out, binary):
                  "http://%s%sPlanLoad" % (daemon.address, PLANNER)],
                 capture_output=True, timeout=120, check=True)
     # A call gRPC ended with its connection counts as CANCELLED; a slow
-    # (sanitized) daemon may end one waiting for room past 1 s instead.
+    # (sanitized) daemon may end one waiting for room past 1 s instead. A
+    # call is counted once its status went out, after h2load saw it.
+    stop = time.monotonic() + 5
+    while (daemon.metric("reshard_requests_total", method="PlanLoad") <
+           3 * 96 and time.monotonic() < stop):
+        time.sleep(0.1)
     answered = daemon.metric("reshard_requests_total", method="PlanLoad")
     refused = daemon.metric("reshard_requests_total", method="PlanLoad",
                             code="INVALID_ARGUMENT")
@@ -819,7 +824,7 @@ def rapid_reset_connections(out, binary):
     """Rapid reset on four connections at once: every queue thread is held
     reading one, no event reaches the loop and the reset guard sees
     nothing (before the read guard: +5.8 GiB in 10 s, health checks timing
-    out). The daemon shuts the connections down (daemon/read_guard.c) and
+    out). The daemon shuts the connections down (daemon/guard/read_guard.c) and
     gives the memory their calls held back to the system."""
     daemon = Daemon(binary)
     base = daemon.status("VmRSS")

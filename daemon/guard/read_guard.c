@@ -1,4 +1,4 @@
-#include "read_guard.h"
+#include "guard/read_guard.h"
 
 #include <linux/tcp.h> /* tcpi_bytes_received: glibc's tcp_info lacks it */
 #include <netinet/in.h>
@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
-#include "sockets.h"
+#include "guard/sockets.h"
 
 enum {
   /* Looks in a row that close a thread's connection while other threads

@@ -1,4 +1,4 @@
-/* Tests daemon/read_guard.c: threads that return no completion while they
+/* Tests daemon/guard/read_guard.c: threads that return no completion while they
  * run are held; when every one is held at two looks in a row, the
  * connections read at a flood's rate since the first are shut down, one
  * per thread, and no other; a connection read at the rate of requests
@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "read_guard.h"
+#include "guard/read_guard.h"
 
 enum { CONNECTIONS = 3, LOOK_NS = 25 * 1000 * 1000 };
 

@@ -1,4 +1,4 @@
-#include "reset_guard.h"
+#include "guard/reset_guard.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "sockets.h"
+#include "guard/sockets.h"
 
 enum { WINDOW_NS = 1000000000 };
 

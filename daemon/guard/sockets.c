@@ -1,4 +1,4 @@
-#include "sockets.h"
+#include "guard/sockets.h"
 
 #include <dirent.h>
 #include <netinet/in.h>

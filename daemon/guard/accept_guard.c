@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-#include "accept_guard.h"
+#include "guard/accept_guard.h"
 
 #include <errno.h>
 #include <fcntl.h>

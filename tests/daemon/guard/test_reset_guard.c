@@ -1,4 +1,4 @@
-/* Tests daemon/reset_guard.c: resets are counted per connection in
+/* Tests daemon/guard/reset_guard.c: resets are counted per connection in
  * one-second windows, and a connection past the limit is found among the
  * process's sockets by its peer address and shut down, and no other. */
 #include <arpa/inet.h>
@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "reset_guard.h"
+#include "guard/reset_guard.h"
 
 /* A listener on 127.0.0.1, a client connected to it and the accepted
  * socket; `peer` is what gRPC calls the client ("ipv4:127.0.0.1:PORT"). */

@@ -4,7 +4,7 @@
  * with anything but EAGAIN/ECONNABORTED/EINTR: after one burst of
  * connections past RLIMIT_NOFILE (EMFILE), the daemon never serves a new
  * connection again, even once every socket is closed. The executable
- * therefore defines accept4 itself (daemon/accept_guard.c; libgrpc's
+ * therefore defines accept4 itself (daemon/guard/accept_guard.c; libgrpc's
  * call binds to it, as the executable comes first in symbol lookup): on
  * EMFILE or ENFILE it frees a reserved descriptor, accepts and closes the
  * pending connections (those clients see their connection closed, at
