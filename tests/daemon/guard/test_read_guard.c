@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "guard/read_guard.h"
+#include "loopback.h"
 
 enum { CONNECTIONS = 3, LOOK_NS = 25 * 1000 * 1000 };
 
@@ -25,21 +26,11 @@ typedef struct connections {
 } connections;
 
 static void connect_all(connections *c) {
-  struct sockaddr_in address = {.sin_family = AF_INET};
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  c->listener = socket(AF_INET, SOCK_STREAM, 0);
-  cr_assert_geq(c->listener, 0);
-  cr_assert_eq(bind(c->listener, (struct sockaddr *)&address, length), 0);
-  cr_assert_eq(listen(c->listener, CONNECTIONS), 0);
-  cr_assert_eq(getsockname(c->listener, (struct sockaddr *)&address, &length),
-               0);
+  struct sockaddr_in address;
+  c->listener = loopback_listen(&address);
   c->port = ntohs(address.sin_port);
   for (int i = 0; i < CONNECTIONS; i++) {
-    c->client[i] = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert_eq(connect(c->client[i], (struct sockaddr *)&address, length), 0);
-    c->accepted[i] = accept(c->listener, NULL, NULL);
-    cr_assert_geq(c->accepted[i], 0);
+    loopback_connect(c->listener, &address, &c->client[i], &c->accepted[i]);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "guard/reset_guard.h"
+#include "loopback.h"
 
 /* A listener on 127.0.0.1, a client connected to it and the accepted
  * socket; `peer` is what gRPC calls the client ("ipv4:127.0.0.1:PORT"). */
@@ -19,21 +20,11 @@ typedef struct connection {
 } connection;
 
 static void connect_pair(connection *c) {
-  struct sockaddr_in address = {.sin_family = AF_INET};
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  c->listener = socket(AF_INET, SOCK_STREAM, 0);
-  cr_assert_geq(c->listener, 0);
-  cr_assert_eq(bind(c->listener, (struct sockaddr *)&address, length), 0);
-  cr_assert_eq(listen(c->listener, 4), 0);
-  cr_assert_eq(getsockname(c->listener, (struct sockaddr *)&address, &length),
-               0);
-  c->client = socket(AF_INET, SOCK_STREAM, 0);
-  cr_assert_eq(connect(c->client, (struct sockaddr *)&address, length), 0);
-  c->accepted = accept(c->listener, NULL, NULL);
-  cr_assert_geq(c->accepted, 0);
+  struct sockaddr_in address;
+  c->listener = loopback_listen(&address);
+  loopback_connect(c->listener, &address, &c->client, &c->accepted);
   struct sockaddr_in mine;
-  length = sizeof mine;
+  socklen_t length = sizeof mine;
   cr_assert_eq(getsockname(c->client, (struct sockaddr *)&mine, &length), 0);
   snprintf(c->peer, sizeof c->peer, "ipv4:127.0.0.1:%u",
            (unsigned)ntohs(mine.sin_port));
