@@ -41,8 +41,10 @@ enum {
    * costs two clock reads. */
   READ_GUARD_LOOK_MS = 25,
   /* After a guard closed a flood's connection, and no other for this
-   * long, the memory its calls held is given back to the system. */
+   * long, the memory its calls held is given back to the system; again
+   * as often as this while calls still arrive. */
   FLOOD_TRIM_DELAY_MS = 2000,
+  FLOOD_TRIMS_MAX = 5,
   /* Charged to every admitted call besides its request's bytes (see
    * request_bytes): the first arena chunks. */
   CALL_BASE_BYTES = 64 * 1024,
@@ -202,6 +204,8 @@ struct reshard_server {
   uv_timer_t sweep; /* deadlines gRPC does not know about */
   uv_timer_t look;  /* the read guard's */
   uv_timer_t trim;  /* gives memory back after a flood */
+  uint64_t trim_calls_started; /* calls started when it was set */
+  unsigned trims_again;        /* trims since the last closing */
   bool handles_open;
   unsigned handles_closing;
 
@@ -403,14 +407,24 @@ static void *trim_memory(void *unused) {
 }
 
 static void on_trim(uv_timer_t *timer) {
-  (void)timer;
+  reshard_server *server = timer->data;
   pthread_t thread;
   if (pthread_create(&thread, NULL, trim_memory, NULL) == 0) {
     pthread_detach(thread);
   }
+  /* Calls still arriving may be the flood's backlog, whose memory is
+   * freed after this trim: while they keep arriving, trim again 2 s
+   * later, a few times at most. */
+  if (server->stats.calls_started != server->trim_calls_started &&
+      ++server->trims_again < FLOOD_TRIMS_MAX) {
+    server->trim_calls_started = server->stats.calls_started;
+    uv_timer_start(&server->trim, on_trim, FLOOD_TRIM_DELAY_MS, 0);
+  }
 }
 
 static void after_flood_closed(reshard_server *server) {
+  server->trim_calls_started = server->stats.calls_started;
+  server->trims_again = 0;
   uv_timer_start(&server->trim, on_trim, FLOOD_TRIM_DELAY_MS, 0);
 }
 
