@@ -111,7 +111,9 @@ static uint64_t read_since(const reshard_read_sample *before,
                            size_t before_count,
                            const reshard_read_sample *now) {
   const reshard_read_sample *then =
-      bsearch(now, before, before_count, sizeof *before, compare_inode);
+      before_count == 0
+          ? NULL
+          : bsearch(now, before, before_count, sizeof *before, compare_inode);
   if (then == NULL) {
     return now->bytes_read;
   }
@@ -141,7 +143,9 @@ static unsigned sample_and_close(reshard_read_guard *guard, uint64_t now_ns,
     guard->sampled = false;
     return 0;
   }
-  qsort(s.samples, s.count, sizeof *s.samples, compare_inode);
+  if (s.count > 1) {
+    qsort(s.samples, s.count, sizeof *s.samples, compare_inode);
+  }
   uint64_t ms = (now_ns - guard->sampled_ns) / 1000000 + 1;
   uint64_t *read = guard->sampled ? calloc(s.count + 1, sizeof *read) : NULL;
   bool explained = read == NULL;
