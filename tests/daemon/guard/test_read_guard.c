@@ -223,3 +223,14 @@ Test(read_guard, without_a_port_it_never_acts) {
   }
   cr_assert_not(ended(&c, 0));
 }
+
+Test(read_guard, a_port_without_connections_has_nothing_to_close) {
+  struct sockaddr_in address;
+  int listener = loopback_listen(&address);
+  reshard_read_guard_init(&guard, 2, ntohs(address.sin_port));
+  for (int i = 0; i < 4; i++) {
+    cr_assert_eq(look_held(&guard, &t), 0);
+  }
+  cr_assert_eq(guard.sample_count, 0, "only the listener, not established");
+  close(listener);
+}
