@@ -171,9 +171,10 @@ struct reshard_call {
   struct reshard_call *prev, *next; /* the server's live calls */
 };
 
-/* What the loop sees of a queue thread (guard/read_guard.h). */
+/* A queue thread, and what the loop sees of it (guard/read_guard.h). */
 typedef struct queue_thread_state {
   reshard_server *server;
+  uv_thread_t thread;
   _Alignas(64) atomic_uint_fast64_t returned; /* completions returned */
   clockid_t clock;                            /* its CPU time */
   bool has_clock;
@@ -194,7 +195,6 @@ struct reshard_server {
   unsigned slots_pending;
 
   /* The queue threads and their hand-off list. */
-  uv_thread_t threads[QUEUE_THREADS];
   queue_thread_state queue[QUEUE_THREADS];
   atomic_uint threads_running; /* not yet past their last event */
   uv_mutex_t lock;
@@ -1260,7 +1260,7 @@ static void on_queue_done(reshard_server *server) {
   grpc_completion_queue_destroy(server->cq);
   server->cq = NULL;
   for (unsigned i = 0; i < QUEUE_THREADS; i++) {
-    uv_thread_join(&server->threads[i]);
+    uv_thread_join(&server->queue[i].thread);
   }
   server->handles_closing = 5;
   uv_close((uv_handle_t *)&server->async, on_handle_closed);
@@ -1588,14 +1588,13 @@ reshard_status reshard_server_start(reshard_server *server, int *port,
     queue_thread_state *state = &server->queue[i];
     state->server = server;
     atomic_init(&state->returned, 0);
-    if (uv_thread_create(&server->threads[i], queue_thread, state) != 0) {
+    if (uv_thread_create(&state->thread, queue_thread, state) != 0) {
       /* Without the threads nothing can be served; abort loudly. */
       reshard_log_msg(RESHARD_LOG_ERROR, "cannot start the queue threads",
                       NULL);
       abort();
     }
-    state->has_clock =
-        pthread_getcpuclockid(server->threads[i], &state->clock) == 0;
+    state->has_clock = pthread_getcpuclockid(state->thread, &state->clock) == 0;
   }
   /* A Unix socket keeps no count of bytes received: no read guard. */
   reshard_read_guard_init(
