@@ -16,11 +16,11 @@
 #include "timing.h"
 
 #ifdef RESHARD_BENCH_ENCODE
-#include "binding_decode.h"
-#include "chunk_pool.h"
-#include "decode.h"
-#include "plan_response.h"
-#include "wire.h"
+#include "memory/chunk_pool.h"
+#include "wire/binding_decode.h"
+#include "wire/decode.h"
+#include "wire/plan_response.h"
+#include "wire/wire.h"
 #endif
 
 typedef struct timing {

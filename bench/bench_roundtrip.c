@@ -29,13 +29,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "chunk_pool.h"
+#include "memory/chunk_pool.h"
 #include "replay_server.h"
 #include "reshard/join.h"
 #include "reshard_client.h"
 #include "scenario.h"
 #include "timing.h"
-#include "wire.h"
+#include "wire/wire.h"
 
 #ifndef RESHARD_DAEMON_PATH
 #define RESHARD_DAEMON_PATH "reshardd"

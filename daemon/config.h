@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "log.h"
+#include "observe/log.h"
 #include "reshard/error.h"
 #include "reshard/limits.h"
 

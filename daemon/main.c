@@ -13,20 +13,20 @@
 #include <sys/resource.h>
 #include <uv.h>
 
-#include "cache.h"
+#include "cache/cache.h"
 #include "catalog/catalog.h"
 #include "catalog/catalog_timed.h"
 #include "catalog/redis_url.h"
 #include "config.h"
-#include "decode.h"
-#include "guard/accept_guard.h"
-#include "health.h"
-#include "log.h"
-#include "metrics.h"
-#include "metrics_http.h"
+#include "observe/log.h"
+#include "observe/metrics.h"
+#include "observe/metrics_http.h"
 #include "rpc/planner_service.h"
-#include "server.h"
-#include "tls.h"
+#include "server/guard/accept_guard.h"
+#include "server/health.h"
+#include "server/server.h"
+#include "server/tls.h"
+#include "wire/decode.h"
 
 #ifndef RESHARDD_VERSION
 #define RESHARDD_VERSION "0.1.0"

@@ -31,7 +31,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "observe/log.h"
 
 /* Write requests per transaction, at most. */
 #define WRITE_BATCH 256

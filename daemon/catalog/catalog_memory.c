@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/table.h"
 #include "catalog/catalog.h"
-#include "table.h"
 
 typedef struct domain_entry {
   reshard_table_node node;

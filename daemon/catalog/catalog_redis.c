@@ -30,10 +30,10 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "cache/table.h"
 #include "catalog/redis_reply.h"
 #include "catalog/redis_url.h"
-#include "log.h"
-#include "table.h"
+#include "observe/log.h"
 
 #define VERIFIED_MAX 4096
 #define WATCHDOG_MS 50

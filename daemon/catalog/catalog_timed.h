@@ -7,7 +7,7 @@
 #define RESHARD_CATALOG_TIMED_H
 
 #include "catalog/catalog.h"
-#include "metrics.h"
+#include "observe/metrics.h"
 
 /* Wraps `inner`, which the wrapper then owns: closing the wrapper closes
  * `inner` first. `metrics` is borrowed and must outlive the wrapper. NULL

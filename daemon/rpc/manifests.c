@@ -4,10 +4,10 @@
  * shared manifest. */
 #include <string.h>
 
-#include "log.h"
+#include "observe/log.h"
 #include "reshard/identity.h"
 #include "rpc/planner_internal.h"
-#include "wire.h"
+#include "wire/wire.h"
 
 typedef struct manifest_ids {
   char key[RESHARD_MANIFEST_KEY_SIZE];

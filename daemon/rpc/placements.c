@@ -5,11 +5,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "decode.h"
 #include "google/protobuf/wrappers.pb-c.h"
 #include "reshard/upload.h"
 #include "rpc/planner_internal.h"
-#include "wire.h"
+#include "wire/decode.h"
+#include "wire/wire.h"
 
 /* Decodes and normalizes the request's placement into the call's arena. */
 reshard_status reshard__planner_decode_placement(

@@ -8,16 +8,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "binding_decode.h"
-#include "decode.h"
+#include "cache/inline_cache.h"
+#include "cache/table.h"
 #include "google/protobuf/wrappers.pb-c.h"
-#include "inline_cache.h"
-#include "log.h"
-#include "plan_response.h"
+#include "observe/log.h"
 #include "reshard/plan.h"
 #include "rpc/planner_internal.h"
-#include "table.h"
-#include "wire.h"
+#include "wire/binding_decode.h"
+#include "wire/decode.h"
+#include "wire/plan_response.h"
+#include "wire/wire.h"
 
 /* Inline targets larger than these are not cached by content: a binding
  * of a million bytes is a paged pool that changes with every call. */

@@ -8,14 +8,14 @@
  * the plan completes. */
 #include <string.h>
 
-#include "binding_decode.h"
-#include "decode.h"
-#include "inline_cache.h"
-#include "log.h"
-#include "plan_response.h"
+#include "cache/inline_cache.h"
+#include "observe/log.h"
 #include "reshard/store.h"
 #include "rpc/planner_internal.h"
-#include "wire.h"
+#include "wire/binding_decode.h"
+#include "wire/decode.h"
+#include "wire/plan_response.h"
+#include "wire/wire.h"
 
 /* PlanStoreRequest.binding (proto/reshard/v1/planner.proto). */
 enum { FIELD_BINDING = 5 };

@@ -10,19 +10,19 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "cache.h"
+#include "cache/cache.h"
+#include "cache/inline_cache.h"
+#include "cache/shared.h"
 #include "catalog/catalog.h"
-#include "inline_cache.h"
-#include "metrics.h"
-#include "plan_response.h"
+#include "memory/work_pool.h"
+#include "observe/metrics.h"
 #include "reshard/identity.h"
 #include "reshard/limits.h"
 #include "reshard/placement.h"
 #include "reshard/v1/planner.pb-c.h"
 #include "rpc/planner_service.h"
-#include "server.h"
-#include "shared.h"
-#include "work_pool.h"
+#include "server/server.h"
+#include "wire/plan_response.h"
 
 /* A handler of an RPC whose request the planner decodes before calling it:
  * `message` is that request, in the call's arena. */

@@ -11,7 +11,7 @@
 
 #include "reshard/checked.h"
 #include "rpc/planner_internal.h"
-#include "wire.h"
+#include "wire/wire.h"
 
 /* What planning holds per copy, for the in-flight reservation: reshard-
  * bench measures 54-67 bytes of arena per copy at its peak on S1-S4

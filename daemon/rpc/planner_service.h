@@ -7,11 +7,11 @@
 
 #include <uv.h>
 
-#include "cache.h"
+#include "cache/cache.h"
 #include "catalog/catalog.h"
-#include "metrics.h"
+#include "observe/metrics.h"
 #include "reshard/limits.h"
-#include "server.h"
+#include "server/server.h"
 
 typedef struct reshard_planner reshard_planner;
 

@@ -13,7 +13,7 @@
 #include "catalog/redis_reply.h"
 #include "reshard/arena.h"
 #include "reshard/identity.h"
-#include "wire.h"
+#include "wire/wire.h"
 
 enum { LMDB_MANIFEST_HEADER = 8 };
 

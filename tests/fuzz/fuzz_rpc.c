@@ -13,15 +13,15 @@
 #include <string.h>
 
 #include "binding_compare.h"
-#include "binding_decode.h"
-#include "decode.h"
+#include "cache/inline_cache.h"
 #include "grpc/health/v1/health.pb-c.h"
-#include "inline_cache.h"
 #include "reshard/arena.h"
 #include "reshard/identity.h"
 #include "reshard/plan.h"
 #include "reshard/upload.h"
-#include "wire.h"
+#include "wire/binding_decode.h"
+#include "wire/decode.h"
+#include "wire/wire.h"
 
 /* Planning limits small enough that one input runs in milliseconds; the
  * checks they guard are the same at any size. */

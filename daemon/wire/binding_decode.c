@@ -1,0 +1,516 @@
+#include "wire/binding_decode.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cache/table.h"
+#include "wire/wire.h"
+#include "wire/wire_reader.h"
+
+enum { PATH_SIZE = 160 };
+
+/* RuntimeBinding's, Region's and BindingRange's field numbers
+ * (proto/reshard/v1/planner.proto). */
+enum {
+  BINDING_PARTICIPANT_ID = 1,
+  BINDING_ENDPOINT = 2,
+  BINDING_REGIONS = 3,
+  BINDING_RANGES = 4,
+  REGION_ID = 1,
+  REGION_ADDRESS = 2,
+  REGION_NBYTES = 3,
+  RANGE_LAYER = 1,
+  RANGE_COMPONENT = 2,
+  RANGE_TOKEN_START = 3,
+  RANGE_TOKEN_COUNT = 4,
+  RANGE_HEAD_START = 5,
+  RANGE_HEAD_COUNT = 6,
+  RANGE_REGION_ID = 7,
+  RANGE_OFFSET = 8,
+  RANGE_TOKEN_STRIDE = 9,
+  RANGE_HEAD_STRIDE = 10,
+};
+
+/* A string field's bytes; `bytes` NULL when the field is absent. */
+typedef struct text {
+  const uint8_t *bytes;
+  size_t length;
+} text;
+
+/* Skips the value of a field no one reads. */
+static inline bool skip_value(reshard_wire_reader *r, unsigned wire) {
+  reshard_wire_reader value;
+  return reshard_wire_read_value(r, wire, &value);
+}
+
+/* A known field's value; false when it is malformed or of another wire
+ * type than the field's (protobuf-c refuses both). */
+static inline bool read_scalar(reshard_wire_reader *r, unsigned wire,
+                               uint64_t *out) {
+  return wire == RESHARD_WIRE_VARINT && reshard_wire_read_varint(r, out);
+}
+
+static inline bool read_text(reshard_wire_reader *r, unsigned wire, text *out) {
+  reshard_wire_reader value;
+  if (wire != RESHARD_WIRE_DELIMITED ||
+      !reshard_wire_read_delimited(r, &value)) {
+    return false;
+  }
+  out->bytes = value.at;
+  out->length = (size_t)(value.end - value.at);
+  return true;
+}
+
+typedef struct decoder {
+  const char *path;
+  const reshard_limits *caps;
+  uint64_t left; /* of max_bytes */
+  reshard_arena *arena;
+  reshard_error *err;
+  size_t length;         /* of the message, for errors */
+  reshard_status status; /* of the first failed allocation */
+} decoder;
+
+static reshard_status malformed(decoder *d, const char *what, size_t index) {
+  char where[PATH_SIZE];
+  if (what == NULL) {
+    snprintf(where, sizeof where, "%s", d->path);
+  } else {
+    snprintf(where, sizeof where, "%s.%s[%zu]", d->path, what, index);
+  }
+  return reshard_error_set(d->err, RESHARD_INVALID_ARGUMENT,
+                           "%s: malformed RuntimeBinding message (%zu bytes)",
+                           where, d->length);
+}
+
+static void *take(decoder *d, size_t bytes, size_t align) {
+  if (bytes > d->left) {
+    d->status =
+        reshard_error_set(d->err, RESHARD_RESOURCE_EXHAUSTED,
+                          "%s: decoding this RuntimeBinding (%zu bytes) would "
+                          "take more than its budget",
+                          d->path, d->length);
+    return NULL;
+  }
+  void *memory = reshard_arena_alloc(d->arena, bytes > 0 ? bytes : 1, align);
+  if (memory == NULL) {
+    d->status =
+        reshard_error_set(d->err, RESHARD_RESOURCE_EXHAUSTED,
+                          "%s: out of memory decoding the binding", d->path);
+    return NULL;
+  }
+  d->left -= bytes;
+  return memory;
+}
+
+/* A NUL-terminated copy; "" for an absent or empty string. */
+static const char *copy_text(decoder *d, text t) {
+  if (t.length == 0) {
+    return "";
+  }
+  char *copy = take(d, t.length + 1, 1);
+  if (copy != NULL) {
+    memcpy(copy, t.bytes, t.length);
+    copy[t.length] = '\0';
+  }
+  return copy;
+}
+
+/* Region ids copied once each: a range names its region in every range
+ * (S5's writer: 32 256 ranges over 63 regions, in any order), and
+ * lib/binding.c finds a region by its id's address before hashing it.
+ * Open addressing by the id's bytes, at most half full; grown from the
+ * arena and charged to the budget like the rest of the binding. */
+typedef struct id_slot {
+  const char *id; /* NULL: free */
+  size_t length;
+  uint64_t hash;
+} id_slot;
+
+typedef struct id_table {
+  id_slot *slots;
+  size_t mask; /* capacity - 1; capacity 0 before the first id */
+  size_t count;
+} id_table;
+
+enum { ID_TABLE_MIN = 64 };
+
+static bool grow_ids(decoder *d, id_table *t) {
+  size_t capacity = t->slots == NULL ? ID_TABLE_MIN : 2 * (t->mask + 1);
+  id_slot *slots = take(d, capacity * sizeof *slots, 8);
+  if (slots == NULL) {
+    return false;
+  }
+  memset(slots, 0, capacity * sizeof *slots);
+  for (size_t i = 0; t->slots != NULL && i <= t->mask; i++) {
+    if (t->slots[i].id != NULL) {
+      size_t j = t->slots[i].hash & (capacity - 1);
+      while (slots[j].id != NULL) {
+        j = (j + 1) & (capacity - 1);
+      }
+      slots[j] = t->slots[i];
+    }
+  }
+  t->slots = slots;
+  t->mask = capacity - 1;
+  return true;
+}
+
+/* The one copy of id `s`, made on its first occurrence; "" when empty. */
+static const char *intern_id(decoder *d, id_table *t, text s) {
+  if (s.length == 0) {
+    return "";
+  }
+  if ((t->slots == NULL || 2 * (t->count + 1) > t->mask + 1) &&
+      !grow_ids(d, t)) {
+    return NULL;
+  }
+  uint64_t hash = reshard_hash(s.bytes, s.length, 0);
+  for (size_t i = hash & t->mask;; i = (i + 1) & t->mask) {
+    id_slot *slot = &t->slots[i];
+    if (slot->id == NULL) {
+      const char *copy = copy_text(d, s);
+      if (copy != NULL) {
+        *slot = (id_slot){copy, s.length, hash};
+        t->count++;
+      }
+      return copy;
+    }
+    if (slot->hash == hash && slot->length == s.length &&
+        memcmp(slot->id, s.bytes, s.length) == 0) {
+      return slot->id;
+    }
+  }
+}
+
+/* Whether two strings are equal. Region ids are short and compared once
+ * per range: 8 bytes at a time here, where a call to memcmp cost more than
+ * the compare. */
+static inline bool same_text(text a, text b) {
+  if (a.length != b.length) {
+    return false;
+  }
+  if (a.length < sizeof(uint64_t)) {
+    unsigned char differ = 0;
+    for (size_t i = 0; i < a.length; i++) {
+      differ |= a.bytes[i] ^ b.bytes[i];
+    }
+    return differ == 0;
+  }
+  uint64_t x, y;
+  size_t at = 0;
+  for (; at + sizeof x < a.length; at += sizeof x) {
+    memcpy(&x, a.bytes + at, sizeof x);
+    memcpy(&y, b.bytes + at, sizeof y);
+    if (x != y) {
+      return false;
+    }
+  }
+  /* The last 8 bytes, overlapping the words before when the length is
+   * not a multiple of 8. */
+  memcpy(&x, a.bytes + a.length - sizeof x, sizeof x);
+  memcpy(&y, b.bytes + b.length - sizeof y, sizeof y);
+  return x == y;
+}
+
+static bool decode_region(reshard_wire_reader r, text *id,
+                          reshard_region *out) {
+  while (r.at < r.end) {
+    uint64_t field;
+    unsigned wire;
+    if (!reshard_wire_read_tag(&r, &field, &wire)) {
+      return false;
+    }
+    bool ok;
+    switch (field) {
+    case REGION_ID:
+      ok = read_text(&r, wire, id);
+      break;
+    case REGION_ADDRESS:
+      ok = read_scalar(&r, wire, &out->address);
+      break;
+    case REGION_NBYTES:
+      ok = read_scalar(&r, wire, &out->nbytes);
+      break;
+    default:
+      ok = skip_value(&r, wire);
+      break;
+    }
+    if (!ok) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Reads the value of field `field`, a varint, when its tag comes next;
+ * leaves *value alone when another does. False only on bad bytes. Forced
+ * inline at each of its nine uses: left to the compiler it became a call,
+ * and a call per field cost S5's paged binding 15 % of its decode. */
+__attribute__((always_inline)) static inline bool
+next_varint(reshard_wire_reader *r, unsigned field, uint64_t *value) {
+  if (r->at == r->end || *r->at != (uint8_t)(field << 3)) {
+    return true;
+  }
+  r->at++;
+  return reshard_wire_read_varint(r, value);
+}
+
+/* One pass over a range whose fields come in field-number order, each at
+ * most once and of its own wire type: what protobuf encoders write. Each
+ * field is either next or absent, so the pass is a fixed sequence of tests
+ * that predict well, and every value stays in a register. False for
+ * anything else (another order, a repeated or unknown field, bad bytes),
+ * which the general loop then decodes or refuses. */
+static bool decode_range_in_order(reshard_wire_reader r,
+                                  reshard_binding_range *out,
+                                  int32_t *component, text *region) {
+  uint64_t layer = 0, kind = 0, token_start = 0, token_count = 0;
+  uint64_t head_start = 0, head_count = 0, offset = 0, token_stride = 0;
+  uint64_t head_stride = 0;
+  text id = {NULL, 0};
+  bool ok = next_varint(&r, RANGE_LAYER, &layer) &&
+            next_varint(&r, RANGE_COMPONENT, &kind) &&
+            next_varint(&r, RANGE_TOKEN_START, &token_start) &&
+            next_varint(&r, RANGE_TOKEN_COUNT, &token_count) &&
+            next_varint(&r, RANGE_HEAD_START, &head_start) &&
+            next_varint(&r, RANGE_HEAD_COUNT, &head_count);
+  if (ok && r.at < r.end &&
+      *r.at == (RANGE_REGION_ID << 3 | RESHARD_WIRE_DELIMITED)) {
+    r.at++;
+    ok = read_text(&r, RESHARD_WIRE_DELIMITED, &id);
+  }
+  ok = ok && next_varint(&r, RANGE_OFFSET, &offset) &&
+       next_varint(&r, RANGE_TOKEN_STRIDE, &token_stride) &&
+       next_varint(&r, RANGE_HEAD_STRIDE, &head_stride) && r.at == r.end;
+  if (!ok) {
+    return false;
+  }
+  out->global_layer_id = (uint32_t)layer;
+  *component = (int32_t)(uint32_t)kind;
+  out->token_start = token_start;
+  out->token_count = token_count;
+  out->head_start = (uint32_t)head_start;
+  out->head_count = (uint32_t)head_count;
+  out->offset_bytes = offset;
+  out->token_stride_bytes = token_stride;
+  out->head_stride_bytes = head_stride;
+  *region = id;
+  return true;
+}
+
+/* One BindingRange's fields in any order, a later occurrence replacing an
+ * earlier one; `component` as protobuf-c keeps an enum. */
+static bool decode_range(reshard_wire_reader r, reshard_binding_range *out,
+                         int32_t *component, text *region) {
+  if (decode_range_in_order(r, out, component, region)) {
+    return true;
+  }
+  uint64_t value = 0;
+  while (r.at < r.end) {
+    uint64_t field;
+    unsigned wire;
+    if (!reshard_wire_read_tag(&r, &field, &wire)) {
+      return false;
+    }
+    if (field == RANGE_REGION_ID) {
+      if (!read_text(&r, wire, region)) {
+        return false;
+      }
+      continue;
+    }
+    if (field > RANGE_HEAD_STRIDE) {
+      if (!skip_value(&r, wire)) {
+        return false;
+      }
+      continue;
+    }
+    if (!read_scalar(&r, wire, &value)) {
+      return false;
+    }
+    switch (field) {
+    case RANGE_LAYER:
+      out->global_layer_id = (uint32_t)value;
+      break;
+    case RANGE_COMPONENT:
+      *component = (int32_t)(uint32_t)value;
+      break;
+    case RANGE_TOKEN_START:
+      out->token_start = value;
+      break;
+    case RANGE_TOKEN_COUNT:
+      out->token_count = value;
+      break;
+    case RANGE_HEAD_START:
+      out->head_start = (uint32_t)value;
+      break;
+    case RANGE_HEAD_COUNT:
+      out->head_count = (uint32_t)value;
+      break;
+    case RANGE_OFFSET:
+      out->offset_bytes = value;
+      break;
+    case RANGE_TOKEN_STRIDE:
+      out->token_stride_bytes = value;
+      break;
+    default: /* RANGE_HEAD_STRIDE */
+      out->head_stride_bytes = value;
+      break;
+    }
+  }
+  return true;
+}
+
+static reshard_status over_cap(decoder *d, const char *field) {
+  return reshard_error_set(d->err, RESHARD_RESOURCE_EXHAUSTED,
+                           "RuntimeBinding.%s: more than %llu entries exceed "
+                           "the limit max_ranges (--max-ranges)",
+                           field, (unsigned long long)d->caps->max_ranges);
+}
+
+/* Counts the message's regions and ranges, for the arrays the decode fills.
+ * Like the daemon's pre-scan (decode.h), which runs before protobuf-c, it
+ * refuses the first element past the cap; it stops at the first framing
+ * error, which the decode reports. */
+static reshard_status count_elements(decoder *d, const uint8_t *data,
+                                     size_t length, size_t *regions,
+                                     size_t *ranges) {
+  uint64_t cap = d->caps != NULL ? d->caps->max_ranges : UINT64_MAX;
+  reshard_wire_reader r = {data, data + length};
+  *regions = *ranges = 0;
+  while (r.at < r.end) {
+    uint64_t field;
+    unsigned wire;
+    if (!reshard_wire_read_tag(&r, &field, &wire) || !skip_value(&r, wire)) {
+      break;
+    }
+    /* Of any wire type, as the pre-scan counts them (the decode refuses
+     * all but length-delimited ones). */
+    if (field == BINDING_REGIONS && ++*regions > cap) {
+      return over_cap(d, "regions");
+    }
+    if (field == BINDING_RANGES && ++*ranges > cap) {
+      return over_cap(d, "ranges");
+    }
+  }
+  return RESHARD_OK;
+}
+
+reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
+                                      const char *path,
+                                      const reshard_limits *caps,
+                                      uint64_t max_bytes, reshard_arena *arena,
+                                      reshard_binding *out,
+                                      reshard_error *err) {
+  decoder d = {path, caps, max_bytes, arena, err, length, RESHARD_OK};
+  memset(out, 0, sizeof *out);
+  size_t region_room, range_room;
+  reshard_status status =
+      count_elements(&d, data, length, &region_room, &range_room);
+  if (status != RESHARD_OK) {
+    return status;
+  }
+  /* Both counts are bounded by the message's length, so these products
+   * cannot overflow. */
+  out->regions = take(&d, region_room * sizeof *out->regions, 8);
+  out->ranges = out->regions != NULL
+                    ? take(&d, range_room * sizeof *out->ranges, 8)
+                    : NULL;
+  if (out->ranges == NULL) {
+    return d.status;
+  }
+  text participant = {NULL, 0}, endpoint = {NULL, 0};
+  text last_region = {NULL, 0};
+  const char *last_region_id = "";
+  id_table ids = {NULL, 0, 0};
+  size_t bad_index = SIZE_MAX;
+  int32_t bad_value = 0;
+  reshard_wire_reader r = {data, data + length};
+  while (r.at < r.end) {
+    uint64_t field;
+    unsigned wire;
+    if (!reshard_wire_read_tag(&r, &field, &wire)) {
+      return malformed(&d, NULL, 0);
+    }
+    bool ok = true;
+    reshard_wire_reader value;
+    switch (field) {
+    case BINDING_PARTICIPANT_ID:
+      ok = read_text(&r, wire, &participant);
+      break;
+    case BINDING_ENDPOINT:
+      ok = read_text(&r, wire, &endpoint);
+      break;
+    case BINDING_REGIONS: {
+      size_t i = out->region_count;
+      text id = {NULL, 0};
+      /* Past the counted room only where counting stopped: a framing
+       * error right here. */
+      if (wire != RESHARD_WIRE_DELIMITED || i >= region_room ||
+          !reshard_wire_read_delimited(&r, &value)) {
+        return malformed(&d, "regions", i);
+      }
+      reshard_region *region = &out->regions[i];
+      memset(region, 0, sizeof *region);
+      if (!decode_region(value, &id, region)) {
+        return malformed(&d, "regions", i);
+      }
+      if ((region->region_id = intern_id(&d, &ids, id)) == NULL) {
+        return d.status;
+      }
+      out->region_count++;
+      break;
+    }
+    case BINDING_RANGES: {
+      size_t i = out->range_count;
+      if (wire != RESHARD_WIRE_DELIMITED || i >= range_room ||
+          !reshard_wire_read_delimited(&r, &value)) {
+        return malformed(&d, "ranges", i);
+      }
+      reshard_binding_range *range = &out->ranges[i];
+      memset(range, 0, sizeof *range);
+      int32_t component = 0;
+      text region = {NULL, 0};
+      if (!decode_range(value, range, &component, &region)) {
+        return malformed(&d, "ranges", i);
+      }
+      /* A bad component is reported once the whole message decoded, as
+       * the protobuf-c path reports it. */
+      if (bad_index == SIZE_MAX &&
+          reshard_wire_component_from_pb(component, path, i, &range->component,
+                                         NULL) != RESHARD_OK) {
+        bad_index = i;
+        bad_value = component;
+      }
+      /* Every range of a region shares one copy of its id; neighbours in
+       * one region find it without a hash. */
+      if (!same_text(region, last_region)) {
+        if ((last_region_id = intern_id(&d, &ids, region)) == NULL) {
+          return d.status;
+        }
+        last_region = region;
+      }
+      range->region_id = last_region_id;
+      out->range_count++;
+      break;
+    }
+    default:
+      ok = skip_value(&r, wire);
+      break;
+    }
+    if (!ok) {
+      return malformed(&d, NULL, 0);
+    }
+  }
+  if (bad_index != SIZE_MAX) {
+    reshard_component ignored;
+    return reshard_wire_component_from_pb(bad_value, path, bad_index, &ignored,
+                                          err);
+  }
+  if ((out->participant_id = copy_text(&d, participant)) == NULL ||
+      (out->endpoint = copy_text(&d, endpoint)) == NULL) {
+    return d.status;
+  }
+  return RESHARD_OK;
+}

@@ -1,0 +1,508 @@
+#include "wire/plan_response.h"
+
+#include <assert.h>
+#include <stddef.h>
+#include <string.h>
+
+/* Wire types of the protobuf encoding. */
+enum { WIRE_VARINT = 0, WIRE_LENGTH = 2 };
+
+/* Field numbers here are below 16, so a tag is one byte. */
+static uint8_t *put_tag(uint8_t *out, unsigned field, unsigned wire_type) {
+  assert(field >= 1 && field < 16);
+  *out = (uint8_t)((field << 3) | wire_type);
+  return out + 1;
+}
+
+static const char *text(const char *value) {
+  return value ? value : "";
+}
+
+/* proto3 leaves zero scalars and empty strings out; repeated strings are
+ * always written. */
+static size_t scalar_size(uint64_t value) {
+  return value ? 1 + reshard_varint_length(value) : 0;
+}
+
+static size_t string_size(const char *value, int always) {
+  size_t length = strlen(text(value));
+  return length || always ? 1 + reshard_varint_length(length) + length : 0;
+}
+
+static size_t nested_size(size_t body) {
+  return 1 + reshard_varint_length(body) + body;
+}
+
+static uint8_t *put_scalar(uint8_t *out, unsigned field, uint64_t value) {
+  if (value == 0) {
+    return out;
+  }
+  out = put_tag(out, field, WIRE_VARINT);
+  return reshard_varint_put(out, value);
+}
+
+static uint8_t *put_string(uint8_t *out, unsigned field, const char *value,
+                           int always) {
+  size_t length = strlen(text(value));
+  if (length == 0 && !always) {
+    return out;
+  }
+  out = put_tag(out, field, WIRE_LENGTH);
+  out = reshard_varint_put(out, length);
+  memcpy(out, text(value), length);
+  return out + length;
+}
+
+static uint32_t clamp_u32(uint64_t value) {
+  return value > UINT32_MAX ? UINT32_MAX : (uint32_t)value;
+}
+
+/* ---- RangeBatch ---- */
+
+/* A copy is RangeBatch fields 1..6 in declaration order, a run fields
+ * 1..6 then 8..10, so a batch's entries are rows of 6 or 9 uint64 whose
+ * c-th word is column c. */
+_Static_assert(sizeof(reshard_copy) == 6 * sizeof(uint64_t) &&
+                   offsetof(reshard_copy, page_index) == 0 &&
+                   offsetof(reshard_copy, part_index) == 8 &&
+                   offsetof(reshard_copy, part_offset) == 16 &&
+                   offsetof(reshard_copy, region_index) == 24 &&
+                   offsetof(reshard_copy, region_offset) == 32 &&
+                   offsetof(reshard_copy, nbytes) == 40,
+               "reshard_copy must mirror RangeBatch fields 1..6");
+_Static_assert(sizeof(reshard_run) == 9 * sizeof(uint64_t) &&
+                   offsetof(reshard_run, first) == 0 &&
+                   offsetof(reshard_run, count) == 48 &&
+                   offsetof(reshard_run, part_stride) == 56 &&
+                   offsetof(reshard_run, region_stride) == 64,
+               "reshard_run must mirror RangeBatch fields 1..6, 8..10");
+
+enum { COPY_WIDTH = 6, RUN_WIDTH = 9 };
+
+static unsigned column_field(unsigned c) {
+  return c < 6 ? c + 1 : c + 2;
+}
+
+/* The rows of batch b: where they start, how many, how wide. */
+static const uint64_t *batch_rows(const reshard_range_batches *batches,
+                                  size_t b, size_t *count, unsigned *width) {
+  if (batches->runs != NULL) {
+    size_t first = batches->runs->batch_first[b];
+    *count = batches->runs->batch_first[b + 1] - first;
+    *width = RUN_WIDTH;
+    return (const uint64_t *)(batches->runs->runs + first);
+  }
+  *count = batches->batches[b].count;
+  *width = COPY_WIDTH;
+  if (batches->copies == NULL) {
+    return NULL; /* a plan that kept only its varint columns */
+  }
+  return (const uint64_t *)(batches->copies + batches->batches[b].first);
+}
+
+/* Inlined with a constant width, so the column loop unrolls. Also ORs
+ * each column's values: the OR has the longest value's bit length. */
+static inline void measure_rows(const uint64_t *rows, size_t count,
+                                unsigned width, size_t *sizes, uint64_t *any) {
+  for (size_t i = 0; i < count; i++, rows += width) {
+    for (unsigned c = 0; c < width; c++) {
+      sizes[c] += reshard_varint_length(rows[c]);
+      any[c] |= rows[c];
+    }
+  }
+}
+
+/* Writes one column of `count` rows whose varints all have `length`
+ * bytes: with the length fixed per loop, each value is a few shifts and
+ * stores, free of the per-value branches that offsets of mixed lengths
+ * would mispredict. */
+static inline uint8_t *put_fixed(uint8_t *out, const uint64_t *rows,
+                                 size_t count, unsigned width,
+                                 unsigned length) {
+  for (size_t i = 0; i < count; i++, rows += width) {
+    uint64_t value = *rows;
+    for (unsigned k = 0; k + 1 < length; k++) {
+      out[k] = (uint8_t)((value >> (7 * k)) | 0x80);
+    }
+    out[length - 1] = (uint8_t)(value >> (7 * (length - 1)));
+    out += length;
+  }
+  return out;
+}
+
+/* Column `rows[0], rows[width], ...`: `length` is its common varint
+ * length, or 0 when lengths differ. */
+static uint8_t *write_column(uint8_t *out, const uint64_t *rows, size_t count,
+                             unsigned width, unsigned length) {
+  switch (length) {
+  case 1:
+    return put_fixed(out, rows, count, width, 1);
+  case 2:
+    return put_fixed(out, rows, count, width, 2);
+  case 3:
+    return put_fixed(out, rows, count, width, 3);
+  case 4:
+    return put_fixed(out, rows, count, width, 4);
+  case 5:
+    return put_fixed(out, rows, count, width, 5);
+  default:
+    for (size_t i = 0; i < count; i++, rows += width) {
+      out = reshard_varint_put(out, *rows);
+    }
+    return out;
+  }
+}
+
+static size_t batch_body(const reshard_range_batches *batches, size_t b) {
+  size_t count;
+  unsigned width;
+  batch_rows(batches, b, &count, &width);
+  size_t body = scalar_size(batches->batches[b].bytes);
+  const size_t *sizes = batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
+  for (unsigned c = 0; count > 0 && c < width; c++) {
+    body += nested_size(sizes[c]);
+  }
+  return body;
+}
+
+reshard_status reshard_range_batches_measure(
+    const reshard_copy *copies, const reshard_batch *batches,
+    size_t batch_count, const reshard_runs *runs,
+    const reshard_varint_batches *columns, reshard_arena *arena,
+    reshard_range_batches *out) {
+  *out = (reshard_range_batches){
+      .copies = copies,
+      .batches = batches,
+      .batch_count = batch_count,
+      .runs = runs,
+      .columns = runs == NULL ? columns : NULL,
+      .column_bytes = RESHARD_ARENA_NEW(
+          arena, size_t, (batch_count + 1) * RESHARD_RANGE_BATCH_COLUMNS),
+      .column_length = RESHARD_ARENA_NEW(
+          arena, uint8_t, (batch_count + 1) * RESHARD_RANGE_BATCH_COLUMNS),
+  };
+  if (out->column_bytes == NULL || out->column_length == NULL) {
+    return RESHARD_RESOURCE_EXHAUSTED;
+  }
+  for (size_t b = 0; b < batch_count; b++) {
+    size_t count;
+    unsigned width;
+    const uint64_t *rows = batch_rows(out, b, &count, &width);
+    size_t *sizes = out->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
+    if (out->columns != NULL) {
+      memcpy(sizes, out->columns->column_bytes + b * RESHARD_COPY_COLUMNS,
+             RESHARD_COPY_COLUMNS * sizeof *sizes);
+      out->size += nested_size(batch_body(out, b));
+      continue;
+    }
+    uint64_t any[RESHARD_RANGE_BATCH_COLUMNS] = {0};
+    if (width == RUN_WIDTH) {
+      measure_rows(rows, count, RUN_WIDTH, sizes, any);
+    } else {
+      measure_rows(rows, count, COPY_WIDTH, sizes, any);
+    }
+    /* Every value is as long as the longest exactly when the column's
+     * size is count times that length. */
+    uint8_t *lengths = out->column_length + b * RESHARD_RANGE_BATCH_COLUMNS;
+    for (unsigned c = 0; c < width; c++) {
+      size_t longest = reshard_varint_length(any[c]);
+      lengths[c] = sizes[c] == count * longest ? (uint8_t)longest : 0;
+    }
+    out->size += nested_size(batch_body(out, b));
+  }
+  return RESHARD_OK;
+}
+
+/* Where the long column payloads of a response sent as pieces go: each
+ * is a piece of its own, where it lies, between pieces of the frame that
+ * holds every other byte. NULL: they are copied into the frame. */
+typedef struct piece_sink {
+  reshard_response_piece *pieces;
+  size_t count;
+  const uint8_t *frame_start; /* of the frame piece being written */
+  size_t min_reference;
+} piece_sink;
+
+/* Ends the frame piece at `out`, if it has bytes. */
+static void end_frame_piece(piece_sink *sink, const uint8_t *out) {
+  if (out > sink->frame_start) {
+    sink->pieces[sink->count++] = (reshard_response_piece){
+        sink->frame_start, (size_t)(out - sink->frame_start)};
+  }
+  sink->frame_start = out;
+}
+
+/* The `length` column bytes at `bytes`, next in the response. */
+static uint8_t *put_payload(uint8_t *out, const uint8_t *bytes, size_t length,
+                            piece_sink *sink) {
+  if (sink == NULL || length < sink->min_reference) {
+    memcpy(out, bytes, length);
+    return out + length;
+  }
+  end_frame_piece(sink, out);
+  sink->pieces[sink->count++] = (reshard_response_piece){bytes, length};
+  return out;
+}
+
+static uint8_t *write_batches(const reshard_range_batches *batches,
+                              unsigned field, uint8_t *out, piece_sink *sink) {
+  for (size_t b = 0; b < batches->batch_count; b++) {
+    size_t count;
+    unsigned width;
+    const uint64_t *rows = batch_rows(batches, b, &count, &width);
+    const size_t *sizes =
+        batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
+    uint64_t bytes = batches->batches[b].bytes;
+    out = put_tag(out, field, WIRE_LENGTH);
+    out = reshard_varint_put(out, batch_body(batches, b));
+    if (count == 0) {
+      out = put_scalar(out, 7, bytes);
+      continue;
+    }
+    /* Column by column, `bytes` (field 7) between the copy and the run
+     * columns; a batch's rows stay in cache across its columns. */
+    const uint8_t *lengths =
+        batches->column_length + b * RESHARD_RANGE_BATCH_COLUMNS;
+    const uint8_t *encoded =
+        batches->columns != NULL ? batches->columns->bytes[b] : NULL;
+    for (unsigned c = 0; c < width; c++) {
+      if (c == COPY_WIDTH) {
+        out = put_scalar(out, 7, bytes);
+      }
+      out = put_tag(out, column_field(c), WIRE_LENGTH);
+      out = reshard_varint_put(out, sizes[c]);
+      if (encoded != NULL) {
+        out = put_payload(out, encoded, sizes[c], sink);
+        encoded += sizes[c];
+      } else {
+        out = write_column(out, rows + c, count, width, lengths[c]);
+      }
+    }
+    if (width == COPY_WIDTH) {
+      out = put_scalar(out, 7, bytes);
+    }
+  }
+  return out;
+}
+
+uint8_t *reshard_range_batches_write(const reshard_range_batches *batches,
+                                     unsigned field, uint8_t *out) {
+  return write_batches(batches, field, out, NULL);
+}
+
+/* ---- PlanStats ---- */
+
+size_t reshard_plan_stats_size(uint64_t operations, uint64_t bytes,
+                               uint64_t copies_before_coalescing,
+                               uint64_t runs) {
+  return scalar_size(operations) + scalar_size(bytes) +
+         scalar_size(copies_before_coalescing) + scalar_size(runs);
+}
+
+uint8_t *reshard_plan_stats_write(uint8_t *out, unsigned field,
+                                  uint64_t operations, uint64_t bytes,
+                                  uint64_t copies_before_coalescing,
+                                  uint64_t runs) {
+  out = put_tag(out, field, WIRE_LENGTH);
+  out = reshard_varint_put(
+      out, reshard_plan_stats_size(operations, bytes, copies_before_coalescing,
+                                   runs));
+  out = put_scalar(out, 1, operations);
+  out = put_scalar(out, 2, bytes);
+  out = put_scalar(out, 3, copies_before_coalescing);
+  return put_scalar(out, 4, runs);
+}
+
+/* ---- What both responses share ---- */
+
+/* A plan's batches, measured from what it carries: its runs when it has
+ * them, else its varint columns when it has them, else its copies. */
+static reshard_status
+measure_plan_batches(const reshard_copy *copies, const reshard_batch *batches,
+                     size_t batch_count, const reshard_runs *runs,
+                     const reshard_varint_batches *columns,
+                     reshard_arena *arena, reshard_range_batches *out) {
+  return reshard_range_batches_measure(
+      copies, batches, batch_count, runs->batch_first ? runs : NULL,
+      columns->bytes != NULL ? columns : NULL, arena, out);
+}
+
+/* Region ids: every binding region's, in order. */
+
+static size_t region_ids_size(const reshard_binding *binding) {
+  size_t size = 0;
+  for (size_t r = 0; r < binding->region_count; r++) {
+    size += string_size(binding->regions[r].region_id, 1);
+  }
+  return size;
+}
+
+static uint8_t *put_region_ids(uint8_t *out, unsigned field,
+                               const reshard_binding *binding) {
+  for (size_t r = 0; r < binding->region_count; r++) {
+    out = put_string(out, field, binding->regions[r].region_id, 1);
+  }
+  return out;
+}
+
+/* ---- PlanLoadResponse ---- */
+
+static size_t page_body(const reshard_wire_plan_names *names, size_t source,
+                        size_t page) {
+  return string_size(names->page_keys[page], 0) +
+         string_size(names->manifest_keys[source], 0) +
+         string_size(names->sources[source].layout_id, 0);
+}
+
+static size_t stats_body(const reshard_load_plan *plan) {
+  return reshard_plan_stats_size(plan->operations, plan->bytes,
+                                 plan->copies_before_coalescing,
+                                 plan->runs.run_count);
+}
+
+reshard_status reshard_plan_response_measure(
+    const reshard_load_plan *plan, const reshard_wire_plan_names *names,
+    reshard_arena *arena, reshard_plan_response *out) {
+  *out = (reshard_plan_response){.plan = plan, .names = names};
+  reshard_status status =
+      measure_plan_batches(plan->copies, plan->batches, plan->batch_count,
+                           &plan->runs, &plan->columns, arena, &out->batches);
+  if (status) {
+    return status;
+  }
+  size_t size = scalar_size(clamp_u32(plan->hit_pages));
+  for (size_t p = 0; p < plan->hit_pages; p++) {
+    size += nested_size(page_body(names, plan->page_source[p], p));
+  }
+  size += region_ids_size(names->binding);
+  size += out->batches.size;
+  size += nested_size(stats_body(plan));
+  size += string_size(names->placement_id, 0);
+  out->size = size;
+  return RESHARD_OK;
+}
+
+static size_t write_response(const reshard_plan_response *response,
+                             uint8_t *out, piece_sink *sink) {
+  const reshard_load_plan *plan = response->plan;
+  const reshard_wire_plan_names *names = response->names;
+  uint8_t *start = out;
+  out = put_scalar(out, 1, clamp_u32(plan->hit_pages));
+  for (size_t p = 0; p < plan->hit_pages; p++) {
+    size_t source = plan->page_source[p];
+    out = put_tag(out, 2, WIRE_LENGTH);
+    out = reshard_varint_put(out, page_body(names, source, p));
+    out = put_string(out, 1, names->page_keys[p], 0);
+    out = put_string(out, 2, names->manifest_keys[source], 0);
+    out = put_string(out, 3, names->sources[source].layout_id, 0);
+  }
+  out = put_region_ids(out, 3, names->binding);
+  out = write_batches(&response->batches, 4, out, sink);
+  out = reshard_plan_stats_write(out, 5, plan->operations, plan->bytes,
+                                 plan->copies_before_coalescing,
+                                 plan->runs.run_count);
+  out = put_string(out, 6, names->placement_id, 0);
+  if (sink != NULL) {
+    end_frame_piece(sink, out);
+  }
+  return (size_t)(out - start);
+}
+
+size_t reshard_plan_response_write(const reshard_plan_response *response,
+                                   uint8_t *out) {
+  return write_response(response, out, NULL);
+}
+
+void reshard_response_measure_pieces(const reshard_range_batches *batches,
+                                     size_t size, size_t min_reference,
+                                     size_t *frame_size, size_t *piece_room) {
+  size_t frame = size, references = 0;
+  for (size_t b = 0; batches->columns != NULL && b < batches->batch_count;
+       b++) {
+    const size_t *sizes =
+        batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
+    for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+      if (sizes[c] >= min_reference) {
+        frame -= sizes[c];
+        references++;
+      }
+    }
+  }
+  *frame_size = frame;
+  /* A frame piece before each reference, and one after the last. */
+  *piece_room = 2 * references + 1;
+}
+
+size_t reshard_plan_response_write_pieces(const void *response,
+                                          size_t min_reference, uint8_t *frame,
+                                          reshard_response_piece *pieces) {
+  piece_sink sink = {pieces, 0, frame, min_reference};
+  write_response(response, frame, &sink);
+  return sink.count;
+}
+
+/* ---- PlanStoreResponse ---- */
+
+reshard_status reshard_store_response_measure(const reshard_store_plan *plan,
+                                              const reshard_binding *binding,
+                                              const char *layout_id,
+                                              reshard_arena *arena,
+                                              reshard_store_response *out) {
+  *out = (reshard_store_response){
+      .plan = plan, .binding = binding, .layout_id = layout_id};
+  reshard_status status =
+      measure_plan_batches(plan->copies, plan->batches, plan->batch_count,
+                           &plan->runs, &plan->columns, arena, &out->batches);
+  if (status) {
+    return status;
+  }
+  for (size_t i = 0; i < plan->part_count; i++) {
+    out->parts_size += reshard_varint_length(clamp_u32(plan->part_indexes[i]));
+  }
+  /* A packed repeated field is left out when empty. */
+  size_t size = plan->part_count ? nested_size(out->parts_size) : 0;
+  size += region_ids_size(binding);
+  size += out->batches.size;
+  size += nested_size(reshard_plan_stats_size(plan->operations, plan->bytes,
+                                              plan->copies_before_coalescing,
+                                              plan->runs.run_count));
+  size += string_size(layout_id, 0);
+  out->size = size;
+  return RESHARD_OK;
+}
+
+static size_t write_store_response(const reshard_store_response *response,
+                                   uint8_t *out, piece_sink *sink) {
+  const reshard_store_plan *plan = response->plan;
+  uint8_t *start = out;
+  if (plan->part_count) {
+    out = put_tag(out, 1, WIRE_LENGTH);
+    out = reshard_varint_put(out, response->parts_size);
+    for (size_t i = 0; i < plan->part_count; i++) {
+      out = reshard_varint_put(out, clamp_u32(plan->part_indexes[i]));
+    }
+  }
+  out = put_region_ids(out, 2, response->binding);
+  out = write_batches(&response->batches, 3, out, sink);
+  out = reshard_plan_stats_write(out, 4, plan->operations, plan->bytes,
+                                 plan->copies_before_coalescing,
+                                 plan->runs.run_count);
+  out = put_string(out, 5, response->layout_id, 0);
+  if (sink != NULL) {
+    end_frame_piece(sink, out);
+  }
+  return (size_t)(out - start);
+}
+
+size_t reshard_store_response_write(const reshard_store_response *response,
+                                    uint8_t *out) {
+  return write_store_response(response, out, NULL);
+}
+
+size_t reshard_store_response_write_pieces(const void *response,
+                                           size_t min_reference, uint8_t *frame,
+                                           reshard_response_piece *pieces) {
+  piece_sink sink = {pieces, 0, frame, min_reference};
+  write_store_response(response, frame, &sink);
+  return sink.count;
+}

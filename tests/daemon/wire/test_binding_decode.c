@@ -1,0 +1,383 @@
+/* Tests daemon/binding_decode.c against the path it replaces: the bounded
+ * protobuf-c decode (reshard_decode) followed by
+ * reshard_wire_binding_from_pb. Messages are written on the wire by hand,
+ * so that they hold what protobuf encoders never write but an attacker may:
+ * non-canonical varints, repeated scalars, unknown fields of every wire
+ * type, known fields of the wrong wire type, ten-byte varints into uint32
+ * fields; then bytes are flipped, cut and inserted. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding_compare.h"
+#include "reshard/v1/planner.pb-c.h"
+#include "wire/binding_decode.h"
+#include "wire/decode.h"
+#include "wire/wire.h"
+
+static reshard_arena arena;
+
+static void setup(void) {
+  reshard_arena_init(&arena, 0);
+}
+
+static void teardown(void) {
+  reshard_arena_destroy(&arena);
+}
+
+TestSuite(binding_decode, .init = setup, .fini = teardown);
+
+typedef struct wire {
+  uint8_t data[8192];
+  size_t length;
+} wire;
+
+static uint64_t state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t next(void) {
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  return state;
+}
+
+static uint64_t below(uint64_t n) {
+  return next() % n;
+}
+
+static void put_byte(wire *w, uint8_t byte) {
+  cr_assert_lt(w->length, sizeof w->data);
+  w->data[w->length++] = byte;
+}
+
+/* `value` as a varint, now and then padded with continuation bytes (past
+ * what either decoder accepts, at times). */
+static void put_varint(wire *w, uint64_t value) {
+  unsigned padding = below(128) == 0 ? 1 + (unsigned)below(5) : 0;
+  while (value >= 0x80) {
+    put_byte(w, (uint8_t)(value | 0x80));
+    value >>= 7;
+  }
+  if (padding == 0) {
+    put_byte(w, (uint8_t)value);
+    return;
+  }
+  put_byte(w, (uint8_t)(value | 0x80));
+  for (unsigned i = 1; i < padding; i++) {
+    put_byte(w, 0x80);
+  }
+  put_byte(w, 0x00);
+}
+
+static void put_tag(wire *w, uint64_t field, unsigned type) {
+  put_varint(w, field << 3 | type);
+}
+
+static uint64_t random_value(void) {
+  switch (below(5)) {
+  case 0:
+    return below(3);
+  case 1:
+    return below(200);
+  case 2:
+    return below(1u << 20);
+  case 3:
+    return next() >> below(64); /* reaches past 32 bits: uint32 fields */
+  default:
+    return UINT64_MAX - below(3);
+  }
+}
+
+static void put_text(wire *w, uint64_t field) {
+  static const char *names[] = {"kv0", "kv1", "pool", "", "kv\0x", "\xff\xfe"};
+  size_t which = below(6);
+  size_t length = which == 4 ? 4 : strlen(names[which]);
+  put_tag(w, field, 2);
+  put_varint(w, length);
+  for (size_t i = 0; i < length; i++) {
+    put_byte(w, (uint8_t)names[which][i]);
+  }
+}
+
+/* Once in a while: a field no one knows, or a known one of the wrong wire
+ * type. */
+static void put_noise(wire *w, uint64_t known_fields) {
+  if (below(16) != 0) {
+    return;
+  }
+  uint64_t field = below(24) == 0 ? 1 + below(known_fields) : 11 + below(3000);
+  unsigned type = (unsigned[]){0, 1, 2, 5}[below(4)];
+  put_tag(w, field, type);
+  switch (type) {
+  case 0:
+    put_varint(w, random_value());
+    break;
+  case 1:
+  case 5:
+    for (unsigned i = 0; i < (type == 1 ? 8u : 4u); i++) {
+      put_byte(w, (uint8_t)next());
+    }
+    break;
+  default:
+    put_varint(w, 2);
+    put_byte(w, 0x08);
+    put_byte(w, 0x01);
+    break;
+  }
+}
+
+/* A nested message: its bytes first, then the tag and length. */
+static void put_message(wire *w, uint64_t field, const wire *inner) {
+  put_tag(w, field, 2);
+  put_varint(w, inner->length);
+  cr_assert_leq(w->length + inner->length, sizeof w->data);
+  memcpy(w->data + w->length, inner->data, inner->length);
+  w->length += inner->length;
+}
+
+static void put_region(wire *w) {
+  wire inner = {.length = 0};
+  for (unsigned f = 0; f < 4; f++) {
+    uint64_t field = 1 + below(3);
+    if (field == 1) {
+      put_text(&inner, 1);
+    } else {
+      put_tag(&inner, field, 0);
+      put_varint(&inner, random_value());
+    }
+    put_noise(&inner, 3);
+  }
+  put_message(w, 3, &inner);
+}
+
+static void put_range(wire *w) {
+  wire inner = {.length = 0};
+  /* A component first: later ones are rare, so most ranges decode. */
+  put_tag(&inner, 2, 0);
+  put_varint(&inner, 1 + below(2));
+  unsigned fields = (unsigned)below(14);
+  for (unsigned f = 0; f < fields; f++) {
+    uint64_t field = 1 + below(10);
+    if (field == 2 && below(8) != 0) {
+      field = 3;
+    }
+    if (field == 7) {
+      put_text(&inner, 7);
+    } else {
+      put_tag(&inner, field, 0);
+      put_varint(&inner, random_value());
+    }
+    put_noise(&inner, 10);
+  }
+  put_message(w, 4, &inner);
+}
+
+static void random_binding(wire *w) {
+  w->length = 0;
+  unsigned fields = (unsigned)below(40);
+  for (unsigned f = 0; f < fields; f++) {
+    switch (below(8)) {
+    case 0:
+      put_text(w, 1 + below(2));
+      break;
+    case 1:
+    case 2:
+      put_region(w);
+      break;
+    default:
+      put_range(w);
+      break;
+    }
+    put_noise(w, 4);
+  }
+}
+
+static void mutate(wire *w) {
+  unsigned count = (unsigned)below(4);
+  for (unsigned m = 0; m < count && w->length > 0; m++) {
+    size_t at = below(w->length);
+    switch (below(3)) {
+    case 0:
+      w->data[at] ^= (uint8_t)(1u << below(8));
+      break;
+    case 1:
+      w->length = at;
+      break;
+    default:
+      if (w->length < sizeof w->data) {
+        memmove(w->data + at + 1, w->data + at, w->length - at);
+        w->data[at] = (uint8_t)next();
+        w->length++;
+      }
+      break;
+    }
+  }
+}
+
+typedef struct outcome {
+  reshard_status status;
+  reshard_error err;
+  reshard_binding binding;
+} outcome;
+
+static outcome through_protobuf_c(const wire *w, const reshard_limits *caps) {
+  outcome o;
+  memset(&o, 0, sizeof o);
+  ProtobufCMessage *message =
+      reshard_decode(&reshard__v1__runtime_binding__descriptor, w->data,
+                     w->length, UINT64_MAX, caps, &arena, &o.err);
+  o.status = message == NULL ? o.err.code
+                             : reshard_wire_binding_from_pb(
+                                   (const Reshard__V1__RuntimeBinding *)message,
+                                   "binding", &arena, &o.binding, &o.err);
+  return o;
+}
+
+static outcome directly(const wire *w, const reshard_limits *caps) {
+  outcome o;
+  memset(&o, 0, sizeof o);
+  o.status = reshard_binding_decode(w->data, w->length, "binding", caps,
+                                    UINT64_MAX, &arena, &o.binding, &o.err);
+  return o;
+}
+
+/* Equal bindings, or the same error code; the same message where both
+ * paths name the rule in the same words (components, caps). A message both
+ * over a cap and malformed may be refused for either (binding_decode.h). */
+static void assert_same_outcome(const wire *w, const reshard_limits *caps,
+                                unsigned *accepted, unsigned *refused) {
+  outcome want = through_protobuf_c(w, caps);
+  outcome got = directly(w, caps);
+  bool either = want.status != RESHARD_OK && got.status != RESHARD_OK &&
+                (strstr(want.err.message, "max_ranges") != NULL ||
+                 strstr(got.err.message, "max_ranges") != NULL);
+  if (either && got.status != want.status) {
+    ++*refused;
+    return;
+  }
+  cr_assert_eq(got.status, want.status,
+               "protobuf-c: %d \"%s\"; direct: %d "
+               "\"%s\"",
+               want.status, want.err.message, got.status, got.err.message);
+  if (want.status == RESHARD_OK) {
+    char why[256];
+    cr_assert(reshard_test_bindings_equal(&got.binding, &want.binding, why,
+                                          sizeof why),
+              "%s", why);
+    ++*accepted;
+    return;
+  }
+  ++*refused;
+  if (strstr(want.err.message, "component") != NULL ||
+      (strstr(want.err.message, "max_ranges") != NULL &&
+       strstr(got.err.message, "max_ranges") != NULL)) {
+    cr_assert_str_eq(got.err.message, want.err.message);
+  }
+}
+
+Test(binding_decode, agrees_with_protobuf_c_on_random_and_mutated_bytes) {
+  reshard_limits small = reshard_limits_default();
+  small.max_ranges = 6;
+  unsigned accepted = 0, refused = 0;
+  for (unsigned round = 0; round < 40000; round++) {
+    wire w;
+    random_binding(&w);
+    if (round % 2 == 1) {
+      mutate(&w);
+    }
+    const reshard_limits *caps = round % 5 == 0 ? &small : NULL;
+    assert_same_outcome(&w, caps, &accepted, &refused);
+    if (round % 64 == 63) {
+      reshard_arena_destroy(&arena);
+      reshard_arena_init(&arena, 0);
+    }
+  }
+  /* Both kinds must be common, or the comparison proves little. */
+  cr_assert_gt(accepted, 5000, "%u accepted", accepted);
+  cr_assert_gt(refused, 5000, "%u refused", refused);
+}
+
+Test(binding_decode, ranges_of_one_region_share_its_string) {
+  wire w = {.length = 0};
+  for (int i = 0; i < 3; i++) {
+    wire inner = {.length = 0};
+    put_byte(&inner, 0x10); /* component */
+    put_byte(&inner, 0x01);
+    put_byte(&inner, 0x3a); /* region_id */
+    put_byte(&inner, 0x03);
+    put_byte(&inner, 'k');
+    put_byte(&inner, 'v');
+    put_byte(&inner, (uint8_t)(i < 2 ? '0' : '1'));
+    put_message(&w, 4, &inner);
+  }
+  reshard_binding b;
+  reshard_error err;
+  cr_assert_eq(reshard_binding_decode(w.data, w.length, "binding", NULL,
+                                      UINT64_MAX, &arena, &b, &err),
+               RESHARD_OK);
+  cr_assert_eq(b.range_count, 3);
+  cr_assert_eq(b.ranges[0].region_id, b.ranges[1].region_id);
+  cr_assert_str_eq(b.ranges[2].region_id, "kv1");
+  cr_assert_str_eq(b.participant_id, "");
+}
+
+/* Neighbouring ranges whose region ids have one length and differ in one
+ * byte, anywhere, for every length up to 40: each range keeps its own. */
+Test(binding_decode, neighbours_ids_that_differ_in_one_byte_stay_apart) {
+  for (size_t length = 1; length <= 40; length++) {
+    for (size_t differ = 0; differ < length; differ++) {
+      wire w = {.length = 0};
+      char ids[2][41];
+      for (int i = 0; i < 2; i++) {
+        memset(ids[i], 'r', length);
+        ids[i][length] = '\0';
+        ids[i][differ] = (char)('0' + i);
+        wire inner = {.length = 0};
+        put_byte(&inner, 0x10); /* component */
+        put_byte(&inner, 0x01);
+        put_byte(&inner, 0x3a); /* region_id */
+        put_byte(&inner, (uint8_t)length);
+        for (size_t k = 0; k < length; k++) {
+          put_byte(&inner, (uint8_t)ids[i][k]);
+        }
+        put_byte(&w, 0x22); /* ranges, with a one-byte length */
+        put_byte(&w, (uint8_t)inner.length);
+        for (size_t k = 0; k < inner.length; k++) {
+          put_byte(&w, inner.data[k]);
+        }
+      }
+      reshard_binding b;
+      reshard_error err;
+      cr_assert_eq(reshard_binding_decode(w.data, w.length, "binding", NULL,
+                                          UINT64_MAX, &arena, &b, &err),
+                   RESHARD_OK, "%s", err.message);
+      cr_assert_eq(b.range_count, 2);
+      cr_assert_str_eq(b.ranges[0].region_id, ids[0], "length %zu byte %zu",
+                       length, differ);
+      cr_assert_str_eq(b.ranges[1].region_id, ids[1], "length %zu byte %zu",
+                       length, differ);
+    }
+  }
+}
+
+Test(binding_decode, refuses_past_its_budget) {
+  wire w = {.length = 0};
+  for (int i = 0; i < 100; i++) {
+    put_byte(&w, 0x22); /* a range of keys, nothing else set */
+    put_byte(&w, 0x02);
+    put_byte(&w, 0x10);
+    put_byte(&w, 0x01);
+  }
+  reshard_binding b;
+  reshard_error err;
+  cr_assert_eq(reshard_binding_decode(w.data, w.length, "binding", NULL,
+                                      100 * sizeof(reshard_binding_range) - 1,
+                                      &arena, &b, &err),
+               RESHARD_RESOURCE_EXHAUSTED);
+  cr_assert(strstr(err.message, "binding") != NULL, "%s", err.message);
+  cr_assert_eq(reshard_binding_decode(w.data, w.length, "binding", NULL,
+                                      100 * sizeof(reshard_binding_range) + 64,
+                                      &arena, &b, &err),
+               RESHARD_OK);
+  cr_assert_eq(b.range_count, 100);
+}
