@@ -1,4 +1,4 @@
-#include "keyed_sort.h"
+#include "base/keyed_sort.h"
 
 #include <stdbool.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* Batching (SPEC §2.2 step 5): at most max_operations copies and
  * max_bytes bytes a batch; a copy that does not fit the rest of a batch is
  * split at the byte budget, so every batch but the last is full. */
-#include "plan_internal.h"
+#include "plan/plan_internal.h"
 
 void reshard__batch_bounds(size_t count, uint64_t total_bytes,
                            const reshard__batching *limits, size_t *max_copies,

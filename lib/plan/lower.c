@@ -2,7 +2,7 @@
  * page become byte copies at the coarsest granularity both sides allow. */
 #include <string.h>
 
-#include "plan_internal.h"
+#include "plan/plan_internal.h"
 
 reshard_status reshard__cursor_init(reshard__range_cursor *cursor,
                                     const reshard_bound_binding *binding,

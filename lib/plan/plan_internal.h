@@ -1,5 +1,10 @@
-/* Internal pieces of load planning shared by plan.c, lower.c, coalesce.c
- * and batch.c. Not installed; not part of the public API. */
+/* Internal: the steps of load planning in lib/plan/ and what they share,
+ * in pipeline order: the range cursor and page lowering (lower.c), pages as
+ * strided sequences (sequences.c), coalescing (coalesce.c), batching
+ * (batch.c), the run folder (runs.c), the varint column encoder
+ * (varint_columns.c), and the planner state that the driver (plan.c) and
+ * source selection (select.c) share. Not installed; not part of the public
+ * API. */
 #ifndef RESHARD_PLAN_INTERNAL_H
 #define RESHARD_PLAN_INTERNAL_H
 
@@ -7,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "keyed_sort.h"
+#include "base/keyed_sort.h"
 #include "reshard/arena.h"
 #include "reshard/binding.h"
 #include "reshard/join.h"
@@ -86,7 +91,7 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
                                      bool *reused);
 
 /* One page lowered to strided sequences sorted by first copy, standing for
- * its coalesced copies (see lib/sequences.c). The sequences form groups
+ * its coalesced copies (see lib/plan/sequences.c). The sequences form groups
  * one after another in the Part: group g is sequences [group_ends[g - 1],
  * group_ends[g]), and source order takes copy k of each of its sequences
  * in turn, k = 0, 1, ... (a group of one is its sequence). */
@@ -261,5 +266,73 @@ void reshard__column_encoder_group(reshard__column_encoder *encoder,
 /* Closes the open batch. */
 reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
                                              reshard_error *err);
+
+/* One load plan in progress (reshard_plan_load): plan.c checks the request
+ * and drives both passes; select.c runs pass 1, choosing each page's source
+ * and counting what lowering will cost; plan.c lowers and batches the
+ * chosen pages (pass 2). */
+typedef struct reshard__planner {
+  const reshard_load_request *request;
+  const reshard_placement_part *part;
+  reshard_bound_binding binding;
+  reshard__range_cursor cursor;
+  const reshard_join **joins; /* per source, built on first use */
+  reshard_join **built;       /* per source, what this plan built */
+  uint64_t head_bytes[2];
+  reshard_arena *arena;
+  reshard_error *err;
+  /* Growable scratch for comparing candidate layouts of one page. */
+  reshard_copy *trial_copies;
+  reshard_copy *trial_out;
+  reshard__keyed *trial_keys;
+  reshard__keyed *trial_spare;
+  size_t trial_capacity;
+  uint64_t *page_bytes; /* per hit page, what lowering it moves */
+  reshard__sequence_scratch sequence_scratch;
+  /* A stretch of a group cut at a batch boundary (sequence_scratch.room
+   * entries, made the first time one is needed). */
+  reshard_run *stretch;
+  /* Pages whose sequences could not stand for their copies; past a few,
+   * the plan stops trying and lowers copy by copy. */
+  unsigned sequence_refusals;
+  /* Whether the plan writes every copy: unless the caller reads only runs
+   * or varint columns (request.omit_copies). */
+  bool keep_copies;
+} reshard__planner;
+
+/* The plan's errors when memory runs out or the caller asks it to stop. */
+reshard_status reshard__plan_no_memory(reshard__planner *plan);
+reshard_status reshard__plan_deadline(reshard__planner *plan);
+
+static inline bool
+reshard__plan_stop_requested(const reshard_load_request *request) {
+  return request->should_stop != NULL &&
+         request->should_stop(request->should_stop_context);
+}
+
+/* Context for counting or lowering page `page` from the source `join`,
+ * through the plan's cursor (the caller advanced it to that page). */
+static inline reshard__page_lowering
+reshard__plan_page_lowering(const reshard__planner *plan,
+                            const reshard_join *join, uint64_t page) {
+  return (reshard__page_lowering){
+      .join = join,
+      .cursor = &plan->cursor,
+      .page_index = page,
+      .page_size = plan->request->placement->descriptor.page_size,
+      .head_bytes = {plan->head_bytes[0], plan->head_bytes[1]},
+  };
+}
+
+/* Pass 1 (select.c): the hit prefix, its sources (out->page_source,
+ * out->hit_pages), what lowering it will cost (out->bytes,
+ * out->copies_before_coalescing, plan->page_bytes), all before any copy is
+ * materialised; *largest_page is the most copies (before coalescing) one
+ * page lowers to. */
+reshard_status reshard__select_sources(reshard__planner *plan,
+                                       reshard_load_plan *out,
+                                       uint64_t *largest_page);
+/* Frees the scratch in which select.c compares candidate layouts. */
+void reshard__plan_free_trial(reshard__planner *plan);
 
 #endif

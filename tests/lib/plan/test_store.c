@@ -5,7 +5,7 @@
  * participants that write nothing get empty plans. The full cycle then has
  * readers of another topology load from the stored Parts. Coalescing is
  * proven minimal for the store order, and every rejection has its test.
- * Seeds derive from RESHARD_ORACLE_SEED like tests/lib/test_oracle.c. */
+ * Seeds derive from RESHARD_ORACLE_SEED like tests/lib/plan/test_oracle.c. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <inttypes.h>

@@ -1,8 +1,8 @@
 /* Canonical identities of SPEC §1.6. The shapes and key orders below must
  * stay byte-compatible with Mooncake's Python reference, which hashes
  * json.dumps(sort_keys=True, separators=(",", ":")) of the same objects;
- * docs/identity.md writes them down and tests/lib/test_identity.c pins the
- * golden vectors. Every object's keys are written in ascending byte order
+ * docs/identity.md writes them down and tests/lib/identity/test_identity.c pins
+ * the golden vectors. Every object's keys are written in ascending byte order
  * by hand (canonical_json asserts it), so each function reads like the
  * sorted JSON it produces. */
 #include "reshard/identity.h"
@@ -13,14 +13,14 @@
 
 #include <openssl/evp.h>
 
-#include "canonical_json.h"
+#include "identity/canonical_json.h"
 
 /* Field paths are short ("placement.parts[12].participant_id"); a message
  * buffer is ample and truncation only shortens an error message. */
 typedef char path_buffer[RESHARD_ERROR_MESSAGE_MAX];
 
-/* Local so the identities do not depend on layout.c; the names are part of
- * the hashed shape, so they must match the reference spelling exactly. */
+/* Local so the identities do not depend on model/layout.c; the names are part
+ * of the hashed shape, so they must match the reference spelling exactly. */
 static const char *format_name(reshard_format format) {
   switch (format) {
   case RESHARD_FORMAT_PLHD:

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "plan_internal.h"
+#include "plan/plan_internal.h"
 #include "reshard/arena.h"
 #include "reshard/checked.h"
 

@@ -1,4 +1,4 @@
-/* Tests lib/arena.c: allocation, alignment, overflow and chunks drawn from
+/* Tests lib/base/arena.c: allocation, alignment, overflow and chunks drawn from
  * and given back to a caller's source. */
 #include <criterion/criterion.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* Tests lib/varint_columns.c through reshard_plan_load: a plan asked for
+/* Tests lib/plan/varint_columns.c through reshard_plan_load: a plan asked for
  * varint columns must carry the same copies and batches as one that is not
  * (the oracle executes the latter), and every batch's columns must decode,
  * with a decoder written here from the LEB128 rules, to exactly that
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "oracle.h"
-#include "plan_internal.h"
+#include "plan/plan_internal.h"
 #include "reshard/runs.h"
 #include "reshard/varint_columns.h"
 

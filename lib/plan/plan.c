@@ -1,198 +1,25 @@
-/* Load planning (SPEC §2.2): validate the binding, choose a source for each
- * page of the hit prefix, then lower, coalesce and batch page by page. */
+/* Load planning (SPEC §2.2): check the request and validate the binding,
+ * choose a source for each page of the hit prefix (pass 1, select.c),
+ * then lower, coalesce and batch page by page (pass 2), feeding the run
+ * folder and the column encoder as the batches fill. */
 #include "reshard/plan.h"
 
-#include <stdlib.h>
 #include <string.h>
 
-#include "plan_internal.h"
+#include "plan/plan_internal.h"
 #include "reshard/arena.h"
-#include "reshard/checked.h"
 
-typedef struct planner {
-  const reshard_load_request *request;
-  const reshard_placement_part *part;
-  reshard_bound_binding binding;
-  reshard__range_cursor cursor;
-  const reshard_join **joins; /* per source, built on first use */
-  reshard_join **built;       /* per source, what this plan built */
-  uint64_t head_bytes[2];
-  reshard_arena *arena;
-  reshard_error *err;
-  /* Growable scratch for comparing candidate layouts of one page. */
-  reshard_copy *trial_copies;
-  reshard_copy *trial_out;
-  reshard__keyed *trial_keys;
-  reshard__keyed *trial_spare;
-  size_t trial_capacity;
-  uint64_t *page_bytes; /* per hit page, what lowering it moves */
-  reshard__sequence_scratch sequence_scratch;
-  /* A stretch of a group cut at a batch boundary (sequence_scratch.room
-   * entries, made the first time one is needed). */
-  reshard_run *stretch;
-  /* Pages whose sequences could not stand for their copies; past a few,
-   * the plan stops trying and lowers copy by copy. */
-  unsigned sequence_refusals;
-  /* Whether the plan writes every copy: unless the caller reads only runs
-   * or varint columns (request.omit_copies). */
-  bool keep_copies;
-} planner;
-
-static reshard_status no_memory(planner *plan) {
+reshard_status reshard__plan_no_memory(reshard__planner *plan) {
   return reshard_error_set(plan->err, RESHARD_RESOURCE_EXHAUSTED,
                            "plan: out of memory");
 }
 
-static reshard_status source_join(planner *plan, size_t source,
-                                  const reshard_join **out) {
-  if (plan->joins[source] == NULL) {
-    const reshard_plan_source *candidate = &plan->request->sources[source];
-    reshard_join *join =
-        reshard_join_build(candidate->layout, plan->part, plan->err);
-    if (join == NULL) {
-      return plan->err ? plan->err->code : RESHARD_RESOURCE_EXHAUSTED;
-    }
-    plan->built[source] = join;
-    plan->joins[source] = join;
-  }
-  *out = plan->joins[source];
-  return RESHARD_OK;
+reshard_status reshard__plan_deadline(reshard__planner *plan) {
+  return reshard_error_set(plan->err, RESHARD_DEADLINE_EXCEEDED,
+                           "plan: abandoned, the call's deadline passed");
 }
 
-static reshard__page_lowering
-page_lowering(const planner *plan, const reshard_join *join, uint64_t page) {
-  return (reshard__page_lowering){
-      .join = join,
-      .cursor = &plan->cursor,
-      .page_index = page,
-      .page_size = plan->request->placement->descriptor.page_size,
-      .head_bytes = {plan->head_bytes[0], plan->head_bytes[1]},
-  };
-}
-
-static reshard_status grow_trial(planner *plan, size_t need) {
-  if (need <= plan->trial_capacity) {
-    return RESHARD_OK;
-  }
-  free(plan->trial_copies);
-  free(plan->trial_out);
-  free(plan->trial_keys);
-  free(plan->trial_spare);
-  plan->trial_copies = malloc(need * sizeof(reshard_copy));
-  plan->trial_out = malloc(need * sizeof(reshard_copy));
-  plan->trial_keys = malloc(need * sizeof(reshard__keyed));
-  plan->trial_spare = malloc(need * sizeof(reshard__keyed));
-  plan->trial_capacity = need;
-  if (!plan->trial_copies || !plan->trial_out || !plan->trial_keys ||
-      !plan->trial_spare) {
-    plan->trial_capacity = 0;
-    return no_memory(plan);
-  }
-  return RESHARD_OK;
-}
-
-/* Copies after coalescing of page `page` from `source`: the cost by which
- * candidate layouts are compared. */
-static reshard_status trial_cost(planner *plan, size_t source, uint64_t page,
-                                 uint64_t *out) {
-  const reshard_join *join = NULL;
-  reshard_status status = source_join(plan, source, &join);
-  if (status) {
-    return status;
-  }
-  reshard__page_lowering lowering = page_lowering(plan, join, page);
-  reshard__page_cost cost = reshard__lower_count(&lowering);
-  if (cost.copies > plan->request->limits.max_operations) {
-    *out = UINT64_MAX;
-    return RESHARD_OK;
-  }
-  if ((status = grow_trial(plan, (size_t)cost.copies + 1))) {
-    return status;
-  }
-  size_t count = reshard__lower_page(&lowering, plan->trial_copies);
-  *out = reshard__coalesce_page(plan->trial_copies, count, join->part_base,
-                                plan->trial_keys, plan->trial_spare,
-                                plan->trial_out);
-  return RESHARD_OK;
-}
-
-/* Picks the source of page `page` among its candidates with the target's
- * descriptor: the caller's first preference, else the fewest operations,
- * ties to the smallest layout id. Sets *chosen to SIZE_MAX when no
- * candidate matches the target's descriptor. */
-static reshard_status choose_source(planner *plan, uint64_t page,
-                                    size_t *chosen) {
-  const reshard_load_request *request = plan->request;
-  const reshard_descriptor *target = &request->placement->descriptor;
-  size_t first = request->page_source_start[page];
-  size_t end = request->page_source_start[page + 1];
-  size_t matching = 0;
-  size_t only = SIZE_MAX;
-  const char *differing = NULL;
-  const char *differing_layout = NULL;
-  for (size_t i = first; i < end; i++) {
-    size_t source = request->page_sources[i];
-    const char *field;
-    if (reshard_descriptor_equal(&request->sources[source].layout->descriptor,
-                                 target, &field)) {
-      matching++;
-      only = source;
-    } else if (differing == NULL) {
-      differing = field;
-      differing_layout = request->sources[source].layout_id;
-    }
-  }
-  *chosen = SIZE_MAX;
-  if (matching == 0) {
-    if (page == 0) {
-      return reshard_error_set(
-          plan->err, RESHARD_FAILED_PRECONDITION,
-          "page_keys[0]: bound only to layouts whose descriptor differs from "
-          "the target's in %s (layout %s); reshardd converts no bytes",
-          differing, differing_layout ? differing_layout : "?");
-    }
-    return RESHARD_OK;
-  }
-  if (matching == 1) {
-    *chosen = only;
-    return RESHARD_OK;
-  }
-  for (size_t p = 0; p < request->preferred_count; p++) {
-    for (size_t i = first; i < end; i++) {
-      size_t source = request->page_sources[i];
-      if (strcmp(request->sources[source].layout_id,
-                 request->preferred_layout_ids[p]) == 0 &&
-          reshard_descriptor_equal(&request->sources[source].layout->descriptor,
-                                   target, NULL)) {
-        *chosen = source;
-        return RESHARD_OK;
-      }
-    }
-  }
-  uint64_t best_cost = UINT64_MAX;
-  for (size_t i = first; i < end; i++) {
-    size_t source = request->page_sources[i];
-    if (!reshard_descriptor_equal(&request->sources[source].layout->descriptor,
-                                  target, NULL)) {
-      continue;
-    }
-    uint64_t cost;
-    reshard_status status = trial_cost(plan, source, page, &cost);
-    if (status) {
-      return status;
-    }
-    if (*chosen == SIZE_MAX || cost < best_cost ||
-        (cost == best_cost &&
-         strcmp(request->sources[source].layout_id,
-                request->sources[*chosen].layout_id) < 0)) {
-      *chosen = source;
-      best_cost = cost;
-    }
-  }
-  return RESHARD_OK;
-}
-
-static reshard_status check_request(planner *plan) {
+static reshard_status check_request(reshard__planner *plan) {
   const reshard_load_request *request = plan->request;
   const reshard_placement *placement = request->placement;
   reshard_error *err = plan->err;
@@ -238,77 +65,6 @@ static reshard_status check_request(planner *plan) {
   return RESHARD_OK;
 }
 
-static bool stop_requested(const reshard_load_request *request) {
-  return request->should_stop != NULL &&
-         request->should_stop(request->should_stop_context);
-}
-
-static reshard_status deadline(planner *plan) {
-  return reshard_error_set(plan->err, RESHARD_DEADLINE_EXCEEDED,
-                           "plan: abandoned, the call's deadline passed");
-}
-
-/* Pass 1: the hit prefix, its sources, and what lowering it will cost, all
- * before any copy is materialised. */
-static reshard_status select_and_count(planner *plan, reshard_load_plan *out,
-                                       uint64_t *largest_page) {
-  const reshard_load_request *request = plan->request;
-  uint64_t page_size = request->placement->descriptor.page_size;
-  uint64_t total_copies = 0, total_bytes = 0;
-  *largest_page = 0;
-  for (uint64_t page = 0; page < request->page_count; page++) {
-    if (request->page_source_start[page] ==
-        request->page_source_start[page + 1]) {
-      break;
-    }
-    if (stop_requested(request)) {
-      return deadline(plan);
-    }
-    reshard__cursor_advance(&plan->cursor, page * page_size,
-                            (page + 1) * page_size);
-    size_t source;
-    reshard_status status = choose_source(plan, page, &source);
-    if (status) {
-      return status;
-    }
-    if (source == SIZE_MAX) {
-      break;
-    }
-    const reshard_join *join = NULL;
-    if ((status = source_join(plan, source, &join))) {
-      return status;
-    }
-    reshard__page_lowering lowering = page_lowering(plan, join, page);
-    reshard__page_cost cost = reshard__lower_count(&lowering);
-    if (!reshard_add(total_copies, cost.copies, &total_copies) ||
-        total_copies > request->limits.max_operations) {
-      return reshard_error_set(
-          plan->err, RESHARD_RESOURCE_EXHAUSTED,
-          "plan: more than the limit max_operations %llu copies (before "
-          "coalescing) by page %llu",
-          (unsigned long long)request->limits.max_operations,
-          (unsigned long long)page);
-    }
-    if (!reshard_add(total_bytes, cost.bytes, &total_bytes) ||
-        total_bytes > request->limits.max_bytes) {
-      return reshard_error_set(
-          plan->err, RESHARD_RESOURCE_EXHAUSTED,
-          "plan: more than the limit max_bytes %llu bytes by page %llu",
-          (unsigned long long)request->limits.max_bytes,
-          (unsigned long long)page);
-    }
-    if (cost.copies > *largest_page) {
-      *largest_page = cost.copies;
-    }
-    plan->page_bytes[page] = cost.bytes;
-    out->page_source[page] = source;
-    out->hit_pages = page + 1;
-  }
-  out->copies_before_coalescing = total_copies;
-  out->bytes = total_bytes;
-  return RESHARD_OK;
-}
-
 /* A plan whose pages keep refusing sequences (shapes that coalesce
  * across them) stops trying after this many, rather than lowering each
  * page twice. */
@@ -330,7 +86,7 @@ typedef struct batch_sinks {
 
 /* Folds the copies batched since the last call into runs, closing the
  * batches the batcher closed since. */
-static reshard_status fold_batched(planner *plan, batch_sinks *sinks) {
+static reshard_status fold_batched(reshard__planner *plan, batch_sinks *sinks) {
   const reshard__batcher *batcher = sinks->batcher;
   for (; sinks->folded_batches < batcher->batch_count;
        sinks->folded_batches++) {
@@ -354,7 +110,8 @@ static reshard_status fold_batched(planner *plan, batch_sinks *sinks) {
 
 /* Encodes the copies batched since the last call as varint columns,
  * closing the batches the batcher closed since. */
-static reshard_status encode_batched(planner *plan, batch_sinks *sinks) {
+static reshard_status encode_batched(reshard__planner *plan,
+                                     batch_sinks *sinks) {
   const reshard__batcher *batcher = sinks->batcher;
   reshard__column_encoder *encoder = sinks->encoder;
   for (; sinks->encoded_batches < batcher->batch_count;
@@ -374,7 +131,8 @@ static reshard_status encode_batched(planner *plan, batch_sinks *sinks) {
 
 /* Folds and encodes what was batched since the last call, while it is
  * still in cache. */
-static reshard_status drain_batched(planner *plan, batch_sinks *sinks) {
+static reshard_status drain_batched(reshard__planner *plan,
+                                    batch_sinks *sinks) {
   reshard_status status = RESHARD_OK;
   if (sinks->folder != NULL) {
     status = fold_batched(plan, sinks);
@@ -389,9 +147,10 @@ static reshard_status drain_batched(planner *plan, batch_sinks *sinks) {
  * [row, row + rows), from column `column` of the first row on: a stretch
  * that fits the open batch. The sinks take it as sequences; the copies are
  * written only when the plan keeps them. */
-static reshard_status batch_stretch(planner *plan, const reshard_run *group,
-                                    size_t width, uint64_t row, uint64_t rows,
-                                    size_t column, batch_sinks *sinks) {
+static reshard_status batch_stretch(reshard__planner *plan,
+                                    const reshard_run *group, size_t width,
+                                    uint64_t row, uint64_t rows, size_t column,
+                                    batch_sinks *sinks) {
   /* The stretch as a group of its own: the sequences from `row` on, or
    * the single copies of one row from `column` on. */
   reshard__batcher *batcher = sinks->batcher;
@@ -401,7 +160,7 @@ static reshard_status batch_stretch(planner *plan, const reshard_run *group,
   if (!whole && plan->stretch == NULL &&
       (plan->stretch = RESHARD_ARENA_ARRAY(
            plan->arena, reshard_run, plan->sequence_scratch.room)) == NULL) {
-    return no_memory(plan);
+    return reshard__plan_no_memory(plan);
   }
   reshard_run *scratch = plan->stretch;
   const reshard_run *stretch = whole ? group : scratch;
@@ -439,7 +198,7 @@ static reshard_status batch_stretch(planner *plan, const reshard_run *group,
  * copies) where a batch closes inside it. A page that could fill a
  * batch's byte budget goes through `scratch` and the batcher copy by copy
  * (a copy may be split there). */
-static reshard_status batch_sequences(planner *plan,
+static reshard_status batch_sequences(reshard__planner *plan,
                                       const reshard__page_sequences *sequences,
                                       uint64_t page_bytes, batch_sinks *sinks,
                                       reshard_copy *scratch) {
@@ -510,7 +269,8 @@ static void batch_copies(const reshard__page_lowering *lowering,
 
 /* Pass 2: lower, coalesce and batch each hit page in turn; only one page's
  * copies exist before batching. */
-static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
+static reshard_status lower_pages(reshard__planner *plan,
+                                  reshard_load_plan *out,
                                   uint64_t largest_page) {
   const reshard_load_request *request = plan->request;
   const reshard_limits *limits = &request->limits;
@@ -537,7 +297,7 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
       RESHARD_ARENA_ARRAY(plan->arena, reshard_batch, max_batches + 1);
   if (!lowered || !coalesced || !keys || !spare || !out->copies ||
       !out->batches) {
-    return no_memory(plan);
+    return reshard__plan_no_memory(plan);
   }
   reshard__batcher batcher;
   reshard__batcher_init(&batcher, &batching, out->copies, out->batches);
@@ -576,7 +336,7 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   if (!sequence->lowered || !sequence->order || !sequence->sorted ||
       !sequence->group_ends || !sequence->memo.origin ||
       !sequence->memo.ranges || !sequence->memo.shift) {
-    return no_memory(plan);
+    return reshard__plan_no_memory(plan);
   }
   if (request->runs) {
     reshard_status status = reshard__run_folder_init(
@@ -596,13 +356,14 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   }
   reshard__cursor_reset(&plan->cursor);
   for (uint64_t page = 0; page < out->hit_pages; page++) {
-    if (stop_requested(request)) {
-      return deadline(plan);
+    if (reshard__plan_stop_requested(request)) {
+      return reshard__plan_deadline(plan);
     }
     reshard__cursor_advance(&plan->cursor, page * page_size,
                             (page + 1) * page_size);
     const reshard_join *join = plan->joins[out->page_source[page]];
-    reshard__page_lowering lowering = page_lowering(plan, join, page);
+    reshard__page_lowering lowering =
+        reshard__plan_page_lowering(plan, join, page);
     reshard__page_sequences sequences;
     bool by_sequences = false;
     if (plan->sequence_refusals < MAX_SEQUENCE_REFUSALS) {
@@ -651,7 +412,8 @@ static reshard_status lower_pages(planner *plan, reshard_load_plan *out,
   return RESHARD_OK;
 }
 
-static reshard_status plan_load(planner *plan, reshard_load_plan *out) {
+static reshard_status plan_load(reshard__planner *plan,
+                                reshard_load_plan *out) {
   const reshard_load_request *request = plan->request;
   reshard_status status = check_request(plan);
   if (status) {
@@ -662,7 +424,7 @@ static reshard_status plan_load(planner *plan, reshard_load_plan *out) {
   plan->page_bytes =
       RESHARD_ARENA_ARRAY(plan->arena, uint64_t, (size_t)request->page_count);
   if (out->page_source == NULL || plan->page_bytes == NULL) {
-    return no_memory(plan);
+    return reshard__plan_no_memory(plan);
   }
   const reshard_descriptor *descriptor = &request->placement->descriptor;
   plan->head_bytes[0] = reshard_head_bytes(descriptor, RESHARD_COMPONENT_KEY);
@@ -684,7 +446,7 @@ static reshard_status plan_load(planner *plan, reshard_load_plan *out) {
     return status;
   }
   uint64_t largest_page = 0;
-  if ((status = select_and_count(plan, out, &largest_page))) {
+  if ((status = reshard__select_sources(plan, out, &largest_page))) {
     return status;
   }
   return lower_pages(plan, out, largest_page);
@@ -695,7 +457,7 @@ reshard_status reshard_plan_load(const reshard_load_request *request,
                                  reshard_error *err) {
   memset(out, 0, sizeof *out);
   size_t sources = request->source_count;
-  planner plan = {
+  reshard__planner plan = {
       .request = request,
       .keep_copies =
           !(request->omit_copies && (request->runs || request->varint_columns)),
@@ -705,16 +467,13 @@ reshard_status reshard_plan_load(const reshard_load_request *request,
       .built = RESHARD_ARENA_NEW(arena, reshard_join *, sources + 1),
   };
   if (plan.joins == NULL || plan.built == NULL) {
-    return no_memory(&plan);
+    return reshard__plan_no_memory(&plan);
   }
   for (size_t s = 0; s < sources; s++) {
     plan.joins[s] = request->sources[s].join;
   }
   reshard_status status = plan_load(&plan, out);
-  free(plan.trial_copies);
-  free(plan.trial_out);
-  free(plan.trial_keys);
-  free(plan.trial_spare);
+  reshard__plan_free_trial(&plan);
   out->built_joins = plan.built;
   if (status) {
     reshard_load_plan_free_joins(out, sources);

@@ -17,7 +17,7 @@
 
 /* Internal header, reached relative to this file because the test targets
  * only see the public include directory. */
-#include "../../lib/canonical_json.h"
+#include "identity/canonical_json.h"
 
 /* ---- fixtures ---------------------------------------------------------- */
 

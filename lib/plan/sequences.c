@@ -5,7 +5,7 @@
  * every sequence in turn. When no two of those copies coalesce, the sorted
  * sequences are the coalesced page; anything else is left to the copy by
  * copy path, which handles every shape. */
-#include "plan_internal.h"
+#include "plan/plan_internal.h"
 
 static uint64_t position(const uint64_t *part_base, const reshard_copy *copy) {
   return part_base[copy->part_index] + copy->part_offset;

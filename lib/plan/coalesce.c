@@ -2,7 +2,7 @@
  * merge each copy into the previous one when both its source and its
  * destination continue exactly where the previous ended. */
 
-#include "plan_internal.h"
+#include "plan/plan_internal.h"
 
 size_t reshard__coalesce_page(const reshard_copy *copies, size_t count,
                               const uint64_t *part_base, reshard__keyed *keyed,

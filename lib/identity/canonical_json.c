@@ -1,4 +1,4 @@
-#include "canonical_json.h"
+#include "identity/canonical_json.h"
 
 #include <assert.h>
 #include <stdarg.h>

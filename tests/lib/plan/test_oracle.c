@@ -491,7 +491,7 @@ static void run_scenario(int scenario, uint64_t pages,
     cr_assert(ok, "S%d participant #%zu: %s", scenario, participants[i], msg);
     cr_assert_eq(hits, pages);
     /* Which lowering the pages took, so the byte-exact check above proves
-     * that one: strided sequences (lib/sequences.c), or copy by copy where
+     * that one: strided sequences (lib/plan/sequences.c), or copy by copy where
      * a page's blocks are single copies (S5: as many sequences as copies,
      * nothing to gain). */
     cr_assert_eq(sequence_pages, by_sequences ? pages : 0,

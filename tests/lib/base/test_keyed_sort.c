@@ -1,11 +1,11 @@
-/* lib/keyed_sort.c against a stable reference sort, on every shape the
+/* lib/base/keyed_sort.c against a stable reference sort, on every shape the
  * sort treats apart: sorted, two ascending runs (merged), small (insertion
  * sort), large (radix over the differing bits), with equal keys. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "keyed_sort.h"
+#include "base/keyed_sort.h"
 #include "oracle.h"
 
 /* Stable by construction: ties go to the smaller original index. */

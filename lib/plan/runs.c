@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "plan_internal.h"
+#include "plan/plan_internal.h"
 
 /* A class, its current run and where the run's last copy lies, so the
  * progression test is a subtraction (no multiplication that could wrap).

@@ -144,7 +144,7 @@ ParameterizedTest(oracle_matrix_param *param, coalesce, format_x_memory) {
 }
 
 /* The planner lowers a page as strided sequences when they can stand for
- * its coalesced copies (lib/sequences.c) and copy by copy otherwise. The
+ * its coalesced copies (lib/plan/sequences.c) and copy by copy otherwise. The
  * random cases above check every page against the reference either way;
  * this makes sure both ways are among them, on the same streams. */
 Test(coalesce, both_lowering_paths_are_checked) {
@@ -355,7 +355,7 @@ Test(coalesce, scenario_counts) {
 
 /* A page whose ranges meet it as the last page's did but for where they
  * lie in their regions reuses the last page's sequences, shifted
- * (lib/lower.c). Here the two pages' ranges have the same tokens, strides
+ * (lib/plan/lower.c). Here the two pages' ranges have the same tokens, strides
  * and region, but split the three heads differently ([0,1) [1,3) on page
  * 0, [0,2) [2,3) on page 1): page 1 must be lowered afresh. */
 static reshard_binding_range split_heads(reshard_component c, uint64_t page,

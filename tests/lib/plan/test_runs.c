@@ -1,4 +1,4 @@
-/* Tests lib/runs.c (SPEC §2.2 step 7) on every oracle scenario: the random
+/* Tests lib/plan/runs.c (SPEC §2.2 step 7) on every oracle scenario: the random
  * format x memory, single-tensor, topology and small-batch cases and the
  * SPEC §6 scenarios, each with the reader's memory as generated and again
  * with one region per (layer, component) as vLLM allocates. The explicit
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "oracle.h"
-#include "plan_internal.h"
+#include "plan/plan_internal.h"
 #include "reshard/runs.h"
 
 /* ---- an independent reference, written from the SPEC text ---- */
@@ -326,7 +326,7 @@ static void run_case(oracle_case *c, const char *what, runs_totals *totals) {
 }
 
 /* Cases first .. first + count - 1 of the oracle suite's stream `stream`
- * (tests/lib/test_oracle.c builds the same cases from the same seeds). */
+ * (tests/lib/plan/test_oracle.c builds the same cases from the same seeds). */
 static runs_totals run_seeded(uint64_t stream, unsigned first, unsigned count,
                               const oracle_case_opts *opts) {
   runs_totals totals = {0, 0};

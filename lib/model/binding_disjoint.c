@@ -1,0 +1,163 @@
+/* The physical-disjointness proof of binding validation (SPEC §1.5): no
+ * two bound values share a byte of memory, across ranges and regions. */
+#include "base/keyed_sort.h"
+#include "model/binding_internal.h"
+#include "reshard/arena.h"
+#include "reshard/checked.h"
+
+/* One maximal run of contiguous bytes of a range, at an absolute address. */
+typedef struct byte_run {
+  uint64_t start;
+  uint64_t end;
+  size_t range; /* index into the sorted bound ranges */
+} byte_run;
+
+/* How a range decomposes into contiguous runs: whole block, one per token,
+ * or one per (token, head). */
+static uint64_t run_count(const reshard_bound_range *range, uint64_t hb) {
+  uint64_t tokens = range->token_end - range->token_start;
+  uint64_t heads = range->head_end - range->head_start;
+  if (range->head_stride != hb && heads > 1) {
+    return tokens * heads;
+  }
+  if (range->token_stride != heads * hb && tokens > 1) {
+    return tokens;
+  }
+  return 1;
+}
+
+static uint64_t range_first_byte(const reshard__binding_validation *v,
+                                 const reshard_bound_range *range) {
+  return v->binding->regions[range->region_index].address +
+         range->region_offset;
+}
+
+static uint64_t range_extent(const reshard_bound_range *range, uint64_t hb) {
+  return (range->token_end - range->token_start - 1) * range->token_stride +
+         (range->head_end - range->head_start - 1) * range->head_stride + hb;
+}
+
+static uint64_t bound_head_bytes(const reshard__binding_validation *v,
+                                 const reshard_bound_range *range) {
+  return v->head_bytes[range->component];
+}
+
+/* Proves no two values share a byte. Ranges whose bounding spans touch no
+ * other span are disjoint by construction (within a range the stride rules
+ * already separate values); only clusters of overlapping spans are broken
+ * into runs and compared, after their run count was charged as work. */
+reshard_status
+reshard__binding_check_disjoint(reshard__binding_validation *v,
+                                const reshard_bound_range *ranges,
+                                size_t count) {
+  if (count < 2) {
+    return RESHARD_OK;
+  }
+  byte_run *runs = RESHARD_ARENA_ARRAY(v->arena, byte_run, count);
+  reshard__keyed *keyed = RESHARD_ARENA_ARRAY(v->arena, reshard__keyed, count);
+  reshard__keyed *spare = RESHARD_ARENA_ARRAY(v->arena, reshard__keyed, count);
+  byte_run *spans = RESHARD_ARENA_ARRAY(v->arena, byte_run, count);
+  if (runs == NULL || keyed == NULL || spare == NULL || spans == NULL) {
+    return reshard__binding_no_memory(v);
+  }
+  for (size_t r = 0; r < count; r++) {
+    uint64_t start = range_first_byte(v, &ranges[r]);
+    runs[r] = (byte_run){
+        .start = start,
+        .end =
+            start + range_extent(&ranges[r], bound_head_bytes(v, &ranges[r])),
+        .range = r,
+    };
+    keyed[r] = (reshard__keyed){start, r};
+  }
+  const reshard__keyed *order = reshard__sort_keyed(keyed, spare, count);
+  for (size_t r = 0; r < count; r++) {
+    spans[r] = runs[order[r].index];
+  }
+  size_t cluster_start = 0;
+  uint64_t cluster_end = spans[0].end;
+  for (size_t s = 1; s <= count; s++) {
+    if (s < count && spans[s].start < cluster_end) {
+      if (spans[s].end > cluster_end) {
+        cluster_end = spans[s].end;
+      }
+      continue;
+    }
+    size_t members = s - cluster_start;
+    if (members > 1) {
+      uint64_t piece_count = 0;
+      for (size_t m = cluster_start; m < s; m++) {
+        const reshard_bound_range *range = &ranges[spans[m].range];
+        if (!reshard_add(piece_count,
+                         run_count(range, bound_head_bytes(v, range)),
+                         &piece_count)) {
+          piece_count = UINT64_MAX;
+        }
+      }
+      reshard_status status =
+          reshard__binding_spend_work(v, piece_count, "the disjointness proof");
+      if (status) {
+        return status;
+      }
+      byte_run *pieces = RESHARD_ARENA_ARRAY(v->arena, byte_run, piece_count);
+      if (pieces == NULL) {
+        return reshard__binding_no_memory(v);
+      }
+      size_t n = 0;
+      for (size_t m = cluster_start; m < s; m++) {
+        const reshard_bound_range *range = &ranges[spans[m].range];
+        uint64_t hb = bound_head_bytes(v, range);
+        uint64_t tokens = range->token_end - range->token_start;
+        uint64_t heads = range->head_end - range->head_start;
+        uint64_t base = range_first_byte(v, range);
+        uint64_t per_range = run_count(range, hb);
+        if (per_range == 1) {
+          pieces[n++] =
+              (byte_run){base, base + range_extent(range, hb), spans[m].range};
+        } else if (per_range == tokens) {
+          for (uint64_t t = 0; t < tokens; t++) {
+            uint64_t start = base + t * range->token_stride;
+            pieces[n++] = (byte_run){start, start + heads * hb, spans[m].range};
+          }
+        } else {
+          for (uint64_t t = 0; t < tokens; t++) {
+            for (uint64_t h = 0; h < heads; h++) {
+              uint64_t start =
+                  base + t * range->token_stride + h * range->head_stride;
+              pieces[n++] = (byte_run){start, start + hb, spans[m].range};
+            }
+          }
+        }
+      }
+      reshard__keyed *piece_keys =
+          RESHARD_ARENA_ARRAY(v->arena, reshard__keyed, n);
+      reshard__keyed *piece_spare =
+          RESHARD_ARENA_ARRAY(v->arena, reshard__keyed, n);
+      if (piece_keys == NULL || piece_spare == NULL) {
+        return reshard__binding_no_memory(v);
+      }
+      for (size_t p = 0; p < n; p++) {
+        piece_keys[p] = (reshard__keyed){pieces[p].start, p};
+      }
+      const reshard__keyed *piece_order =
+          reshard__sort_keyed(piece_keys, piece_spare, n);
+      for (size_t p = 1; p < n; p++) {
+        const byte_run *before = &pieces[piece_order[p - 1].index];
+        const byte_run *after = &pieces[piece_order[p].index];
+        if (after->start < before->end) {
+          return reshard_error_set(
+              v->err, RESHARD_INVALID_ARGUMENT,
+              "binding.ranges[%zu] and binding.ranges[%zu] share memory at "
+              "address 0x%llx; no two values may share a byte",
+              v->source_index[before->range], v->source_index[after->range],
+              (unsigned long long)after->start);
+        }
+      }
+    }
+    if (s < count) {
+      cluster_start = s;
+      cluster_end = spans[s].end;
+    }
+  }
+  return RESHARD_OK;
+}

@@ -1,0 +1,69 @@
+/* Internal: the state of one reshard_binding_validate call (SPEC §1.5)
+ * and the steps that share it: the counts, region index and per-range rules
+ * (binding.c), the head-tiling proof (binding_tiling.c) and the physical
+ * disjointness proof (binding_disjoint.c), which both run over the ranges
+ * sorted by (layer, component, token start, head start). Not installed;
+ * not part of the public API. */
+#ifndef RESHARD_BINDING_INTERNAL_H
+#define RESHARD_BINDING_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reshard/arena.h"
+#include "reshard/binding.h"
+#include "reshard/error.h"
+
+struct reshard__region_address; /* binding.c's index of region ids */
+
+typedef struct reshard__binding_validation {
+  const reshard_binding *binding;
+  const reshard_descriptor *descriptor;
+  const reshard_placement_part *part;
+  const reshard_limits *limits;
+  reshard_arena *arena;
+  reshard_error *err;
+  uint64_t work;
+  size_t *source_index; /* bound range -> binding.ranges index */
+  /* Regions found by their id's address (index -1: no such region), open
+   * addressing, at most half full; addresses past that are not kept.
+   * Decoders share one string among ranges of one region (the daemon's
+   * among all of them), so most ranges name an address seen before and
+   * cost neither a hash of the id nor a strcmp. */
+  struct reshard__region_address *by_address;
+  size_t address_mask, address_count;
+  /* Worked out once rather than per range (a call for the head's bytes,
+   * three 64-bit divisions by itemsize): with itemsize a power of two, as
+   * every dtype's is, a multiple is a mask test. */
+  uint64_t head_bytes[RESHARD_COMPONENT_VALUE + 1];
+  bool item_power_of_two;
+  uint64_t item_mask; /* itemsize - 1 then */
+} reshard__binding_validation;
+
+/* Charges `units` of validation work to `step`; fails once the total
+ * passes max_validation_work. */
+reshard_status reshard__binding_spend_work(reshard__binding_validation *v,
+                                           uint64_t units, const char *step);
+reshard_status reshard__binding_no_memory(reshard__binding_validation *v);
+
+/* Proves the sorted `ranges` tile each (layer, component) group's rectangle
+ * [0, token_span) x the participant's heads exactly, after charging the
+ * sweep's work: group g is ranges [group_start[g], group_start[g + 1]),
+ * layer g / 2, component g % 2 + 1. `active` is scratch with room for
+ * an index per sorted range. */
+reshard_status reshard__binding_check_tiling(reshard__binding_validation *v,
+                                             const reshard_bound_range *ranges,
+                                             const size_t *group_start,
+                                             size_t group_count,
+                                             uint64_t token_span,
+                                             size_t *active);
+
+/* Proves no two of the `count` sorted ranges' values share a byte,
+ * charging the work of each cluster of overlapping spans it compares. */
+reshard_status
+reshard__binding_check_disjoint(reshard__binding_validation *v,
+                                const reshard_bound_range *ranges,
+                                size_t count);
+
+#endif

@@ -1,0 +1,222 @@
+/* Source selection, pass 1 of load planning (SPEC §2.2): which layout
+ * serves each page of the hit prefix, and what lowering the prefix will
+ * cost, counted before any copy is materialised. Among a page's candidates
+ * of the target's descriptor, the caller's first preference wins, else the
+ * one whose copies of that page coalesce to the fewest (a trial lowering in
+ * scratch this file owns). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_internal.h"
+#include "reshard/checked.h"
+#include "reshard/descriptor.h"
+
+static reshard_status source_join(reshard__planner *plan, size_t source,
+                                  const reshard_join **out) {
+  if (plan->joins[source] == NULL) {
+    const reshard_plan_source *candidate = &plan->request->sources[source];
+    reshard_join *join =
+        reshard_join_build(candidate->layout, plan->part, plan->err);
+    if (join == NULL) {
+      return plan->err ? plan->err->code : RESHARD_RESOURCE_EXHAUSTED;
+    }
+    plan->built[source] = join;
+    plan->joins[source] = join;
+  }
+  *out = plan->joins[source];
+  return RESHARD_OK;
+}
+
+static reshard_status grow_trial(reshard__planner *plan, size_t need) {
+  if (need <= plan->trial_capacity) {
+    return RESHARD_OK;
+  }
+  free(plan->trial_copies);
+  free(plan->trial_out);
+  free(plan->trial_keys);
+  free(plan->trial_spare);
+  plan->trial_copies = malloc(need * sizeof(reshard_copy));
+  plan->trial_out = malloc(need * sizeof(reshard_copy));
+  plan->trial_keys = malloc(need * sizeof(reshard__keyed));
+  plan->trial_spare = malloc(need * sizeof(reshard__keyed));
+  plan->trial_capacity = need;
+  if (!plan->trial_copies || !plan->trial_out || !plan->trial_keys ||
+      !plan->trial_spare) {
+    plan->trial_capacity = 0;
+    return reshard__plan_no_memory(plan);
+  }
+  return RESHARD_OK;
+}
+
+/* Copies after coalescing of page `page` from `source`: the cost by which
+ * candidate layouts are compared. */
+static reshard_status trial_cost(reshard__planner *plan, size_t source,
+                                 uint64_t page, uint64_t *out) {
+  const reshard_join *join = NULL;
+  reshard_status status = source_join(plan, source, &join);
+  if (status) {
+    return status;
+  }
+  reshard__page_lowering lowering =
+      reshard__plan_page_lowering(plan, join, page);
+  reshard__page_cost cost = reshard__lower_count(&lowering);
+  if (cost.copies > plan->request->limits.max_operations) {
+    *out = UINT64_MAX;
+    return RESHARD_OK;
+  }
+  if ((status = grow_trial(plan, (size_t)cost.copies + 1))) {
+    return status;
+  }
+  size_t count = reshard__lower_page(&lowering, plan->trial_copies);
+  *out = reshard__coalesce_page(plan->trial_copies, count, join->part_base,
+                                plan->trial_keys, plan->trial_spare,
+                                plan->trial_out);
+  return RESHARD_OK;
+}
+
+/* Picks the source of page `page` among its candidates with the target's
+ * descriptor: the caller's first preference, else the fewest operations,
+ * ties to the smallest layout id. Sets *chosen to SIZE_MAX when no
+ * candidate matches the target's descriptor. */
+static reshard_status choose_source(reshard__planner *plan, uint64_t page,
+                                    size_t *chosen) {
+  const reshard_load_request *request = plan->request;
+  const reshard_descriptor *target = &request->placement->descriptor;
+  size_t first = request->page_source_start[page];
+  size_t end = request->page_source_start[page + 1];
+  size_t matching = 0;
+  size_t only = SIZE_MAX;
+  const char *differing = NULL;
+  const char *differing_layout = NULL;
+  for (size_t i = first; i < end; i++) {
+    size_t source = request->page_sources[i];
+    const char *field;
+    if (reshard_descriptor_equal(&request->sources[source].layout->descriptor,
+                                 target, &field)) {
+      matching++;
+      only = source;
+    } else if (differing == NULL) {
+      differing = field;
+      differing_layout = request->sources[source].layout_id;
+    }
+  }
+  *chosen = SIZE_MAX;
+  if (matching == 0) {
+    if (page == 0) {
+      return reshard_error_set(
+          plan->err, RESHARD_FAILED_PRECONDITION,
+          "page_keys[0]: bound only to layouts whose descriptor differs from "
+          "the target's in %s (layout %s); reshardd converts no bytes",
+          differing, differing_layout ? differing_layout : "?");
+    }
+    return RESHARD_OK;
+  }
+  if (matching == 1) {
+    *chosen = only;
+    return RESHARD_OK;
+  }
+  for (size_t p = 0; p < request->preferred_count; p++) {
+    for (size_t i = first; i < end; i++) {
+      size_t source = request->page_sources[i];
+      if (strcmp(request->sources[source].layout_id,
+                 request->preferred_layout_ids[p]) == 0 &&
+          reshard_descriptor_equal(&request->sources[source].layout->descriptor,
+                                   target, NULL)) {
+        *chosen = source;
+        return RESHARD_OK;
+      }
+    }
+  }
+  uint64_t best_cost = UINT64_MAX;
+  for (size_t i = first; i < end; i++) {
+    size_t source = request->page_sources[i];
+    if (!reshard_descriptor_equal(&request->sources[source].layout->descriptor,
+                                  target, NULL)) {
+      continue;
+    }
+    uint64_t cost;
+    reshard_status status = trial_cost(plan, source, page, &cost);
+    if (status) {
+      return status;
+    }
+    if (*chosen == SIZE_MAX || cost < best_cost ||
+        (cost == best_cost &&
+         strcmp(request->sources[source].layout_id,
+                request->sources[*chosen].layout_id) < 0)) {
+      *chosen = source;
+      best_cost = cost;
+    }
+  }
+  return RESHARD_OK;
+}
+
+/* Pass 1: the hit prefix, its sources, and what lowering it will cost, all
+ * before any copy is materialised. */
+reshard_status reshard__select_sources(reshard__planner *plan,
+                                       reshard_load_plan *out,
+                                       uint64_t *largest_page) {
+  const reshard_load_request *request = plan->request;
+  uint64_t page_size = request->placement->descriptor.page_size;
+  uint64_t total_copies = 0, total_bytes = 0;
+  *largest_page = 0;
+  for (uint64_t page = 0; page < request->page_count; page++) {
+    if (request->page_source_start[page] ==
+        request->page_source_start[page + 1]) {
+      break;
+    }
+    if (reshard__plan_stop_requested(request)) {
+      return reshard__plan_deadline(plan);
+    }
+    reshard__cursor_advance(&plan->cursor, page * page_size,
+                            (page + 1) * page_size);
+    size_t source;
+    reshard_status status = choose_source(plan, page, &source);
+    if (status) {
+      return status;
+    }
+    if (source == SIZE_MAX) {
+      break;
+    }
+    const reshard_join *join = NULL;
+    if ((status = source_join(plan, source, &join))) {
+      return status;
+    }
+    reshard__page_lowering lowering =
+        reshard__plan_page_lowering(plan, join, page);
+    reshard__page_cost cost = reshard__lower_count(&lowering);
+    if (!reshard_add(total_copies, cost.copies, &total_copies) ||
+        total_copies > request->limits.max_operations) {
+      return reshard_error_set(
+          plan->err, RESHARD_RESOURCE_EXHAUSTED,
+          "plan: more than the limit max_operations %llu copies (before "
+          "coalescing) by page %llu",
+          (unsigned long long)request->limits.max_operations,
+          (unsigned long long)page);
+    }
+    if (!reshard_add(total_bytes, cost.bytes, &total_bytes) ||
+        total_bytes > request->limits.max_bytes) {
+      return reshard_error_set(
+          plan->err, RESHARD_RESOURCE_EXHAUSTED,
+          "plan: more than the limit max_bytes %llu bytes by page %llu",
+          (unsigned long long)request->limits.max_bytes,
+          (unsigned long long)page);
+    }
+    if (cost.copies > *largest_page) {
+      *largest_page = cost.copies;
+    }
+    plan->page_bytes[page] = cost.bytes;
+    out->page_source[page] = source;
+    out->hit_pages = page + 1;
+  }
+  out->copies_before_coalescing = total_copies;
+  out->bytes = total_bytes;
+  return RESHARD_OK;
+}
+
+/* Frees the scratch of trial_cost. */
+void reshard__plan_free_trial(reshard__planner *plan) {
+  free(plan->trial_copies);
+  free(plan->trial_out);
+  free(plan->trial_keys);
+  free(plan->trial_spare);
+}
