@@ -14,6 +14,8 @@ reshard_limits reshard_limits_default(void) {
       .max_batch_bytes = 64ull * 1024 * 1024,
       .max_validation_work = 10000000,
       .max_page_keys = 65536,
+      .max_block_ids = 1048576,
+      .max_pool_tensors = 100000,
   };
   return limits;
 }
@@ -42,5 +44,8 @@ reshard_limits reshard_limits_clamp(const reshard_limits *caps,
   out.max_validation_work =
       clamp_one(caps->max_validation_work, requested->max_validation_work);
   out.max_page_keys = clamp_one(caps->max_page_keys, requested->max_page_keys);
+  out.max_block_ids = clamp_one(caps->max_block_ids, requested->max_block_ids);
+  out.max_pool_tensors =
+      clamp_one(caps->max_pool_tensors, requested->max_pool_tensors);
   return out;
 }

@@ -147,4 +147,8 @@ void reshard__json_placement(reshard__json *w,
                              const reshard_placement *placement,
                              const char *topology_id, const char *path);
 
+/* The memory pool shape of SPEC §1.5a (identity.h: reshard_memory_id). */
+typedef struct reshard_pool reshard_pool;
+void reshard__json_memory_pool(reshard__json *w, const reshard_pool *pool,
+                               const char *placement_id, const char *path);
 #endif

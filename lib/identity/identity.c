@@ -9,6 +9,7 @@
 
 #include <assert.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/evp.h>
@@ -392,6 +393,108 @@ reshard_status reshard_placement_id(const reshard_placement *placement,
   digest_begin(&d, err);
   reshard__json_placement(&d.w, placement, topology_id, "placement");
   status = finish_digest(&d, digest);
+  if (status == RESHARD_OK) {
+    prefix_id(digest, out);
+  }
+  return status;
+}
+
+/* ---- Memory pools (SPEC §1.5a) ---- */
+
+static int compare_regions_by_id(const void *a, const void *b) {
+  const reshard_region *x = *(const reshard_region *const *)a;
+  const reshard_region *y = *(const reshard_region *const *)b;
+  return strcmp(x->region_id, y->region_id);
+}
+
+static int compare_tensors_by_layer(const void *a, const void *b) {
+  const reshard_pool_tensor *x = *(const reshard_pool_tensor *const *)a;
+  const reshard_pool_tensor *y = *(const reshard_pool_tensor *const *)b;
+  if (x->global_layer_id != y->global_layer_id) {
+    return x->global_layer_id < y->global_layer_id ? -1 : 1;
+  }
+  return (int)x->component - (int)y->component; /* key before value */
+}
+
+void reshard__json_memory_pool(reshard__json *w, const reshard_pool *pool,
+                               const char *placement_id, const char *path) {
+  /* The shape lists regions by id and tensors by (layer, component),
+   * whatever order the pool gives them in. */
+  const reshard_region **regions =
+      malloc((pool->region_count + 1) * sizeof *regions);
+  const reshard_pool_tensor **tensors =
+      malloc((pool->tensor_count + 1) * sizeof *tensors);
+  if (regions == NULL || tensors == NULL) {
+    free(regions);
+    free(tensors);
+    reshard__json_fail(w, RESHARD_INTERNAL, "%s: out of memory", path);
+    return;
+  }
+  for (size_t i = 0; i < pool->region_count; i++) {
+    regions[i] = &pool->regions[i];
+  }
+  for (size_t i = 0; i < pool->tensor_count; i++) {
+    tensors[i] = &pool->tensors[i];
+  }
+  qsort(regions, pool->region_count, sizeof *regions, compare_regions_by_id);
+  qsort(tensors, pool->tensor_count, sizeof *tensors, compare_tensors_by_layer);
+  reshard__json_object_begin(w);
+  reshard__json_key_uint(w, "block_size", pool->block_size);
+  reshard__json_key(w, "endpoint");
+  reshard__json_string(w, pool->endpoint ? pool->endpoint : "", "%s.endpoint",
+                       path);
+  reshard__json_key_uint(w, "num_blocks", pool->num_blocks);
+  reshard__json_key(w, "participant_id");
+  reshard__json_string(w, pool->participant_id, "%s.participant_id", path);
+  reshard__json_key(w, "placement_id");
+  reshard__json_string(w, placement_id, "placement_id");
+  reshard__json_key(w, "regions");
+  reshard__json_array_begin(w);
+  for (size_t i = 0; i < pool->region_count; i++) {
+    reshard__json_object_begin(w);
+    reshard__json_key_uint(w, "address", regions[i]->address);
+    reshard__json_key_uint(w, "nbytes", regions[i]->nbytes);
+    reshard__json_key(w, "region_id");
+    reshard__json_string(w, regions[i]->region_id, "%s.regions[%zu].region_id",
+                         path, (size_t)(regions[i] - pool->regions));
+    reshard__json_object_end(w);
+  }
+  reshard__json_array_end(w);
+  reshard__json_key_literal(w, "schema", "kv-cache-memory-pool");
+  reshard__json_key(w, "tensors");
+  reshard__json_array_begin(w);
+  for (size_t i = 0; i < pool->tensor_count; i++) {
+    const reshard_pool_tensor *tensor = tensors[i];
+    reshard__json_object_begin(w);
+    reshard__json_key_uint(w, "block_stride_bytes", tensor->block_stride_bytes);
+    reshard__json_key_literal(
+        w, "component",
+        tensor->component == RESHARD_COMPONENT_KEY ? "key" : "value");
+    reshard__json_key_uint(w, "global_layer_id", tensor->global_layer_id);
+    reshard__json_key_uint(w, "head_stride_bytes", tensor->head_stride_bytes);
+    reshard__json_key_uint(w, "offset_bytes", tensor->offset_bytes);
+    reshard__json_key(w, "region_id");
+    reshard__json_string(w, tensor->region_id, "%s.tensors[%zu].region_id",
+                         path, (size_t)(tensor - pool->tensors));
+    reshard__json_key_uint(w, "token_stride_bytes", tensor->token_stride_bytes);
+    reshard__json_object_end(w);
+  }
+  reshard__json_array_end(w);
+  reshard__json_object_end(w);
+  free(regions);
+  free(tensors);
+}
+
+reshard_status reshard_memory_id(const reshard_pool *pool,
+                                 const char *placement_id,
+                                 char out[RESHARD_ID_SIZE],
+                                 reshard_error *err) {
+  char digest[RESHARD_DIGEST_HEX_LEN + 1];
+  digest_writer d;
+  out[0] = '\0';
+  digest_begin(&d, err);
+  reshard__json_memory_pool(&d.w, pool, placement_id, "pool");
+  reshard_status status = finish_digest(&d, digest);
   if (status == RESHARD_OK) {
     prefix_id(digest, out);
   }

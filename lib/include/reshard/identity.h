@@ -7,6 +7,7 @@
 #include "reshard/layout.h"
 #include "reshard/manifest.h"
 #include "reshard/placement.h"
+#include "reshard/pool.h"
 
 #define RESHARD_DIGEST_HEX_LEN 64
 /* "sha256:" + 64 hex digits + NUL */
@@ -42,5 +43,13 @@ reshard_status reshard_topology_id(const reshard_placement *placement,
 reshard_status reshard_placement_id(const reshard_placement *placement,
                                     char out[RESHARD_ID_SIZE],
                                     reshard_error *err);
+
+/* "sha256:" + digest of the memory pool shape (SPEC §1.5a) of a pool
+ * validated by reshard_pool_validate, registered against `placement_id`:
+ * regions listed by id and tensors by (layer, key before value), whatever
+ * their order in `pool`. */
+reshard_status reshard_memory_id(const reshard_pool *pool,
+                                 const char *placement_id,
+                                 char out[RESHARD_ID_SIZE], reshard_error *err);
 
 #endif

@@ -15,6 +15,8 @@ typedef struct reshard_limits {
   uint64_t max_batch_bytes;
   uint64_t max_validation_work;
   uint64_t max_page_keys;
+  uint64_t max_block_ids;    /* per block table (SPEC §1.5a) */
+  uint64_t max_pool_tensors; /* per memory pool */
 } reshard_limits;
 
 /* The defaults of SPEC §2.3. */
