@@ -119,7 +119,7 @@ static const char *copy_text(decoder *d, text t) {
 
 /* Region ids copied once each: a range names its region in every range
  * (S5's writer: 32 256 ranges over 63 regions, in any order), and
- * lib/binding.c finds a region by its id's address before hashing it.
+ * lib/model/binding.c finds a region by its id's address before hashing it.
  * Open addressing by the id's bytes, at most half full; grown from the
  * arena and charged to the budget like the rest of the binding. */
 typedef struct id_slot {
