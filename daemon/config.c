@@ -10,7 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "catalog/redis_url.h"
+#include "catalog/redis/redis_url.h"
 
 typedef enum option_kind {
   OPTION_LISTEN,

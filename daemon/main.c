@@ -14,9 +14,9 @@
 #include <uv.h>
 
 #include "cache/cache.h"
-#include "catalog/catalog.h"
+#include "catalog/catalog_open.h"
 #include "catalog/catalog_timed.h"
-#include "catalog/redis_url.h"
+#include "catalog/redis/redis_url.h"
 #include "config.h"
 #include "observe/log.h"
 #include "observe/metrics.h"

@@ -1,35 +1,10 @@
+/* The helpers every catalog backend shares (catalog.h): copying an
+ * operation's inputs, naming object kinds and growing arrays. No backend is
+ * known here. */
 #include "catalog/catalog.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#include "catalog/catalog_lmdb.h"
-#include "catalog/catalog_redis.h"
-
-reshard_status reshard_catalog_open(uv_loop_t *loop, const char *spec,
-                                    reshard_catalog **out, reshard_error *err) {
-  return reshard_catalog_open_with_password(loop, spec, NULL, out, err);
-}
-
-reshard_status reshard_catalog_open_with_password(uv_loop_t *loop,
-                                                  const char *spec,
-                                                  const char *redis_password,
-                                                  reshard_catalog **out,
-                                                  reshard_error *err) {
-  if (strcmp(spec, "memory") == 0) {
-    return reshard_catalog_memory_open(loop, out, err);
-  }
-  if (strncmp(spec, "lmdb:", 5) == 0) {
-    return reshard_catalog_lmdb_open(loop, spec + 5, 0, out, err);
-  }
-  if (strncmp(spec, "redis://", 8) == 0) {
-    return reshard_catalog_redis_open(loop, spec, redis_password, out, err);
-  }
-  return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                           "--catalog \"%s\": not a catalog (memory, "
-                           "lmdb:PATH or redis://HOST:PORT[/DB])",
-                           spec);
-}
 
 void *reshard_catalog_op_alloc(size_t op_size, const reshard_catalog_args *in,
                                reshard_catalog_args *copy) {
@@ -72,6 +47,16 @@ void *reshard_catalog_op_alloc(size_t op_size, const reshard_catalog_args *in,
   }
   copy->record = (const uint8_t *)at;
   return block;
+}
+
+const char *reshard_catalog_object_kind_name(reshard_catalog_object_kind kind) {
+  switch (kind) {
+  case RESHARD_CATALOG_OBJECT_PLACEMENT:
+    return "placement";
+  case RESHARD_CATALOG_OBJECT_MEMORY_POOL:
+    return "memory pool";
+  }
+  return "object";
 }
 
 bool reshard_catalog_grow(void **array, size_t *capacity, size_t need,

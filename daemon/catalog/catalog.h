@@ -2,6 +2,12 @@
  * §3.2). A backend implements the vtable below; the daemon talks to the
  * interface only, with a cache in front (cache.h).
  *
+ * Who depends on whom: this header (and catalog.c, the helpers the
+ * backends share) depends on no backend. The backends (memory/, lmdb/,
+ * redis/) and the timing decorator (catalog_timed.h) implement it;
+ * catalog_open.h opens a backend by its --catalog spec and is the only file
+ * that knows them all.
+ *
  * Contract shared by every operation:
  * - Called on the loop thread. The callback is called exactly once, on the
  *   loop thread, with err->code == RESHARD_OK on success. It may run before
@@ -13,14 +19,24 @@
  *   only during the callback.
  * - Errors: NOT_FOUND for an unknown manifest, UNAVAILABLE when the
  *   backend cannot be reached, INTERNAL for anything else; the message
- *   names the key involved.
+ *   names the key involved. An unknown object is no error (`found` and
+ *   `removed` say so).
  *
  * Records: a manifest is stored as the protobuf encoding of its canonical
  * reshard.v1.StoreManifest, under its manifest key, and belongs to the model
  * domain inside that key. Manifests are content-addressed and immutable: a
  * second put of the same key is a no-op. A binding ties (model domain, page
  * key) to a manifest key; adding an existing binding is a no-op, removing a
- * missing one too. */
+ * missing one too.
+ *
+ * Objects: registered placements and memory pools are records of their own
+ * kind (reshard_catalog_object_kind), stored as the bytes the caller gives
+ * under their id. Like manifests they are content-addressed and immutable:
+ * a put stores only when the id is not there yet (SET NX), so a second put
+ * of the same id is a no-op that reports created=false and leaves the
+ * stored bytes as they were. Unlike manifests they can be forgotten (the
+ * engine that owned a pool left). Ids are unique per kind: a placement and
+ * a memory pool may share one. */
 #ifndef RESHARD_CATALOG_H
 #define RESHARD_CATALOG_H
 
@@ -60,6 +76,16 @@ typedef void (*reshard_catalog_count_cb)(void *data, const reshard_error *err,
 typedef void (*reshard_catalog_lookup_cb)(void *data, const reshard_error *err,
                                           const reshard_catalog_pages *pages);
 typedef void (*reshard_catalog_close_cb)(void *data);
+typedef void (*reshard_catalog_removed_cb)(void *data, const reshard_error *err,
+                                           bool removed);
+
+/* The kinds of object records (docs/catalog.md lists their keys). */
+typedef enum reshard_catalog_object_kind {
+  RESHARD_CATALOG_OBJECT_PLACEMENT = 0, /* a registered placement */
+  RESHARD_CATALOG_OBJECT_MEMORY_POOL,   /* a registered memory pool */
+} reshard_catalog_object_kind;
+
+#define RESHARD_CATALOG_OBJECT_KINDS 2
 
 typedef struct reshard_catalog_vtable {
   /* "memory", "lmdb", "redis". */
@@ -97,6 +123,25 @@ typedef struct reshard_catalog_vtable {
                        const char *const *page_keys, size_t page_count,
                        reshard_catalog_lookup_cb cb, void *data);
 
+  /* Stores `record` as the object `id` of `kind` unless that id exists;
+   * `created` says which (false, with the stored bytes unchanged, for an id
+   * already there). */
+  void (*put_object)(reshard_catalog *catalog, reshard_catalog_object_kind kind,
+                     const char *id, const uint8_t *record, size_t length,
+                     reshard_catalog_put_cb cb, void *data);
+
+  /* Fetches `count` objects of `kind`; records[i] answers ids[i], with
+   * `found` false for an unknown id. */
+  void (*get_objects)(reshard_catalog *catalog,
+                      reshard_catalog_object_kind kind, const char *const *ids,
+                      size_t count, reshard_catalog_get_cb cb, void *data);
+
+  /* Removes the object `id` of `kind`; `removed` is false when there was
+   * none (not an error). */
+  void (*forget_object)(reshard_catalog *catalog,
+                        reshard_catalog_object_kind kind, const char *id,
+                        reshard_catalog_removed_cb cb, void *data);
+
   /* Releases the backend once no operation is pending; `cb` runs when it is
    * gone (possibly before close returns). The catalog is invalid then. */
   void (*close)(reshard_catalog *catalog, reshard_catalog_close_cb cb,
@@ -109,7 +154,7 @@ struct reshard_catalog {
   uv_loop_t *loop;
 };
 
-/* ---- Helpers shared by the backends ---- */
+/* ---- Helpers shared by the backends (catalog.c) ---- */
 
 /* The inputs of one catalog operation. Backends that answer after the call
  * returns keep a copy made by reshard_catalog_op_alloc. */
@@ -128,43 +173,14 @@ typedef struct reshard_catalog_args {
 void *reshard_catalog_op_alloc(size_t op_size, const reshard_catalog_args *in,
                                reshard_catalog_args *copy);
 
+/* The kind as messages name it ("placement", "memory pool"); "object" for
+ * a value outside the enum. */
+const char *reshard_catalog_object_kind_name(reshard_catalog_object_kind kind);
+
 /* Grows the malloc'd `*array` of `*capacity` elements of `size` bytes to
  * hold at least `need`, doubling; false (array unchanged) when out of
  * memory. */
 bool reshard_catalog_grow(void **array, size_t *capacity, size_t need,
                           size_t size);
-
-/* Opens the catalog named by `spec` ("memory", "lmdb:PATH",
- * "redis://HOST:PORT[/DB]") on `loop`. Returns INVALID_ARGUMENT for a
- * malformed spec or a backend this build does not provide, UNAVAILABLE when
- * the backend cannot be opened. */
-reshard_status reshard_catalog_open(uv_loop_t *loop, const char *spec,
-                                    reshard_catalog **out, reshard_error *err);
-
-/* The same, with `redis_password` (may be NULL) as the Redis catalog's
- * password in place of the URL's (--redis-password-file). */
-reshard_status reshard_catalog_open_with_password(uv_loop_t *loop,
-                                                  const char *spec,
-                                                  const char *redis_password,
-                                                  reshard_catalog **out,
-                                                  reshard_error *err);
-
-/* The memory backend (catalog_memory.c): everything in this process, lost
- * at exit. For tests and for trying the daemon out. */
-reshard_status reshard_catalog_memory_open(uv_loop_t *loop,
-                                           reshard_catalog **out,
-                                           reshard_error *err);
-
-/* Memory the memory backend uses, for tests of SPEC §7's binding cost:
- * `binding_bytes` counts page entries and their manifest lists, without the
- * page keys themselves; `key_bytes` counts the page keys. */
-typedef struct reshard_catalog_memory_usage {
-  uint64_t bindings;
-  uint64_t page_entries;
-  uint64_t binding_bytes;
-  uint64_t key_bytes;
-} reshard_catalog_memory_usage;
-void reshard_catalog_memory_usage_get(const reshard_catalog *catalog,
-                                      reshard_catalog_memory_usage *out);
 
 #endif

@@ -22,6 +22,7 @@ typedef struct timed_op {
     reshard_catalog_get_cb get;
     reshard_catalog_count_cb count;
     reshard_catalog_lookup_cb lookup;
+    reshard_catalog_removed_cb removed;
   } cb;
   void *data;
 } timed_op;
@@ -158,6 +159,59 @@ static void lookup_pages(reshard_catalog *catalog, const char *model_domain,
                               on_lookup, t);
 }
 
+static void put_object(reshard_catalog *catalog,
+                       reshard_catalog_object_kind kind, const char *id,
+                       const uint8_t *record, size_t length,
+                       reshard_catalog_put_cb cb, void *data) {
+  timed_op *t = op_new(catalog, RESHARD_METRICS_CATALOG_PUT_OBJECT, data);
+  if (t == NULL) {
+    reshard_error err;
+    out_of_memory(&err);
+    cb(data, &err, false);
+    return;
+  }
+  t->cb.put = cb;
+  reshard_catalog *inner = t->catalog->inner;
+  inner->vtable->put_object(inner, kind, id, record, length, on_put, t);
+}
+
+static void get_objects(reshard_catalog *catalog,
+                        reshard_catalog_object_kind kind,
+                        const char *const *ids, size_t count,
+                        reshard_catalog_get_cb cb, void *data) {
+  timed_op *t = op_new(catalog, RESHARD_METRICS_CATALOG_GET_OBJECTS, data);
+  if (t == NULL) {
+    reshard_error err;
+    out_of_memory(&err);
+    cb(data, &err, NULL, 0);
+    return;
+  }
+  t->cb.get = cb;
+  reshard_catalog *inner = t->catalog->inner;
+  inner->vtable->get_objects(inner, kind, ids, count, on_get, t);
+}
+
+static void on_removed(void *arg, const reshard_error *err, bool removed) {
+  timed_op *t = arg;
+  reshard_catalog_removed_cb cb = t->cb.removed;
+  cb(op_done(t, err), err, removed);
+}
+
+static void forget_object(reshard_catalog *catalog,
+                          reshard_catalog_object_kind kind, const char *id,
+                          reshard_catalog_removed_cb cb, void *data) {
+  timed_op *t = op_new(catalog, RESHARD_METRICS_CATALOG_FORGET_OBJECT, data);
+  if (t == NULL) {
+    reshard_error err;
+    out_of_memory(&err);
+    cb(data, &err, false);
+    return;
+  }
+  t->cb.removed = cb;
+  reshard_catalog *inner = t->catalog->inner;
+  inner->vtable->forget_object(inner, kind, id, on_removed, t);
+}
+
 static void on_inner_closed(void *data) {
   timed_catalog *catalog = data;
   reshard_catalog_close_cb cb = catalog->close_cb;
@@ -190,6 +244,9 @@ reshard_catalog *reshard_catalog_timed_wrap(reshard_catalog *inner,
       .add_pages = add_pages,
       .forget_pages = forget_pages,
       .lookup_pages = lookup_pages,
+      .put_object = put_object,
+      .get_objects = get_objects,
+      .forget_object = forget_object,
       .close = close_catalog,
   };
   catalog->base.vtable = &catalog->vtable;

@@ -113,8 +113,8 @@ const char *reshard_grpc_code_name(int code) {
 }
 
 static const char *const catalog_op_names[RESHARD_METRICS_CATALOG_OPS] = {
-    "put_manifest", "get_manifests", "add_pages", "forget_pages",
-    "lookup_pages"};
+    "put_manifest", "get_manifests", "add_pages",   "forget_pages",
+    "lookup_pages", "put_object",    "get_objects", "forget_object"};
 
 /* ---- Registry ---- */
 

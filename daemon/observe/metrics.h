@@ -55,9 +55,12 @@ typedef enum reshard_metrics_catalog_op {
   RESHARD_METRICS_CATALOG_ADD_PAGES,
   RESHARD_METRICS_CATALOG_FORGET_PAGES,
   RESHARD_METRICS_CATALOG_LOOKUP_PAGES,
+  RESHARD_METRICS_CATALOG_PUT_OBJECT,
+  RESHARD_METRICS_CATALOG_GET_OBJECTS,
+  RESHARD_METRICS_CATALOG_FORGET_OBJECT,
 } reshard_metrics_catalog_op;
 
-#define RESHARD_METRICS_CATALOG_OPS 5
+#define RESHARD_METRICS_CATALOG_OPS 8
 
 /* Histogram bucket upper bounds in microseconds (10 µs .. 10 s), shared by
  * every latency histogram; a +Inf bucket follows. */

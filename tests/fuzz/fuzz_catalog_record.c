@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "catalog/redis_reply.h"
+#include "catalog/redis/redis_reply.h"
 #include "reshard/arena.h"
 #include "reshard/identity.h"
 #include "wire/wire.h"

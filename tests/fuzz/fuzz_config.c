@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "catalog/redis_url.h"
+#include "catalog/redis/redis_url.h"
 #include "config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -2,7 +2,8 @@
  * suites (memory, LMDB, Redis): each callback records its arguments in a
  * `catalog_result` so a test can run the loop and then assert on them.
  * The including suite defines CATALOG_TEST_RECORD (a string literal, may
- * hold NUL bytes): the bytes every manifest record it publishes holds. */
+ * hold NUL bytes): the bytes every manifest and object record it stores
+ * holds. */
 #ifndef RESHARD_TEST_CATALOG_RESULTS_H
 #define RESHARD_TEST_CATALOG_RESULTS_H
 
@@ -16,6 +17,7 @@ typedef struct catalog_result {
   int calls;
   reshard_error err;
   bool created;
+  bool removed;
   uint64_t count;
   bool domain_known;
   size_t found;
@@ -28,6 +30,14 @@ static inline void on_put(void *data, const reshard_error *err, bool created) {
   r->calls++;
   r->err = *err;
   r->created = created;
+}
+
+static inline void on_removed(void *data, const reshard_error *err,
+                              bool removed) {
+  catalog_result *r = data;
+  r->calls++;
+  r->err = *err;
+  r->removed = removed;
 }
 
 static inline void on_count(void *data, const reshard_error *err,

@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "catalog/catalog_timed.h"
+#include "catalog/memory/catalog_memory.h"
 
 typedef struct result {
   int calls;
@@ -15,6 +16,7 @@ typedef struct result {
   uint64_t count;
   size_t found;
   size_t bound;
+  bool removed;
 } result;
 
 static void on_put(void *data, const reshard_error *err, bool created) {
@@ -47,6 +49,13 @@ static void on_lookup(void *data, const reshard_error *err,
   r->calls++;
   r->code = err->code;
   r->bound = pages->start[pages->page_count];
+}
+
+static void on_removed(void *data, const reshard_error *err, bool removed) {
+  result *r = data;
+  r->calls++;
+  r->code = err->code;
+  r->removed = removed;
 }
 
 static void on_closed(void *data) {
@@ -93,6 +102,17 @@ Test(catalog_timed, forwards_and_records) {
   c->vtable->get_manifests(c, &key, 1, on_get, &get);
   c->vtable->lookup_pages(c, domain, pages, 2, on_lookup, &lookup);
   c->vtable->forget_pages(c, domain, NULL, pages, 1, on_count, &forget);
+  result put_object = {0}, get_objects = {0}, forget_object = {0},
+         forget_again = {0};
+  const char *id = "sha256:p1";
+  c->vtable->put_object(c, RESHARD_CATALOG_OBJECT_PLACEMENT, id,
+                        (const uint8_t *)"rec", 3, on_put, &put_object);
+  c->vtable->get_objects(c, RESHARD_CATALOG_OBJECT_PLACEMENT, &id, 1, on_get,
+                         &get_objects);
+  c->vtable->forget_object(c, RESHARD_CATALOG_OBJECT_PLACEMENT, id, on_removed,
+                           &forget_object);
+  c->vtable->forget_object(c, RESHARD_CATALOG_OBJECT_PLACEMENT, id, on_removed,
+                           &forget_again);
   uv_run(&loop, UV_RUN_DEFAULT);
 
   cr_assert_eq(put.calls, 1);
@@ -103,6 +123,12 @@ Test(catalog_timed, forwards_and_records) {
   cr_assert_eq(get.found, 1);
   cr_assert_eq(lookup.bound, 2);
   cr_assert_eq(forget.count, 1);
+  cr_assert_eq(put_object.calls, 1);
+  cr_assert(put_object.created);
+  cr_assert_eq(get_objects.found, 1);
+  cr_assert(forget_object.removed);
+  cr_assert_eq(forget_again.calls, 1);
+  cr_assert_not(forget_again.removed);
 
   reshard_metrics_text text = {0};
   cr_assert(reshard_metrics_format(m, NULL, &text));
@@ -124,6 +150,19 @@ Test(catalog_timed, forwards_and_records) {
   cr_assert_eq(sample(text.data, "reshard_catalog_operation_duration_seconds_"
                                  "count{operation=\"get_manifests\"}"),
                1);
+  cr_assert_eq(sample(text.data, "reshard_catalog_operation_duration_seconds_"
+                                 "count{operation=\"put_object\"}"),
+               1);
+  cr_assert_eq(sample(text.data, "reshard_catalog_operation_duration_seconds_"
+                                 "count{operation=\"get_objects\"}"),
+               1);
+  cr_assert_eq(sample(text.data, "reshard_catalog_operation_duration_seconds_"
+                                 "count{operation=\"forget_object\"}"),
+               2);
+  cr_assert_eq(
+      sample(text.data,
+             "reshard_catalog_errors_total{operation=\"forget_object\"}"),
+      0);
   reshard_metrics_text_free(&text);
 
   int closed = 0;

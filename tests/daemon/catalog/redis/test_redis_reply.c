@@ -1,11 +1,11 @@
-/* Tests daemon/catalog/redis_reply.c: an array reply's header cannot make
+/* Tests daemon/catalog/redis/redis_reply.c: an array reply's header cannot make
  * hiredis allocate past the bound, while replies within it parse as
  * hiredis parses them. */
 #include <criterion/criterion.h>
 #include <hiredis/hiredis.h>
 #include <string.h>
 
-#include "catalog/redis_reply.h"
+#include "catalog/redis/redis_reply.h"
 
 static redisReader *bounded_reader(reshard_redis_reply_bound *bound) {
   redisReader *reader = redisReaderCreate();

@@ -1,8 +1,9 @@
-/* Tests daemon/catalog/catalog_redis.c through the catalog interface on a real
+/* Tests daemon/catalog/redis/ through the catalog interface on a real
  * libuv loop against a real redis-server, which each test starts on a free
  * loopback port (no persistence) and stops: manifests, idempotent bindings,
- * lookups, forgetting, two catalogs sharing one Redis, SELECT, and an outage
- * with UNAVAILABLE and recovery without reopening the catalog.
+ * lookups, forgetting, two catalogs sharing one Redis, SELECT, an outage
+ * with UNAVAILABLE and recovery without reopening the catalog, and objects
+ * (placements and memory pools) under their documented keys.
  *
  * Needs redis-server on PATH (Debian's redis-server, installed by
  * scripts/install-deps.sh). */
@@ -10,6 +11,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,8 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "catalog/catalog.h"
-#include "catalog/catalog_redis.h"
+#include "catalog/catalog_open.h"
+#include "catalog/redis/catalog_redis.h"
 
 /* ---- redis-server ---- */
 
@@ -97,7 +99,7 @@ static void redis_stop(void) {
 /* ---- Loop helpers ---- */
 
 #define CATALOG_TEST_RECORD "r\0ec"
-#include "catalog_results.h"
+#include "../catalog_results.h"
 
 typedef catalog_result result;
 
@@ -413,4 +415,143 @@ Test(catalog_redis, malformed_specs) {
   cr_assert_eq(reshard_catalog_open(&loop, "redis://h:1/x", &c, &err),
                RESHARD_INVALID_ARGUMENT);
   cr_assert_null(c);
+}
+
+/* ---- Objects: placements and memory pools ---- */
+
+#define PLACEMENT RESHARD_CATALOG_OBJECT_PLACEMENT
+#define POOL RESHARD_CATALOG_OBJECT_MEMORY_POOL
+
+static void put_object_on(reshard_catalog *c, reshard_catalog_object_kind kind,
+                          const char *id, result *r) {
+  int want = r->calls + 1;
+  c->vtable->put_object(c, kind, id, (const uint8_t *)"r\0ec", 4, on_put, r);
+  wait_calls(r, want);
+}
+
+static void get_objects_on(reshard_catalog *c, reshard_catalog_object_kind kind,
+                           const char *const *ids, size_t n, result *r) {
+  int want = r->calls + 1;
+  c->vtable->get_objects(c, kind, ids, n, on_get, r);
+  wait_calls(r, want);
+}
+
+static void forget_object_on(reshard_catalog *c,
+                             reshard_catalog_object_kind kind, const char *id,
+                             result *r) {
+  int want = r->calls + 1;
+  c->vtable->forget_object(c, kind, id, on_removed, r);
+  wait_calls(r, want);
+}
+
+/* A synchronous connection of the test's own, to look at the keys. */
+static long long redis_integer(const char *command, const char *key) {
+  redisContext *ctx = redisConnect("127.0.0.1", redis_port);
+  cr_assert(ctx != NULL && !ctx->err);
+  redisReply *reply = redisCommand(ctx, "%s %s", command, key);
+  cr_assert_not_null(reply);
+  cr_assert_eq(reply->type, REDIS_REPLY_INTEGER);
+  long long value = reply->integer;
+  freeReplyObject(reply);
+  redisFree(ctx);
+  return value;
+}
+
+static void expect_value(const char *key, const char *value, size_t length) {
+  redisContext *ctx = redisConnect("127.0.0.1", redis_port);
+  cr_assert(ctx != NULL && !ctx->err);
+  redisReply *reply = redisCommand(ctx, "GET %s", key);
+  cr_assert_not_null(reply);
+  cr_assert_eq(reply->type, REDIS_REPLY_STRING, "%s", key);
+  cr_assert_eq(reply->len, length);
+  cr_assert_eq(memcmp(reply->str, value, length), 0);
+  freeReplyObject(reply);
+  redisFree(ctx);
+}
+
+Test(catalog_redis, objects) {
+  result r = {0};
+  put_object_on(catalog, PLACEMENT, "sha256:p1", &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert(r.created);
+  put_object_on(catalog, PLACEMENT, "sha256:p1", &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert(!r.created);
+  expect_value("reshard:placement:sha256:p1", "r\0ec", 4);
+
+  const char *ids[] = {"sha256:p1", "sha256:unknown"};
+  get_objects_on(catalog, PLACEMENT, ids, 2, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert_eq(r.found, 1);
+  get_objects_on(catalog, POOL, ids, 2, &r);
+  cr_assert_eq(r.found, 0, "kinds are kept apart");
+  put_object_on(catalog, POOL, "sha256:p1", &r);
+  cr_assert(r.created);
+  expect_value("reshard:memory:sha256:p1", "r\0ec", 4);
+
+  /* Another daemon on the same Redis sees them and cannot store twice. */
+  reshard_catalog *other = open_spec(spec);
+  put_object_on(other, POOL, "sha256:p1", &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert(!r.created);
+
+  forget_object_on(other, PLACEMENT, "sha256:p1", &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert(r.removed);
+  forget_object_on(catalog, PLACEMENT, "sha256:p1", &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert(!r.removed);
+  cr_assert_eq(redis_integer("EXISTS", "reshard:placement:sha256:p1"), 0);
+  get_objects_on(catalog, PLACEMENT, ids, 2, &r);
+  cr_assert_eq(r.found, 0);
+  get_objects_on(catalog, POOL, ids, 1, &r);
+  cr_assert_eq(r.found, 1);
+  close_one(other);
+}
+
+Test(catalog_redis, objects_are_unavailable_in_an_outage) {
+  result r = {0};
+  put_object_on(catalog, PLACEMENT, "sha256:p1", &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  redis_stop();
+  const char *ids[] = {"sha256:p1"};
+  for (int i = 0; i < 3; i++) {
+    get_objects_on(catalog, PLACEMENT, ids, 1, &r);
+    if (r.err.code == RESHARD_UNAVAILABLE) {
+      break;
+    }
+  }
+  cr_assert_eq(r.err.code, RESHARD_UNAVAILABLE, "%s", r.err.message);
+  cr_assert(strstr(r.err.message, "unreachable") != NULL, "%s", r.err.message);
+  put_object_on(catalog, POOL, "sha256:m1", &r);
+  cr_assert_eq(r.err.code, RESHARD_UNAVAILABLE, "%s", r.err.message);
+  cr_assert(!r.created);
+  forget_object_on(catalog, PLACEMENT, "sha256:p1", &r);
+  cr_assert_eq(r.err.code, RESHARD_UNAVAILABLE, "%s", r.err.message);
+  cr_assert(!r.removed);
+}
+
+/* A Redis error reply is the operation's error, naming the object's key. */
+Test(catalog_redis, object_errors_name_the_object) {
+  redisContext *ctx = redisConnect("127.0.0.1", redis_port);
+  cr_assert(ctx != NULL && !ctx->err);
+  /* A full server (maxmemory reached, no eviction) refuses SET with OOM:
+   * RESOURCE_EXHAUSTED, like every other operation. */
+  redisReply *reply = redisCommand(ctx, "CONFIG SET maxmemory 1");
+  cr_assert_not_null(reply);
+  freeReplyObject(reply);
+  reply = redisCommand(ctx, "CONFIG SET maxmemory-policy noeviction");
+  freeReplyObject(reply);
+  result r = {0};
+  put_object_on(catalog, PLACEMENT, "sha256:p1", &r);
+  cr_assert_eq(r.err.code, RESHARD_RESOURCE_EXHAUSTED, "%s", r.err.message);
+  cr_assert(strstr(r.err.message, "storing placement sha256:p1") != NULL, "%s",
+            r.err.message);
+  cr_assert(strstr(r.err.message, spec) != NULL, "%s", r.err.message);
+  reply = redisCommand(ctx, "CONFIG SET maxmemory 0");
+  freeReplyObject(reply);
+  redisFree(ctx);
+  put_object_on(catalog, PLACEMENT, "sha256:p1", &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert(r.created);
 }

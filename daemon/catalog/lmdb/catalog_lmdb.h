@@ -2,14 +2,15 @@
  * default (SPEC §3.2). Records live in named databases of one LMDB
  * environment under a directory; docs/catalog.md describes the layout.
  *
- * Writes (put_manifest, add_pages, forget_pages) run on a dedicated writer
- * thread that commits them, several requests per transaction, with LMDB's
- * default synchronous commits; a callback reports success only after the
- * commit reached the disk. Reads (get_manifests, lookup_pages) run on the
- * loop thread against LMDB's memory map and complete before they return.
- * Writes that would change nothing (a manifest already published, bindings
- * that all exist already, forgetting what is not bound) are answered from a
- * read on the loop thread without a commit. */
+ * Writes (put_manifest, add_pages, forget_pages, put_object, forget_object)
+ * run on a dedicated writer thread that commits them, several requests per
+ * transaction, with LMDB's default synchronous commits; a callback reports
+ * success only after the commit reached the disk. Reads (get_manifests,
+ * lookup_pages, get_objects) run on the loop thread against LMDB's memory
+ * map and complete before they return. Writes that would change nothing (a
+ * manifest already published, bindings that all exist already, forgetting
+ * what is not bound; for objects, only while no write is pending) are
+ * answered from a read on the loop thread without a commit. */
 #ifndef RESHARD_CATALOG_LMDB_H
 #define RESHARD_CATALOG_LMDB_H
 

@@ -1,14 +1,15 @@
-/* Tests daemon/catalog/catalog_memory.c through the catalog interface:
+/* Tests daemon/catalog/memory/catalog_memory.c through the catalog interface:
  * manifests, idempotent bindings, lookups, forgetting, and SPEC §7's binding
  * cost. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "catalog/catalog.h"
+#include "catalog/catalog_open.h"
+#include "catalog/memory/catalog_memory.h"
 
 #define CATALOG_TEST_RECORD "rec"
-#include "catalog_results.h"
+#include "../catalog_results.h"
 
 typedef catalog_result result;
 
@@ -131,4 +132,50 @@ Test(catalog_memory, open_rejects_unknown_backends) {
   cr_assert_eq(reshard_catalog_open(NULL, "bogus", &other, &err),
                RESHARD_INVALID_ARGUMENT);
   cr_assert_null(other);
+}
+
+/* Placements and memory pools: stored once per id, found, forgotten once,
+ * and kept apart by kind. */
+Test(catalog_memory, objects) {
+  const reshard_catalog_vtable *v = catalog->vtable;
+  const reshard_catalog_object_kind placement =
+      RESHARD_CATALOG_OBJECT_PLACEMENT;
+  const reshard_catalog_object_kind pool = RESHARD_CATALOG_OBJECT_MEMORY_POOL;
+  result r = {0};
+  v->put_object(catalog, placement, "sha256:p1", (const uint8_t *)"rec", 3,
+                on_put, &r);
+  cr_assert_eq(r.calls, 1);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert(r.created);
+  v->put_object(catalog, placement, "sha256:p1", (const uint8_t *)"rec", 3,
+                on_put, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK);
+  cr_assert(!r.created);
+
+  const char *ids[] = {"sha256:p1", "sha256:unknown"};
+  v->get_objects(catalog, placement, ids, 2, on_get, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK);
+  cr_assert_eq(r.found, 1);
+  /* The same id of another kind is another record. */
+  v->get_objects(catalog, pool, ids, 1, on_get, &r);
+  cr_assert_eq(r.found, 0);
+  v->put_object(catalog, pool, "sha256:p1", (const uint8_t *)"rec", 3, on_put,
+                &r);
+  cr_assert(r.created);
+
+  v->forget_object(catalog, placement, "sha256:p1", on_removed, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK);
+  cr_assert(r.removed);
+  v->forget_object(catalog, placement, "sha256:p1", on_removed, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK);
+  cr_assert(!r.removed);
+  v->get_objects(catalog, placement, ids, 2, on_get, &r);
+  cr_assert_eq(r.found, 0);
+  v->get_objects(catalog, pool, ids, 2, on_get, &r);
+  cr_assert_eq(r.found, 1);
+  /* Forgotten, it can be stored again. */
+  v->put_object(catalog, placement, "sha256:p1", (const uint8_t *)"rec", 3,
+                on_put, &r);
+  cr_assert(r.created);
+  cr_assert_eq(r.calls, 10);
 }

@@ -4,12 +4,14 @@
  * Bindings are stored compactly (SPEC §7: at most 64 bytes plus the key):
  * one page entry per (model domain, page key) holding the ids of its
  * manifests, inline when there is one. Manifest keys and domains are
- * interned as 32-bit ids. */
+ * interned as 32-bit ids. Objects (placements, memory pools) live in one
+ * table per kind, each entry one block holding its id and its record. */
+#include "catalog/memory/catalog_memory.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "cache/table.h"
-#include "catalog/catalog.h"
 
 typedef struct domain_entry {
   reshard_table_node node;
@@ -40,6 +42,13 @@ typedef struct page_entry {
   char key[];
 } page_entry;
 
+typedef struct object_entry {
+  reshard_table_node node;
+  const uint8_t *record; /* after the id, in the same block */
+  size_t record_length;
+  char id[];
+} object_entry;
+
 typedef struct memory_catalog {
   reshard_catalog base;
   reshard_table domains;
@@ -52,6 +61,7 @@ typedef struct memory_catalog {
   uint64_t bindings;
   uint64_t page_entry_bytes; /* structs and manifest lists */
   uint64_t key_bytes;
+  reshard_table objects[RESHARD_CATALOG_OBJECT_KINDS];
 } memory_catalog;
 
 typedef struct page_lookup {
@@ -393,6 +403,126 @@ oom:
   cb(data, &err, NULL);
 }
 
+/* ---- Objects ---- */
+
+static bool object_matches(const reshard_table_node *node, const void *key) {
+  return strcmp(((const object_entry *)node)->id, key) == 0;
+}
+
+/* The kind's table, or NULL for a kind outside the enum. */
+static reshard_table *object_table(memory_catalog *m,
+                                   reshard_catalog_object_kind kind) {
+  return (unsigned)kind < RESHARD_CATALOG_OBJECT_KINDS ? &m->objects[kind]
+                                                       : NULL;
+}
+
+static object_entry *find_object(reshard_table *table, const char *id) {
+  return (object_entry *)reshard_table_find(table, string_hash(id, strlen(id)),
+                                            object_matches, id);
+}
+
+static void bad_kind(reshard_error *err, reshard_catalog_object_kind kind) {
+  reshard_error_set(err, RESHARD_INTERNAL, "catalog: no object kind %d",
+                    (int)kind);
+}
+
+static void memory_put_object(reshard_catalog *catalog,
+                              reshard_catalog_object_kind kind, const char *id,
+                              const uint8_t *record, size_t length,
+                              reshard_catalog_put_cb cb, void *data) {
+  memory_catalog *m = (memory_catalog *)catalog;
+  reshard_error err;
+  reshard_error_clear(&err);
+  reshard_table *table = object_table(m, kind);
+  if (table == NULL) {
+    bad_kind(&err, kind);
+    cb(data, &err, false);
+    return;
+  }
+  if (find_object(table, id) != NULL) {
+    cb(data, &err, false);
+    return;
+  }
+  size_t id_length = strlen(id);
+  object_entry *entry = malloc(sizeof *entry + id_length + 1 + length);
+  if (entry == NULL) {
+    reshard_error_set(&err, RESHARD_INTERNAL,
+                      "catalog: out of memory storing %s %s",
+                      reshard_catalog_object_kind_name(kind), id);
+    cb(data, &err, false);
+    return;
+  }
+  memcpy(entry->id, id, id_length + 1);
+  uint8_t *copy = (uint8_t *)entry->id + id_length + 1;
+  if (length > 0) {
+    memcpy(copy, record, length);
+  }
+  entry->record = copy;
+  entry->record_length = length;
+  entry->node.hash = string_hash(id, id_length);
+  reshard_table_insert(table, &entry->node);
+  cb(data, &err, true);
+}
+
+static void memory_get_objects(reshard_catalog *catalog,
+                               reshard_catalog_object_kind kind,
+                               const char *const *ids, size_t count,
+                               reshard_catalog_get_cb cb, void *data) {
+  memory_catalog *m = (memory_catalog *)catalog;
+  reshard_error err;
+  reshard_error_clear(&err);
+  reshard_table *table = object_table(m, kind);
+  if (table == NULL) {
+    bad_kind(&err, kind);
+    cb(data, &err, NULL, 0);
+    return;
+  }
+  reshard_catalog_record *records = calloc(count ? count : 1, sizeof *records);
+  if (records == NULL) {
+    reshard_error_set(&err, RESHARD_INTERNAL, "catalog: out of memory");
+    cb(data, &err, NULL, 0);
+    return;
+  }
+  for (size_t i = 0; i < count; i++) {
+    const object_entry *entry = find_object(table, ids[i]);
+    if (entry != NULL) {
+      records[i].found = true;
+      records[i].data = entry->record;
+      records[i].length = entry->record_length;
+    }
+  }
+  cb(data, &err, records, count);
+  free(records);
+}
+
+static void memory_forget_object(reshard_catalog *catalog,
+                                 reshard_catalog_object_kind kind,
+                                 const char *id, reshard_catalog_removed_cb cb,
+                                 void *data) {
+  memory_catalog *m = (memory_catalog *)catalog;
+  reshard_error err;
+  reshard_error_clear(&err);
+  reshard_table *table = object_table(m, kind);
+  if (table == NULL) {
+    bad_kind(&err, kind);
+    cb(data, &err, false);
+    return;
+  }
+  object_entry *entry = find_object(table, id);
+  if (entry != NULL) {
+    reshard_table_remove(table, &entry->node);
+    free(entry);
+  }
+  cb(data, &err, entry != NULL);
+}
+
+/* ---- Closing ---- */
+
+static void release_object(reshard_table_node *node, void *data) {
+  (void)data;
+  free(node);
+}
+
 static void release_page(reshard_table_node *node, void *data) {
   page_free(data, (page_entry *)node);
 }
@@ -401,6 +531,10 @@ static void memory_close(reshard_catalog *catalog, reshard_catalog_close_cb cb,
                          void *data) {
   memory_catalog *m = (memory_catalog *)catalog;
   reshard_table_clear(&m->pages, release_page, m);
+  for (size_t i = 0; i < RESHARD_CATALOG_OBJECT_KINDS; i++) {
+    reshard_table_clear(&m->objects[i], release_object, NULL);
+    reshard_table_destroy(&m->objects[i]);
+  }
   for (size_t i = 0; i < m->manifest_count; i++) {
     free(m->manifest_by_id[i]->record);
     free(m->manifest_by_id[i]);
@@ -427,6 +561,9 @@ static const reshard_catalog_vtable memory_vtable = {
     .add_pages = memory_add_pages,
     .forget_pages = memory_forget_pages,
     .lookup_pages = memory_lookup_pages,
+    .put_object = memory_put_object,
+    .get_objects = memory_get_objects,
+    .forget_object = memory_forget_object,
     .close = memory_close,
 };
 
@@ -434,13 +571,20 @@ reshard_status reshard_catalog_memory_open(uv_loop_t *loop,
                                            reshard_catalog **out,
                                            reshard_error *err) {
   memory_catalog *m = calloc(1, sizeof *m);
-  if (m == NULL || !reshard_table_init(&m->domains, 16) ||
-      !reshard_table_init(&m->manifests, 64) ||
-      !reshard_table_init(&m->pages, 1024)) {
+  bool ok = m != NULL && reshard_table_init(&m->domains, 16) &&
+            reshard_table_init(&m->manifests, 64) &&
+            reshard_table_init(&m->pages, 1024);
+  for (size_t i = 0; ok && i < RESHARD_CATALOG_OBJECT_KINDS; i++) {
+    ok = reshard_table_init(&m->objects[i], 16);
+  }
+  if (!ok) {
     if (m != NULL) {
       reshard_table_destroy(&m->domains);
       reshard_table_destroy(&m->manifests);
       reshard_table_destroy(&m->pages);
+      for (size_t i = 0; i < RESHARD_CATALOG_OBJECT_KINDS; i++) {
+        reshard_table_destroy(&m->objects[i]);
+      }
       free(m);
     }
     return reshard_error_set(err, RESHARD_INTERNAL,

@@ -1,8 +1,9 @@
-/* Tests daemon/catalog/redis_url.c: splitting credentials off a Redis URL. */
+/* Tests daemon/catalog/redis/redis_url.c: splitting credentials off a Redis
+ * URL. */
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "catalog/redis_url.h"
+#include "catalog/redis/redis_url.h"
 
 Test(redis_url, without_credentials_the_spec_is_the_address) {
   reshard_redis_url url;

@@ -1,4 +1,4 @@
-#include "catalog/redis_url.h"
+#include "catalog/redis/redis_url.h"
 
 #include <stdio.h>
 #include <string.h>

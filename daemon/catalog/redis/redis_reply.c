@@ -1,4 +1,4 @@
-#include "catalog/redis_reply.h"
+#include "catalog/redis/redis_reply.h"
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>

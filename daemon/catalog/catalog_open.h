@@ -1,0 +1,27 @@
+/* Opening a catalog by its --catalog spec (SPEC §3.2): the factory, and the
+ * one file that knows every backend (memory/, lmdb/, redis/). The daemon
+ * opens its catalog here and then talks to catalog.h only. */
+#ifndef RESHARD_CATALOG_OPEN_H
+#define RESHARD_CATALOG_OPEN_H
+
+#include <uv.h>
+
+#include "catalog/catalog.h"
+#include "reshard/error.h"
+
+/* Opens the catalog named by `spec` ("memory", "lmdb:PATH",
+ * "redis://HOST:PORT[/DB]") on `loop`. Returns INVALID_ARGUMENT for a
+ * malformed spec or a backend this build does not provide, UNAVAILABLE when
+ * the backend cannot be opened. */
+reshard_status reshard_catalog_open(uv_loop_t *loop, const char *spec,
+                                    reshard_catalog **out, reshard_error *err);
+
+/* The same, with `redis_password` (may be NULL) as the Redis catalog's
+ * password in place of the URL's (--redis-password-file). */
+reshard_status reshard_catalog_open_with_password(uv_loop_t *loop,
+                                                  const char *spec,
+                                                  const char *redis_password,
+                                                  reshard_catalog **out,
+                                                  reshard_error *err);
+
+#endif

@@ -1,0 +1,28 @@
+/* The memory catalog (catalog_memory.c): everything in this process, lost
+ * at exit. For tests and for trying the daemon out. */
+#ifndef RESHARD_CATALOG_MEMORY_H
+#define RESHARD_CATALOG_MEMORY_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "catalog/catalog.h"
+
+/* Opens an empty memory catalog on `loop`; INTERNAL when out of memory. */
+reshard_status reshard_catalog_memory_open(uv_loop_t *loop,
+                                           reshard_catalog **out,
+                                           reshard_error *err);
+
+/* Memory the memory backend uses, for tests of SPEC §7's binding cost:
+ * `binding_bytes` counts page entries and their manifest lists, without the
+ * page keys themselves; `key_bytes` counts the page keys. */
+typedef struct reshard_catalog_memory_usage {
+  uint64_t bindings;
+  uint64_t page_entries;
+  uint64_t binding_bytes;
+  uint64_t key_bytes;
+} reshard_catalog_memory_usage;
+void reshard_catalog_memory_usage_get(const reshard_catalog *catalog,
+                                      reshard_catalog_memory_usage *out);
+
+#endif
