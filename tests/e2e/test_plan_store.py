@@ -22,7 +22,7 @@ from google.protobuf import json_format
 
 import reshard_e2e as e
 from reshard_e2e import pb
-from test_grpcio import DaemonTestCase
+from reshard_testcase import DaemonTestCase
 
 Code = grpc.StatusCode
 

@@ -16,7 +16,7 @@ import unittest
 import reshard_e2e as e
 import reshard_scenarios
 from reshard_e2e import pb
-from test_grpcio import BINDINGS, TOPOLOGY_CHANGES, DaemonTestCase
+from reshard_testcase import BINDINGS, TOPOLOGY_CHANGES, DaemonTestCase
 
 
 def one_pool(binding):

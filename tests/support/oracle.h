@@ -14,7 +14,10 @@
  * Every checking function returns true on success; on failure it returns
  * false and writes a one-line explanation into the caller's `msg` buffer
  * (ORACLE_MSG_SIZE bytes are plenty). Nothing here calls Criterion, so the
- * tests decide how to report. */
+ * tests decide how to report.
+ *
+ * The implementation is split by concept over tests/support/oracle_*.c;
+ * oracle_internal.h lists the files. */
 #ifndef RESHARD_TEST_ORACLE_H
 #define RESHARD_TEST_ORACLE_H
 

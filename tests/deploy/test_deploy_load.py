@@ -1,0 +1,322 @@
+"""Tests of the load tools against the real binaries.
+
+* GhzDataTests — deploy/ghz: the committed ghz configurations are what
+  generate.py writes, every request file parses as the message its call
+  takes (json_format.ParseDict, and the binary twin), and the set-up and
+  PlanLoad requests work against a daemon.
+* ScenarioCommandTests — scripts/scenario.py prints a plan and its figures.
+* LoadSmokeTests — scripts/load.py: thousands of h2load requests at 64
+  concurrent streams, zero failures by the daemon's own counters, flat
+  memory.
+
+Environment (tests/deploy/CMakeLists.txt): RESHARD_E2E_DAEMON,
+RESHARD_E2E_RESHARDCTL, RESHARD_E2E_PYGEN, RESHARD_SANITIZED (1 in the
+ASan+UBSan build: the load test runs fewer requests and skips the memory
+bound, which ASan's quarantine would break).
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from google.protobuf import json_format
+
+import reshard_e2e as e
+from reshard_e2e import pb
+from deploy_support import GHZ, REPO, SANITIZED, port_of
+
+
+# ------------------------------------------------------------------ ghz --
+
+GHZ_KEYS = {"proto", "protoset", "call", "cacert", "cert", "key", "skipTLS",
+            "cname", "authority", "insecure", "total", "concurrency",
+            "connections", "qps", "duration", "max-duration", "timeout",
+            "data", "data-file", "binary-file", "metadata", "metadata-file",
+            "stream-interval", "output", "format", "connect-timeout",
+            "keepalive", "cpus", "import-paths", "name", "tags", "host",
+            "reflect-metadata", "enable-compression", "skipFirst", "async",
+            "duration-stop", "debug"}
+
+
+class GhzDataTests(unittest.TestCase):
+    """deploy/ghz: configurations and request data."""
+
+    @classmethod
+    def setUpClass(cls):
+        import generate
+        cls.tmp = tempfile.mkdtemp(prefix="reshard-ghz-")
+        cls.data = os.path.join(cls.tmp, "data")
+        cls.configs = os.path.join(cls.tmp, "configs")
+        cls.index = generate.generate(cls.data, cls.configs)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def message_class(self, full_name):
+        package, _, name = full_name.rpartition(".")
+        self.assertEqual(package, "reshard.v1")
+        return getattr(pb, name)
+
+    def test_every_scenario_has_its_requests(self):
+        variants = {x["variant"] for x in self.index}
+        self.assertEqual(variants, {"S1-8", "S1", "S2", "S3", "S4", "S5"})
+        for v in variants:
+            steps = [x["step"] for x in self.index if x["variant"] == v]
+            self.assertEqual(steps, ["publish", "register", "planload",
+                                     "planload-runs", "planstore"])
+
+    def test_committed_configs_are_generated(self):
+        generated = sorted(os.listdir(self.configs))
+        committed = sorted(n for n in os.listdir(GHZ)
+                           if n.endswith(".ghz.json"))
+        self.assertEqual(committed, generated,
+                         "run deploy/ghz/generate.py --configs deploy/ghz")
+        for n in generated:
+            with open(os.path.join(self.configs, n)) as f:
+                want = json.load(f)
+            with open(os.path.join(GHZ, n)) as f:
+                have = json.load(f)
+            self.assertEqual(have, want, n)
+
+    def test_configs_are_ghz_configs(self):
+        service = pb.DESCRIPTOR.services_by_name["Planner"]
+        files = {x["json"]: x for x in self.index}
+        files.update({x["binary"]: x for x in self.index})
+        for n in sorted(os.listdir(GHZ)):
+            if not n.endswith(".ghz.json"):
+                continue
+            with self.subTest(config=n):
+                with open(os.path.join(GHZ, n)) as f:
+                    config = json.load(f)
+                self.assertLessEqual(set(config), GHZ_KEYS)
+                self.assertTrue(config["insecure"])
+                for key in ("total", "concurrency"):
+                    self.assertIsInstance(config[key], int)
+                self.assertLessEqual(config["concurrency"], config["total"])
+                # Paths are relative to deploy/ghz, where ghz runs.
+                self.assertTrue(os.path.isfile(os.path.join(GHZ,
+                                                            config["proto"])))
+                for p in config["import-paths"]:
+                    self.assertTrue(os.path.isdir(os.path.join(GHZ, p)))
+                package_service, _, method = config["call"].rpartition(".")
+                self.assertEqual(package_service, "reshard.v1.Planner")
+                self.assertIn(method, service.methods_by_name)
+                data = config.get("data-file") or config.get("binary-file")
+                self.assertTrue(data.startswith("data/"), data)
+                entry = files[os.path.basename(data)]
+                self.assertEqual(entry["call"], config["call"])
+                self.assertEqual(
+                    service.methods_by_name[method].input_type.full_name,
+                    entry["message"])
+                self.assertTrue(port_of(config["host"]) > 0)
+
+    def test_every_data_file_parses_as_its_message(self):
+        service = pb.DESCRIPTOR.services_by_name["Planner"]
+        for x in self.index:
+            with self.subTest(file=x["json"]):
+                method = x["call"].rpartition(".")[2]
+                self.assertEqual(
+                    service.methods_by_name[method].input_type.full_name,
+                    x["message"])
+                cls = self.message_class(x["message"])
+                with open(os.path.join(self.data, x["json"])) as f:
+                    from_json = json_format.ParseDict(json.load(f), cls())
+                with open(os.path.join(self.data, x["binary"]), "rb") as f:
+                    from_binary = cls.FromString(f.read())
+                self.assertEqual(from_json, from_binary)
+                if x["step"].startswith("planload"):
+                    self.assertEqual(from_json.runs,
+                                     x["step"] == "planload-runs")
+                    self.assertEqual(len(from_json.page_keys), x["pages"])
+                    self.assertEqual(from_json.model_domain,
+                                     x["model_domain"])
+                elif x["step"] == "register":
+                    self.assertEqual(from_json.manifest_key,
+                                     x["manifest_key"])
+
+    def test_requests_work_against_the_daemon(self):
+        """Raw bytes of every file, as ghz would send them: the daemon
+        computes the same manifest keys and layouts, and every PlanLoad
+        hits all of its pages."""
+        import reshard_scenarios as scenarios
+        with e.Daemon() as daemon:
+            channel = daemon.channel()
+            planner = e.Planner(channel)
+            registered = {}  # manifest key -> page keys bound so far
+            try:
+                for x in self.index:
+                    with self.subTest(file=x["binary"]):
+                        with open(os.path.join(self.data, x["binary"]),
+                                  "rb") as f:
+                            raw = f.read()
+                        method = x["call"].rpartition(".")[2]
+                        reply = planner.raw(method)(raw, timeout=120)
+                        resp_cls = getattr(pb, e.PLANNER_METHODS[method][1])
+                        resp = resp_cls.FromString(reply)
+                        if x["step"] == "publish":
+                            self.assertEqual(resp.manifest_key,
+                                             x["manifest_key"])
+                            self.assertEqual(resp.model_domain,
+                                             x["model_domain"])
+                        elif x["step"] == "register":
+                            # S1-8's pages are S1's first eight.
+                            keys = set(pb.RegisterPagesRequest.FromString(
+                                raw).page_keys)
+                            seen = registered.setdefault(x["manifest_key"],
+                                                         set())
+                            self.assertEqual(resp.added, len(keys - seen))
+                            seen |= keys
+                        elif x["step"] == "planstore":
+                            self.assertEqual(len(resp.part_indexes), 1)
+                            self.assertGreater(resp.stats.operations, 0)
+                        else:
+                            self.assertEqual(resp.hit_pages, x["pages"])
+                            self.assertGreater(resp.stats.operations, 0)
+                            runs = x["step"] == "planload-runs"
+                            self.assertEqual(resp.stats.runs > 0, runs)
+                            if runs:
+                                self.assertLess(resp.stats.runs,
+                                                resp.stats.operations)
+                # The offline upload plan equals the daemon's PlanUpload.
+                for name in scenarios.SCENARIOS:
+                    req = scenarios.build(name, 1)
+                    up = planner.PlanUpload(pb.PlanUploadRequest(
+                        placement=req.writer, format=req.layout.format),
+                        timeout=30)
+                    self.assertEqual(up.layout_id, req.layout_id, name)
+            finally:
+                channel.close()
+
+
+# ------------------------------------------------------- scripts/*.py --
+
+class ScenarioCommandTests(unittest.TestCase):
+    def test_scenario_prints_a_plan(self):
+        proc = subprocess.run(
+            [sys.executable, os.path.join(REPO, "scripts", "scenario.py"),
+             "S2", "--daemon", e.DAEMON, "--repeat", "3", "--copies", "5",
+             "--pygen", e.PYGEN],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, timeout=300)
+        out = proc.stdout.decode()
+        self.assertEqual(proc.returncode, 0, proc.stderr.decode())
+        self.assertIn("S2 llama3-70b", out)
+        self.assertIn("writer DP1·PP1·TP8 stores LPHD", out)
+        # One row per reader participant (TP4 x PP2), then the totals.
+        self.assertEqual(len(re.findall(r"^S2-reader-d0p\dt\d ", out, re.M)),
+                         8)
+        self.assertIn("total: 8 participants", out)
+        self.assertRegex(out, r"median [\d.]+ ms, p99 [\d.]+ ms")
+        self.assertIn("first 5 of", out)
+        self.assertEqual(len(re.findall(r"^\s+\d+  S2-page-0000\d ", out,
+                                        re.M)), 5)
+
+
+class LoadSmokeTests(unittest.TestCase):
+    """scripts/load.py with h2load: thousands of requests at 64 concurrent
+    streams, zero failures, memory flat (plain build)."""
+
+    def test_h2load_smoke(self):
+        import load
+        requests = 2000 if SANITIZED else 5000
+        warmup = 500 if SANITIZED else 1000
+        argv = ["--daemon", e.DAEMON, "--pygen", e.PYGEN,
+                "--scenario", "S1-8", "--requests", str(requests),
+                "--warmup", str(warmup), "--clients", "4", "--streams", "16",
+                "--time-limit", "240",
+                "--rss-growth-mib", "0" if SANITIZED else "24"]
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "load.json")
+            code = load.main(argv + ["--json", out])
+            self.assertEqual(code, 0, "scripts/load.py failed (see above)")
+            with open(out) as f:
+                result = json.load(f)
+        self.assertEqual(result["concurrent_streams"], 64)
+        self.assertEqual(result["h2load"]["succeeded"], requests)
+        self.assertEqual(result["problems"], [])
+        # The ceiling run loads Health/Check as many times, same run.
+        self.assertEqual(
+            result["daemon_counter_deltas"],
+            {"reshard.v1.Planner/PlanLoad OK": requests + warmup,
+             "grpc.health.v1.Health/Check OK": 20000})
+        self.assertGreater(result["ceiling_requests_per_second"], 0)
+        self.assertGreater(result["share"], 0)
+
+    def test_h2load_short_mixed(self):
+        """The quick mode CI runs: ceiling, share and the mixed S1-8 + S5
+        run, every call OK."""
+        import load
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "load.json")
+            code = load.main(["--daemon", e.DAEMON, "--pygen", e.PYGEN,
+                              "--short", "--json", out])
+            self.assertEqual(code, 0, "scripts/load.py --short failed")
+            with open(out) as f:
+                result = json.load(f)
+        self.assertEqual(result["problems"], [])
+        self.assertEqual(result["mixed"]["large"]["h2load"]["succeeded"], 40)
+        self.assertEqual(result["mixed"]["small"]["h2load"]["succeeded"], 300)
+        self.assertGreater(result["mixed"]["small"]["latency_ms"]["samples"],
+                           0)
+
+    def test_h2load_unix_socket(self):
+        """--unix: the daemon listens on a Unix socket, the set-up and
+        h2load go through it, every call OK, and the socket's directory
+        is gone afterwards."""
+        import load
+        before = set(glob.glob(os.path.join(tempfile.gettempdir(),
+                                            "reshard-load-*")))
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "load.json")
+            code = load.main([
+                "--daemon", e.DAEMON, "--pygen", e.PYGEN, "--unix",
+                "--scenario", "S1-8", "--requests", "500", "--warmup", "100",
+                "--ceiling-requests", "1000", "--time-limit", "240",
+                "--rss-growth-mib", "0", "--json", out])
+            self.assertEqual(code, 0, "scripts/load.py --unix failed")
+            with open(out) as f:
+                result = json.load(f)
+        self.assertEqual(result["transport"], "unix")
+        self.assertEqual(result["problems"], [])
+        self.assertEqual(result["h2load"]["succeeded"], 500)
+        self.assertEqual(
+            result["daemon_counter_deltas"],
+            {"reshard.v1.Planner/PlanLoad OK": 600,
+             "grpc.health.v1.Health/Check OK": 1000})
+        after = set(glob.glob(os.path.join(tempfile.gettempdir(),
+                                           "reshard-load-*")))
+        self.assertEqual(after - before, set(), "socket directory left")
+
+    def test_h2load_tls_smoke(self):
+        """The TLS variant: h2load over https against --tls-cert."""
+        import load
+        from reshard_certs import CertAuthority
+        with tempfile.TemporaryDirectory() as tmp:
+            ca = CertAuthority(tmp)
+            cert, key = ca.issue("server")
+            out = os.path.join(tmp, "load.json")
+            code = load.main([
+                "--daemon", e.DAEMON, "--pygen", e.PYGEN, "--scenario",
+                "S1-8", "--requests", "500", "--warmup", "100", "--clients",
+                "2", "--streams", "8", "--time-limit", "240",
+                "--rss-growth-mib", "0", "--no-ceiling", "--tls-ca", ca.pem,
+                "--daemon-flag=--tls-cert=" + cert,
+                "--daemon-flag=--tls-key=" + key, "--json", out])
+            self.assertEqual(code, 0, "scripts/load.py --tls-ca failed")
+            with open(out) as f:
+                result = json.load(f)
+        self.assertEqual(result["h2load"]["succeeded"], 500)
+        self.assertEqual(result["problems"], [])
+        self.assertEqual(result["daemon_counter_deltas"],
+                         {"reshard.v1.Planner/PlanLoad OK": 600})
+
+
+if __name__ == "__main__":
+    unittest.main()
