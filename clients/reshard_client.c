@@ -390,6 +390,16 @@ RESHARD_TYPED_CALL(reshard_client_plan_store, "/reshard.v1.Planner/PlanStore",
                    Reshard__V1__PlanStoreRequest,
                    Reshard__V1__PlanStoreResponse,
                    reshard__v1__plan_store_response__descriptor)
+RESHARD_TYPED_CALL(reshard_client_register_memory,
+                   "/reshard.v1.Planner/RegisterMemory",
+                   Reshard__V1__RegisterMemoryRequest,
+                   Reshard__V1__RegisterMemoryResponse,
+                   reshard__v1__register_memory_response__descriptor)
+RESHARD_TYPED_CALL(reshard_client_forget_memory,
+                   "/reshard.v1.Planner/ForgetMemory",
+                   Reshard__V1__ForgetMemoryRequest,
+                   Reshard__V1__ForgetMemoryResponse,
+                   reshard__v1__forget_memory_response__descriptor)
 RESHARD_TYPED_CALL(reshard_client_health_check, "/grpc.health.v1.Health/Check",
                    Grpc__Health__V1__HealthCheckRequest,
                    Grpc__Health__V1__HealthCheckResponse,

@@ -156,6 +156,19 @@ int reshard_client_plan_store(reshard_client *client,
                               int64_t timeout_ms,
                               Reshard__V1__PlanStoreResponse **resp,
                               reshard_client_status *st);
+/* SPEC §1.5a: validate a MemoryPool against a placement (inline or by id)
+ * and store it; the response carries its memory_id and whether this call
+ * created it. */
+int reshard_client_register_memory(
+    reshard_client *client, const Reshard__V1__RegisterMemoryRequest *req,
+    int64_t timeout_ms, Reshard__V1__RegisterMemoryResponse **resp,
+    reshard_client_status *st);
+/* Forgets a registered pool; `removed` says whether it was known. */
+int reshard_client_forget_memory(reshard_client *client,
+                                 const Reshard__V1__ForgetMemoryRequest *req,
+                                 int64_t timeout_ms,
+                                 Reshard__V1__ForgetMemoryResponse **resp,
+                                 reshard_client_status *st);
 int reshard_client_health_check(reshard_client *client,
                                 const Grpc__Health__V1__HealthCheckRequest *req,
                                 int64_t timeout_ms,

@@ -42,12 +42,22 @@ static const char usage_text[] =
     "                                     remove page bindings\n"
     "  register-placement FILE.json       register a Placement\n"
     "  plan-upload FILE.json              run a PlanUploadRequest\n"
-    "  plan FILE.json [--format table|json] [--runs]\n"
+    "  plan FILE.json [--format table|json] [--runs] [--pooled FILE.json]\n"
     "                                     run a PlanLoadRequest, print the "
     "plan\n"
-    "                                     (--runs: as strided runs)\n"
-    "  plan-store FILE.json               run a PlanStoreRequest, print the "
+    "                                     (--runs: as strided runs;\n"
+    "                                     --pooled: a PooledMemory in place "
+    "of\n"
+    "                                     the request's binding)\n"
+    "  plan-store FILE.json [--pooled FILE.json]\n"
+    "                                     run a PlanStoreRequest, print the "
     "plan as JSON\n"
+    "  register-memory FILE.json [--placement FILE.json | --placement-id "
+    "ID]\n"
+    "                                     register a MemoryPool (FILE is a\n"
+    "                                     RegisterMemoryRequest without the "
+    "flags)\n"
+    "  forget-memory MEMORY_ID            forget a registered MemoryPool\n"
     "  health [SERVICE]                   grpc.health.v1 Check\n"
     "\n"
     "FILE may be - for standard input. The target defaults to "
@@ -280,19 +290,65 @@ static int cmd_plan_upload(reshard_client *c, int argc, char **argv) {
   return rc;
 }
 
+/* Loads a PooledMemory from `file` into *pooled, dropping *binding (the
+ * memory the request names is then the pool and its block table). Both
+ * fields belong to a request built by load_message(), so whatever they
+ * held is freed here and the new message is freed with the request.
+ * Returns false after printing an error. */
+static bool replace_memory(const char *file,
+                           Reshard__V1__RuntimeBinding **binding,
+                           Reshard__V1__PooledMemory **pooled) {
+  ProtobufCMessage *p =
+      load_message(file, &reshard__v1__pooled_memory__descriptor);
+  if (p == NULL)
+    return false;
+  Reshard__V1__PooledMemory *pm = (Reshard__V1__PooledMemory *)p;
+  if (pm->pool_case == RESHARD__V1__POOLED_MEMORY__POOL__NOT_SET) {
+    input_error("%s: names no pool: set memory_id or inline_pool", file);
+    protobuf_c_message_free_unpacked(p, NULL);
+    return false;
+  }
+  if (*binding != NULL)
+    protobuf_c_message_free_unpacked(&(*binding)->base, NULL);
+  *binding = NULL;
+  if (*pooled != NULL)
+    protobuf_c_message_free_unpacked(&(*pooled)->base, NULL);
+  *pooled = pm;
+  return true;
+}
+
 /* The store plan prints as its message: the copies go region to Part, so
  * the load plan's document (pages by key) does not describe it. */
 static int cmd_plan_store(reshard_client *c, int argc, char **argv) {
-  if (argc != 1)
+  const char *file = NULL, *pooled = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--pooled") == 0) {
+      if (i + 1 >= argc)
+        return usage_error("--pooled needs a FILE.json");
+      pooled = argv[++i];
+    } else if (strncmp(argv[i], "--pooled=", 9) == 0) {
+      pooled = argv[i] + 9;
+    } else if (file == NULL) {
+      file = argv[i];
+    } else {
+      return usage_error("plan-store takes exactly one FILE.json");
+    }
+  }
+  if (file == NULL)
     return usage_error("plan-store takes exactly one FILE.json");
   ProtobufCMessage *m =
-      load_message(argv[0], &reshard__v1__plan_store_request__descriptor);
+      load_message(file, &reshard__v1__plan_store_request__descriptor);
   if (m == NULL)
     return EXIT_USAGE;
+  Reshard__V1__PlanStoreRequest *sreq = (Reshard__V1__PlanStoreRequest *)m;
+  if (pooled != NULL &&
+      !replace_memory(pooled, &sreq->binding, &sreq->pooled)) {
+    protobuf_c_message_free_unpacked(m, NULL);
+    return EXIT_USAGE;
+  }
   Reshard__V1__PlanStoreResponse *resp = NULL;
   reshard_client_status st;
-  int code = reshard_client_plan_store(c, (Reshard__V1__PlanStoreRequest *)m, 0,
-                                       &resp, &st);
+  int code = reshard_client_plan_store(c, sreq, 0, &resp, &st);
   protobuf_c_message_free_unpacked(m, NULL);
   if (code != RESHARD_STATUS_OK)
     return rpc_error(&st);
@@ -302,12 +358,18 @@ static int cmd_plan_store(reshard_client *c, int argc, char **argv) {
 }
 
 static int cmd_plan(reshard_client *c, int argc, char **argv) {
-  const char *file = NULL;
+  const char *file = NULL, *pooled = NULL;
   const char *format = "table";
   bool runs = false;
   for (int i = 0; i < argc; i++) {
     if (strcmp(argv[i], "--runs") == 0) {
       runs = true;
+    } else if (strcmp(argv[i], "--pooled") == 0) {
+      if (i + 1 >= argc)
+        return usage_error("--pooled needs a FILE.json");
+      pooled = argv[++i];
+    } else if (strncmp(argv[i], "--pooled=", 9) == 0) {
+      pooled = argv[i] + 9;
     } else if (strcmp(argv[i], "--format") == 0) {
       if (i + 1 >= argc)
         return usage_error("--format needs table or json");
@@ -329,14 +391,19 @@ static int cmd_plan(reshard_client *c, int argc, char **argv) {
       load_message(file, &reshard__v1__plan_load_request__descriptor);
   if (m == NULL)
     return EXIT_USAGE;
+  Reshard__V1__PlanLoadRequest *lreq = (Reshard__V1__PlanLoadRequest *)m;
   /* --runs asks for them whatever the file says; without it the file's
    * own `runs` field stands. */
   if (runs)
-    ((Reshard__V1__PlanLoadRequest *)m)->runs = true;
+    lreq->runs = true;
+  if (pooled != NULL &&
+      !replace_memory(pooled, &lreq->binding, &lreq->pooled)) {
+    protobuf_c_message_free_unpacked(m, NULL);
+    return EXIT_USAGE;
+  }
   Reshard__V1__PlanLoadResponse *resp = NULL;
   reshard_client_status st;
-  int code = reshard_client_plan_load(c, (Reshard__V1__PlanLoadRequest *)m, 0,
-                                      &resp, &st);
+  int code = reshard_client_plan_load(c, lreq, 0, &resp, &st);
   protobuf_c_message_free_unpacked(m, NULL);
   if (code != RESHARD_STATUS_OK)
     return rpc_error(&st);
@@ -354,6 +421,98 @@ static int cmd_plan(reshard_client *c, int argc, char **argv) {
     fprintf(stderr, "error: cannot write the plan: %s\n", strerror(errno));
     return EXIT_RPC;
   }
+  return output_done();
+}
+
+static int cmd_register_memory(reshard_client *c, int argc, char **argv) {
+  const char *file = NULL, *placement = NULL, *placement_id = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--placement") == 0 ||
+        strcmp(argv[i], "--placement-id") == 0) {
+      if (i + 1 >= argc)
+        return usage_error("%s needs a value", argv[i]);
+      if (strcmp(argv[i], "--placement") == 0)
+        placement = argv[i + 1];
+      else
+        placement_id = argv[i + 1];
+      i++;
+    } else if (strncmp(argv[i], "--placement=", 12) == 0) {
+      placement = argv[i] + 12;
+    } else if (strncmp(argv[i], "--placement-id=", 15) == 0) {
+      placement_id = argv[i] + 15;
+    } else if (file == NULL) {
+      file = argv[i];
+    } else {
+      return usage_error("register-memory takes exactly one FILE.json");
+    }
+  }
+  if (file == NULL)
+    return usage_error("register-memory takes exactly one FILE.json");
+  if (placement != NULL && placement_id != NULL)
+    return usage_error("give --placement or --placement-id, not both");
+  if (placement_id != NULL && *placement_id == '\0')
+    return usage_error("--placement-id must not be empty");
+  /* Without a target flag FILE is the whole request; with one, FILE is the
+   * MemoryPool and the flag names its placement. */
+  ProtobufCMessage *whole = NULL, *pool = NULL, *target = NULL;
+  Reshard__V1__RegisterMemoryRequest local =
+      RESHARD__V1__REGISTER_MEMORY_REQUEST__INIT;
+  Reshard__V1__RegisterMemoryRequest *req = &local;
+  if (placement == NULL && placement_id == NULL) {
+    whole =
+        load_message(file, &reshard__v1__register_memory_request__descriptor);
+    if (whole == NULL)
+      return EXIT_USAGE;
+    req = (Reshard__V1__RegisterMemoryRequest *)whole;
+  } else {
+    pool = load_message(file, &reshard__v1__memory_pool__descriptor);
+    if (pool == NULL)
+      return EXIT_USAGE;
+    local.pool = (Reshard__V1__MemoryPool *)pool;
+    if (placement != NULL) {
+      target = load_message(placement, &reshard__v1__placement__descriptor);
+      if (target == NULL) {
+        protobuf_c_message_free_unpacked(pool, NULL);
+        return EXIT_USAGE;
+      }
+      local.target_case =
+          RESHARD__V1__REGISTER_MEMORY_REQUEST__TARGET_PLACEMENT;
+      local.placement = (Reshard__V1__Placement *)target;
+    } else {
+      local.target_case =
+          RESHARD__V1__REGISTER_MEMORY_REQUEST__TARGET_PLACEMENT_ID;
+      local.placement_id = (char *)placement_id;
+    }
+  }
+  Reshard__V1__RegisterMemoryResponse *resp = NULL;
+  reshard_client_status st;
+  int code = reshard_client_register_memory(c, req, 0, &resp, &st);
+  if (whole != NULL)
+    protobuf_c_message_free_unpacked(whole, NULL);
+  if (pool != NULL)
+    protobuf_c_message_free_unpacked(pool, NULL);
+  if (target != NULL)
+    protobuf_c_message_free_unpacked(target, NULL);
+  if (code != RESHARD_STATUS_OK)
+    return rpc_error(&st);
+  printf("memory_id=%s\ncreated=%s\n", resp->memory_id,
+         resp->created ? "true" : "false");
+  reshard__v1__register_memory_response__free_unpacked(resp, NULL);
+  return output_done();
+}
+
+static int cmd_forget_memory(reshard_client *c, int argc, char **argv) {
+  if (argc != 1)
+    return usage_error("forget-memory takes exactly one MEMORY_ID");
+  Reshard__V1__ForgetMemoryRequest req =
+      RESHARD__V1__FORGET_MEMORY_REQUEST__INIT;
+  req.memory_id = argv[0];
+  Reshard__V1__ForgetMemoryResponse *resp = NULL;
+  reshard_client_status st;
+  if (reshard_client_forget_memory(c, &req, 0, &resp, &st) != RESHARD_STATUS_OK)
+    return rpc_error(&st);
+  printf("removed=%s\n", resp->removed ? "true" : "false");
+  reshard__v1__forget_memory_response__free_unpacked(resp, NULL);
   return output_done();
 }
 
@@ -396,6 +555,8 @@ static const command commands[] = {
     {"plan-upload", cmd_plan_upload},
     {"plan", cmd_plan},
     {"plan-store", cmd_plan_store},
+    {"register-memory", cmd_register_memory},
+    {"forget-memory", cmd_forget_memory},
     {"health", cmd_health},
 };
 

@@ -6,6 +6,10 @@
 * :class:`BindingBuilder`: a runtime binding from tensors (numpy, torch,
   anything with ``__cuda_array_interface__``) in NHD, HND, paged and MLA
   shapes, checked before it is sent.
+* :class:`PoolBuilder`: a memory pool (SPEC §1.5a) from the tensors an
+  engine holds (vLLM, FlashInfer, SGLang host pools, MLA), registered once
+  with ``register_memory``; plans then take its ``memory_id`` and a block
+  table. :meth:`Pool.binding` expands it into the explicit binding.
 * :class:`LoadPlan` / :class:`StorePlan`: plans as ``uint64`` numpy
   columns, strided runs kept or expanded.
 * :func:`execute`: the reference executor between numpy buffers;
@@ -18,13 +22,16 @@ generated module is ``reshard.v1.planner_pb2``. See docs/python.md.
 from ._proto import pb as planner_pb2
 from .binding import Binding, BindingBuilder
 from .client import Client
-from .errors import BindingError, ReshardError
+from ._calls import RegisteredMemory
+from .errors import BindingError, PoolError, ReshardError
 from .executor import execute
 from .layout import element_dtype, new_parts, part_sizes, part_views, shards
 from .messages import (KEY, VALUE, component, descriptor, find_part,
                        head_share, limits, manifest, participant_id,
                        pipeline_stages, placement, store_format)
 from .plan import Copies, LoadPlan, StorePlan
+from .pool import (Pool, PoolBuilder, check_block_table, expand_pool,
+                   pooled_memory)
 from .tensor import TensorMemory, tensor_memory
 
 Descriptor = planner_pb2.Descriptor
@@ -38,6 +45,9 @@ Region = planner_pb2.Region
 BindingRange = planner_pb2.BindingRange
 RuntimeBinding = planner_pb2.RuntimeBinding
 Limits = planner_pb2.Limits
+PoolTensor = planner_pb2.PoolTensor
+MemoryPool = planner_pb2.MemoryPool
+PooledMemory = planner_pb2.PooledMemory
 PLHD: int = planner_pb2.PLHD
 LPHD: int = planner_pb2.LPHD
 HPLD: int = planner_pb2.HPLD
@@ -47,11 +57,13 @@ __version__ = "0.1.0"
 __all__ = [
     "Binding", "BindingBuilder", "BindingError", "BindingRange", "Client",
     "Copies", "Descriptor", "HPLD", "KEY", "LPHD", "Limits", "LoadPlan",
-    "PLHD", "Placement", "PlacementPart", "Rank", "Region", "ReshardError",
-    "RuntimeBinding", "StoreLayout", "StoreManifest", "StorePlan",
-    "StoreShard", "TensorMemory", "VALUE", "component", "descriptor",
-    "element_dtype", "execute", "find_part", "head_share", "limits",
-    "manifest", "new_parts", "part_sizes", "part_views", "participant_id",
-    "pipeline_stages", "placement", "planner_pb2", "shards", "store_format",
-    "tensor_memory",
+    "MemoryPool", "PLHD", "Placement", "PlacementPart", "Pool",
+    "PoolBuilder", "PoolError", "PoolTensor", "PooledMemory", "Rank",
+    "Region", "RegisteredMemory", "ReshardError", "RuntimeBinding",
+    "StoreLayout", "StoreManifest", "StorePlan", "StoreShard",
+    "TensorMemory", "VALUE", "check_block_table", "component", "descriptor",
+    "element_dtype", "execute", "expand_pool", "find_part", "head_share",
+    "limits", "manifest", "new_parts", "part_sizes", "part_views",
+    "participant_id", "pipeline_stages", "placement", "planner_pb2",
+    "pooled_memory", "shards", "store_format", "tensor_memory",
 ]

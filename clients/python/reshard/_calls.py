@@ -16,12 +16,24 @@ from .binding import Binding
 from .errors import BindingError, ReshardError
 from .messages import FormatLike, store_format
 from .plan import LoadPlan, StorePlan
+from .pool import BlockIds, Pool, pooled_memory
 
 SERVICE = "/reshard.v1.Planner/"
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 DEFAULT_TARGET = "127.0.0.1:50051"
 
 BindingLike = Union[Binding, "pb.RuntimeBinding"]
+PooledLike = Union["pb.PooledMemory", Pool, "pb.MemoryPool", str]
+PoolLike = Union[Pool, "pb.MemoryPool"]
+
+
+class RegisteredMemory(NamedTuple):
+    """What ``register_memory`` returns: the pool's ``memory_id`` and
+    whether this call stored it (False: the same pool was registered
+    already)."""
+
+    memory_id: str
+    created: bool
 
 
 class _Call(NamedTuple):
@@ -141,6 +153,23 @@ def _binding_message(binding: BindingLike, page_count: int,
     return binding
 
 
+def _memory(req: Any, binding: Optional[BindingLike],
+            pooled: Optional[PooledLike], block_ids: Optional[BlockIds],
+            page_count: int, desc: Optional[Any]) -> None:
+    """Sets exactly one of the request's ``binding`` and ``pooled``."""
+    if (binding is None) == (pooled is None):
+        raise ValueError("give exactly one of binding and pooled")
+    if binding is not None:
+        if block_ids is not None:
+            raise ValueError("block_ids goes with pooled, not with binding")
+        req.binding.CopyFrom(_binding_message(binding, page_count, desc))
+        return
+    if desc is None and isinstance(pooled, Pool):
+        desc = pooled.descriptor
+    tokens = page_count * desc.page_size if desc is not None else None
+    req.pooled.CopyFrom(pooled_memory(pooled, block_ids, num_tokens=tokens))
+
+
 def _target(req: Any, placement: Any, placement_id: Optional[str]) -> None:
     if (placement is None) == (placement_id is None):
         raise ValueError("give exactly one of placement and placement_id")
@@ -195,17 +224,19 @@ def plan_upload(placement: Any, fmt: FormatLike,
 
 
 def plan_load(model_domain: str, page_keys: Sequence[str],
-              binding: BindingLike, placement: Any,
+              binding: Optional[BindingLike], placement: Any,
               placement_id: Optional[str], target_dp_rank: Optional[int],
               limits: Any, preferred_layout_ids: Sequence[str],
-              operation_id: str, runs: bool) -> _Call:
+              operation_id: str, runs: bool,
+              pooled: Optional[PooledLike] = None,
+              block_ids: Optional[BlockIds] = None) -> _Call:
     keys = list(page_keys)
     desc = placement.descriptor if placement is not None else None
     req = pb.PlanLoadRequest(
         model_domain=model_domain, page_keys=keys,
-        binding=_binding_message(binding, len(keys), desc),
         preferred_layout_ids=list(preferred_layout_ids),
         operation_id=operation_id, runs=runs)
+    _memory(req, binding, pooled, block_ids, len(keys), desc)
     _target(req, placement, placement_id)
     if target_dp_rank is not None:
         req.target_dp_rank.value = target_dp_rank
@@ -214,15 +245,16 @@ def plan_load(model_domain: str, page_keys: Sequence[str],
     return _Call("PlanLoad", req, pb.PlanLoadResponse, True, LoadPlan)
 
 
-def plan_store(manifest_key: str, binding: BindingLike, page_count: int,
-               placement: Any, placement_id: Optional[str],
+def plan_store(manifest_key: str, binding: Optional[BindingLike],
+               page_count: int, placement: Any, placement_id: Optional[str],
                dp_rank: Optional[int], limits: Any, runs: bool,
-               operation_id: str) -> _Call:
+               operation_id: str, pooled: Optional[PooledLike] = None,
+               block_ids: Optional[BlockIds] = None) -> _Call:
     desc = placement.descriptor if placement is not None else None
     req = pb.PlanStoreRequest(
-        manifest_key=manifest_key,
-        binding=_binding_message(binding, page_count, desc),
-        page_count=page_count, runs=runs, operation_id=operation_id)
+        manifest_key=manifest_key, page_count=page_count, runs=runs,
+        operation_id=operation_id)
+    _memory(req, binding, pooled, block_ids, page_count, desc)
     _target(req, placement, placement_id)
     if dp_rank is not None:
         req.dp_rank.value = dp_rank
@@ -230,6 +262,28 @@ def plan_store(manifest_key: str, binding: BindingLike, page_count: int,
         req.limits.CopyFrom(limits)
     return _Call("PlanStore", req, pb.PlanStoreResponse, True,
                  lambda r: StorePlan(r, page_count))
+
+
+def register_memory(pool: PoolLike, placement: Any,
+                    placement_id: Optional[str]) -> _Call:
+    if isinstance(pool, Pool):
+        pool = pool.message
+    if not isinstance(pool, pb.MemoryPool):
+        raise TypeError("pool must be a reshard.Pool or a MemoryPool, not %s"
+                        % type(pool).__name__)
+    req = pb.RegisterMemoryRequest(pool=pool)
+    _target(req, placement, placement_id)
+    # Retried: registering the same pool again is a no-op (a replay after
+    # a lost answer reports created=False, like PublishManifest).
+    return _Call("RegisterMemory", req, pb.RegisterMemoryResponse, True,
+                 lambda r: RegisteredMemory(str(r.memory_id),
+                                            bool(r.created)))
+
+
+def forget_memory(memory_id: str) -> _Call:
+    # Not retried: a replay after a lost answer reports removed=False.
+    return _Call("ForgetMemory", pb.ForgetMemoryRequest(memory_id=memory_id),
+                 pb.ForgetMemoryResponse, False, lambda r: bool(r.removed))
 
 
 def health(service: str) -> _Call:

@@ -9,10 +9,12 @@ import grpc
 import grpc.aio
 
 from . import _calls
-from ._calls import BindingLike, _Call
+from ._calls import (BindingLike, PooledLike, PoolLike,
+                     RegisteredMemory, _Call)
 from ._proto import pb
 from .messages import FormatLike
 from .plan import LoadPlan, StorePlan
+from .pool import BlockIds
 
 
 class Client(_calls.ClientBase):
@@ -106,7 +108,9 @@ class Client(_calls.ClientBase):
                                timeout)
 
     async def plan_load(self, *, model_domain: str, page_keys: Sequence[str],
-                        binding: BindingLike,
+                        binding: Optional[BindingLike] = None,
+                        pooled: Optional[PooledLike] = None,
+                        block_ids: Optional[BlockIds] = None,
                         placement: Optional["pb.Placement"] = None,
                         placement_id: Optional[str] = None,
                         target_dp_rank: Optional[int] = None,
@@ -115,28 +119,53 @@ class Client(_calls.ClientBase):
                         operation_id: str = "", runs: bool = False,
                         timeout: Optional[float] = None) -> LoadPlan:
         """Plans the reader's copies for the hit prefix of ``page_keys``
-        (SPEC §2.2) into ``binding`` (a :class:`reshard.Binding` or a
-        ``RuntimeBinding``). The target is ``placement`` or a registered
+        (SPEC §2.2) into its memory: ``binding`` (a :class:`reshard.Binding`
+        or a ``RuntimeBinding``) or ``pooled`` (SPEC §1.5a: a registered
+        memory id, a :class:`reshard.Pool` or ``MemoryPool`` sent inline,
+        each with ``block_ids``, or a whole ``PooledMemory``), exactly one
+        of them. The target is ``placement`` or a registered
         ``placement_id``; ``runs`` asks for strided runs."""
         return await self._run(_calls.plan_load(
             model_domain, page_keys, binding, placement, placement_id,
             target_dp_rank, limits, preferred_layout_ids, operation_id,
-            runs), timeout)
+            runs, pooled, block_ids), timeout)
 
-    async def plan_store(self, *, manifest_key: str, binding: BindingLike,
-                         page_count: int,
+    async def plan_store(self, *, manifest_key: str, page_count: int,
+                         binding: Optional[BindingLike] = None,
+                         pooled: Optional[PooledLike] = None,
+                         block_ids: Optional[BlockIds] = None,
                          placement: Optional["pb.Placement"] = None,
                          placement_id: Optional[str] = None,
                          dp_rank: Optional[int] = None,
                          limits: Optional["pb.Limits"] = None,
-                         runs: bool = False,
-                         operation_id: str = "",
+                         runs: bool = False, operation_id: str = "",
                          timeout: Optional[float] = None) -> StorePlan:
-        """Plans a writer's copies from its memory into the Parts it
-        writes for pages ``0 .. page_count-1`` (SPEC §2.5)."""
+        """Plans a writer's copies from its memory (``binding`` or
+        ``pooled`` with ``block_ids``, as for :meth:`plan_load`) into the
+        Parts it writes for pages ``0 .. page_count-1`` (SPEC §2.5)."""
         return await self._run(_calls.plan_store(
             manifest_key, binding, page_count, placement, placement_id,
-            dp_rank, limits, runs, operation_id), timeout)
+            dp_rank, limits, runs, operation_id, pooled, block_ids), timeout)
+
+    async def register_memory(self, pool: PoolLike, *,
+                              placement: Optional["pb.Placement"] = None,
+                              placement_id: Optional[str] = None,
+                              timeout: Optional[float] = None
+                              ) -> RegisteredMemory:
+        """Validates a memory pool (a :class:`reshard.Pool` or a
+        ``MemoryPool``) against ``placement`` or a registered
+        ``placement_id`` and stores it (SPEC §1.5a). Returns
+        ``(memory_id, created)``; registering the same pool again returns
+        the same id with ``created=False``."""
+        call = _calls.register_memory(pool, placement, placement_id)
+        return await self._run(call, timeout)
+
+    async def forget_memory(self, memory_id: str, *,
+                            timeout: Optional[float] = None) -> bool:
+        """Forgets a registered pool (its engine restarted or left);
+        returns whether it was known. Not retried: a replay would report
+        False."""
+        return await self._run(_calls.forget_memory(memory_id), timeout)
 
     async def health(self, service: str = "", *,
                      timeout: Optional[float] = None) -> str:

@@ -32,3 +32,10 @@ class BindingError(ValueError):
     """Tensors that do not describe a valid runtime binding (SPEC §1.5).
     Raised by the binding builder before anything is sent; the message
     names the tensor and the rule."""
+
+
+class PoolError(BindingError):
+    """Tensors or a block table that do not describe a valid memory pool
+    (SPEC §1.5a). Raised by the pool builder and the plan calls before
+    anything is sent; the message names the tensor (and layer) or the
+    block table entry at fault."""

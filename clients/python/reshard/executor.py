@@ -7,6 +7,7 @@ import numpy as np
 
 from .binding import Binding
 from .plan import LoadPlan, StorePlan
+from .pool import Pool
 from .tensor import host_bytes, tensor_memory
 
 
@@ -77,22 +78,24 @@ def _copy_group(dst: np.ndarray, dst_off: np.ndarray, src: np.ndarray,
 
 
 def execute(plan: Union[LoadPlan, StorePlan], parts: Any,
-            regions: Union[Binding, Mapping[str, Any]]) -> int:
+            regions: Union[Binding, Pool, Mapping[str, Any]]) -> int:
     """Runs every copy of ``plan`` and returns the bytes copied.
 
     ``parts`` holds the Part bytes: ``parts[page][part_index]``, where
     ``page`` is the plan's page index (or, for a LoadPlan, a mapping keyed
     by page key) and each Part is a uint8 array, bytearray or other
-    buffer. ``regions`` is the :class:`~reshard.Binding` the plan was made
-    for (its tensors' memory is used: CPU tensors only) or a mapping from
-    region id to a buffer. A LoadPlan copies Part → region, a StorePlan
-    region → Part (into writable Part buffers). Copies are grouped by
+    buffer. ``regions`` is the :class:`~reshard.Binding` or
+    :class:`~reshard.Pool` the plan was made for (its tensors' memory is used:
+    CPU tensors only) or a mapping from region id to a buffer: the executor
+    only needs each region's bytes, so a pooled plan (whose region ids are the
+    pool's) runs like an explicit one. A LoadPlan copies Part → region, a
+    StorePlan region → Part (into writable Part buffers). Copies are grouped by
     (page, part, region); each group moves whole words when offsets and
     sizes allow, short copies through bounded numpy gathers, long ones as
     slice assignments. A copy outside its buffer raises ValueError before
     its group is written.
     """
-    if isinstance(regions, Binding):
+    if isinstance(regions, (Binding, Pool)):
         region_bytes: Dict[str, np.ndarray] = regions.host_regions()
     else:
         region_bytes = {rid: _bytes_of(buf) for rid, buf in regions.items()}
