@@ -116,6 +116,10 @@ static const option options[] = {
      "binding validation work units (default 10000000)"},
     {"max-page-keys", "RESHARDD_MAX_PAGE_KEYS", OPTION_COUNT,
      LIMIT(max_page_keys), "N", "page keys per request (default 65536)"},
+    {"max-block-ids", "RESHARDD_MAX_BLOCK_IDS", OPTION_COUNT,
+     LIMIT(max_block_ids), "N", "block ids per block table (default 1048576)"},
+    {"max-pool-tensors", "RESHARDD_MAX_POOL_TENSORS", OPTION_COUNT,
+     LIMIT(max_pool_tensors), "N", "tensors per memory pool (default 100000)"},
 };
 
 #define OPTION_COUNT_ALL (sizeof options / sizeof options[0])

@@ -191,6 +191,8 @@ const char *reshard_cache_kind_name(reshard_cache_kind kind) {
     return "inline_placement";
   case RESHARD_CACHE_BOUND_BINDING:
     return "bound_binding";
+  case RESHARD_CACHE_MEMORY_POOL:
+    return "memory_pool";
   }
   return "unknown";
 }

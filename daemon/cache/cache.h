@@ -22,9 +22,11 @@ typedef enum reshard_cache_kind {
   /* Inline PlanLoad targets by their wire bytes (inline_cache.h). */
   RESHARD_CACHE_INLINE_PLACEMENT = 4,
   RESHARD_CACHE_BOUND_BINDING = 5,
+  /* Registered memory pools by memory id (SPEC §1.5a). */
+  RESHARD_CACHE_MEMORY_POOL = 6,
 } reshard_cache_kind;
 
-#define RESHARD_CACHE_KINDS 6
+#define RESHARD_CACHE_KINDS 7
 
 typedef struct reshard_cache_stats {
   uint64_t hits[RESHARD_CACHE_KINDS];
@@ -65,8 +67,8 @@ void reshard_cache_remove(reshard_cache *cache, reshard_cache_kind kind,
 void reshard_cache_get_stats(const reshard_cache *cache,
                              reshard_cache_stats *out);
 
-/* "manifest", "placement", "join", "bindings", "inline_placement" or
- * "bound_binding". */
+/* "manifest", "placement", "join", "bindings", "inline_placement",
+ * "bound_binding" or "memory_pool". */
 const char *reshard_cache_kind_name(reshard_cache_kind kind);
 
 /* Builds the join-template key "layout_id|placement_id|dp|participant" into

@@ -162,6 +162,87 @@ reshard_shared_placement_create(const reshard_placement *normalized,
   return p;
 }
 
+static void pool_destroy(reshard_shared *shared) {
+  reshard_shared_pool *p = (reshard_shared_pool *)shared;
+  reshard_shared_unref(p->placement ? &p->placement->base : NULL);
+  reshard_arena_destroy(&p->arena);
+  free(p);
+}
+
+static bool copy_pool(reshard_arena *arena, reshard_pool *dst,
+                      const reshard_pool *src) {
+  *dst = *src;
+  dst->participant_id = copy_string(arena, src->participant_id);
+  dst->endpoint = copy_string(arena, src->endpoint ? src->endpoint : "");
+  dst->regions =
+      RESHARD_ARENA_ARRAY(arena, reshard_region, src->region_count + 1);
+  dst->tensors =
+      RESHARD_ARENA_ARRAY(arena, reshard_pool_tensor, src->tensor_count + 1);
+  if (dst->participant_id == NULL || dst->endpoint == NULL ||
+      dst->regions == NULL || dst->tensors == NULL) {
+    return false;
+  }
+  for (size_t i = 0; i < src->region_count; i++) {
+    dst->regions[i] = src->regions[i];
+    dst->regions[i].region_id = copy_string(arena, src->regions[i].region_id);
+    if (dst->regions[i].region_id == NULL) {
+      return false;
+    }
+  }
+  for (size_t i = 0; i < src->tensor_count; i++) {
+    dst->tensors[i] = src->tensors[i];
+    dst->tensors[i].region_id = copy_string(
+        arena, src->tensors[i].region_id ? src->tensors[i].region_id : "");
+    if (dst->tensors[i].region_id == NULL) {
+      return false;
+    }
+  }
+  return true;
+}
+
+reshard_shared_pool *
+reshard_shared_pool_create(const reshard_pool *pool, const char *memory_id,
+                           reshard_shared_placement *placement,
+                           const reshard_limits *caps, const char *path,
+                           reshard_error *err) {
+  const reshard_placement_part *part =
+      reshard_placement_find_part(&placement->placement, pool->participant_id);
+  if (part == NULL) {
+    reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                      "%s.participant_id: \"%.200s\" is not a participant of "
+                      "placement %s",
+                      path, pool->participant_id ? pool->participant_id : "",
+                      placement->placement_id);
+    return NULL;
+  }
+  reshard_shared_pool *p = calloc(1, sizeof *p);
+  if (p == NULL) {
+    reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED, "%s: out of memory",
+                      path);
+    return NULL;
+  }
+  shared_init(&p->base, pool_destroy);
+  reshard_arena_init(&p->arena, SHARED_ARENA_CHUNK);
+  p->placement = placement;
+  reshard_shared_ref(&placement->base);
+  snprintf(p->memory_id, sizeof p->memory_id, "%s", memory_id);
+  if (!copy_pool(&p->arena, &p->pool, pool)) {
+    reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED, "%s: out of memory",
+                      path);
+    pool_destroy(&p->base);
+    return NULL;
+  }
+  /* Validation scratch goes to the object's arena too: the sorted copies
+   * are small next to the pool, and the groups must stay. */
+  if (reshard_pool_validate(&p->pool, &placement->placement.descriptor, part,
+                            caps, path, &p->arena, &p->bound, err)) {
+    pool_destroy(&p->base);
+    return NULL;
+  }
+  p->base.bytes = sizeof *p + p->arena.total_bytes;
+  return p;
+}
+
 static void join_destroy(reshard_shared *shared) {
   reshard_shared_join *j = (reshard_shared_join *)shared;
   reshard_join_free(j->join);

@@ -15,6 +15,7 @@
 #include "reshard/join.h"
 #include "reshard/manifest.h"
 #include "reshard/placement.h"
+#include "reshard/pool.h"
 
 typedef struct reshard_shared {
   atomic_size_t refs;
@@ -61,6 +62,27 @@ typedef struct reshard_shared_placement {
 reshard_shared_placement *
 reshard_shared_placement_create(const reshard_placement *normalized,
                                 const char *placement_id);
+
+/* A registered memory pool (SPEC §1.5a), validated against the part of
+ * the placement it was registered for, which it holds. */
+typedef struct reshard_shared_pool {
+  reshard_shared base;
+  reshard_pool pool; /* as registered, every array in `arena` */
+  char memory_id[RESHARD_ID_SIZE];
+  reshard_shared_placement *placement; /* a reference */
+  reshard_bound_pool bound;            /* in `arena`, its part in `placement` */
+  reshard_arena arena;
+} reshard_shared_pool;
+
+/* Deep-copies `pool`, validates it against its participant's part of
+ * `placement` under `caps` (reshard_pool_validate; messages start with
+ * `path`) and takes a reference to `placement`. NULL with `err` when the
+ * pool is refused or memory runs out. */
+reshard_shared_pool *
+reshard_shared_pool_create(const reshard_pool *pool, const char *memory_id,
+                           reshard_shared_placement *placement,
+                           const reshard_limits *caps, const char *path,
+                           reshard_error *err);
 
 /* A join template (SPEC §2.2 step 2) built by the planner. */
 typedef struct reshard_shared_join {

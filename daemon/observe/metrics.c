@@ -84,6 +84,12 @@ static const struct {
                                              "grpc.health.v1.Health", "Watch"},
     [RESHARD_METRICS_METHOD_PLAN_STORE] = {"/reshard.v1.Planner/PlanStore",
                                            "reshard.v1.Planner", "PlanStore"},
+    [RESHARD_METRICS_METHOD_REGISTER_MEMORY] =
+        {"/reshard.v1.Planner/RegisterMemory", "reshard.v1.Planner",
+         "RegisterMemory"},
+    [RESHARD_METRICS_METHOD_FORGET_MEMORY] =
+        {"/reshard.v1.Planner/ForgetMemory", "reshard.v1.Planner",
+         "ForgetMemory"},
 };
 
 static const char *const code_names[RESHARD_METRICS_CODES] = {

@@ -1,11 +1,14 @@
-/* The placement RPCs (SPEC §3.3, §2.1): RegisterPlacement keeps a
- * normalized placement in the cache under its id, PlanUpload plans a
- * writer's layout for a placement. Also how every handler decodes a
- * request's placement. */
+/* The placement RPCs (SPEC §3.3, §2.1): RegisterPlacement stores a
+ * normalized placement as a catalog record under its id (SPEC §3.2, so
+ * every daemon of a fleet resolves it) and keeps it in the cache;
+ * PlanUpload plans a writer's layout for a placement. Also how every
+ * handler decodes a request's placement and resolves a plan's target:
+ * inline, from the cache, or from the catalog. */
 #include <stdio.h>
 #include <string.h>
 
 #include "google/protobuf/wrappers.pb-c.h"
+#include "observe/log.h"
 #include "reshard/upload.h"
 #include "rpc/planner_internal.h"
 #include "wire/decode.h"
@@ -31,38 +34,128 @@ reshard_status reshard__planner_decode_placement(
   return status;
 }
 
+reshard_shared_placement *
+reshard__planner_cache_placement(reshard_planner *planner,
+                                 const reshard_placement *normalized,
+                                 const char *id, reshard_error *err) {
+  reshard_shared *hit = reshard_cache_get(
+      planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
+  if (hit != NULL) {
+    return (reshard_shared_placement *)hit;
+  }
+  reshard_shared_placement *shared =
+      reshard_shared_placement_create(normalized, id);
+  if (shared == NULL) {
+    reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                      "placement %s: out of memory", id);
+    return NULL;
+  }
+  /* A placement too large for the cache is still served to this call. */
+  reshard_cache_put(planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id),
+                    &shared->base);
+  return shared;
+}
+
+uint8_t *reshard__planner_placement_record(const reshard_placement *placement,
+                                           reshard_arena *arena,
+                                           size_t *length) {
+  Reshard__V1__Placement *canonical =
+      reshard_wire_placement_to_pb(placement, arena);
+  return canonical ? reshard_wire_pack(&canonical->base, arena, length) : NULL;
+}
+
+reshard_shared_placement *reshard__planner_placement_from_pb(
+    reshard_planner *planner, const Reshard__V1__Placement *pb,
+    const char *expected_id, const char *what, reshard_error *err) {
+  reshard_arena scratch;
+  reshard_arena_init(&scratch, 4096);
+  reshard_placement placement;
+  char id[RESHARD_ID_SIZE];
+  reshard_shared_placement *shared = NULL;
+  if (reshard_wire_placement_from_pb(pb, "placement", &scratch, &placement,
+                                     err) != RESHARD_OK ||
+      reshard_placement_check_limits(&placement, &planner->caps, err) !=
+          RESHARD_OK ||
+      reshard_placement_normalize(&placement, &scratch, err) != RESHARD_OK ||
+      reshard_placement_id(&placement, id, err) != RESHARD_OK) {
+    reshard_error_prefix(err, "%s", what);
+    if (err != NULL) {
+      err->code = RESHARD_INTERNAL;
+    }
+  } else if (expected_id != NULL && strcmp(id, expected_id) != 0) {
+    reshard_error_set(err, RESHARD_INTERNAL, "%s: holds placement %s", what,
+                      id);
+  } else {
+    shared = reshard__planner_cache_placement(planner, &placement, id, err);
+  }
+  reshard_arena_destroy(&scratch);
+  return shared;
+}
+
+/* ---- RegisterPlacement ---- */
+
+typedef struct register_ctx {
+  reshard_call *call;
+  reshard_planner *planner;
+  reshard_placement placement;
+  char id[RESHARD_ID_SIZE];
+} register_ctx;
+
+static void on_placement_stored(void *data, const reshard_error *err,
+                                bool created) {
+  register_ctx *ctx = data;
+  if (err->code != RESHARD_OK) {
+    reshard_call_fail(ctx->call, err);
+    return;
+  }
+  reshard_error failure;
+  reshard_shared_placement *shared = reshard__planner_cache_placement(
+      ctx->planner, &ctx->placement, ctx->id, &failure);
+  if (shared == NULL) {
+    reshard_call_fail(ctx->call, &failure);
+    return;
+  }
+  reshard_shared_unref(&shared->base);
+  reshard_log_line line;
+  if (created &&
+      reshard_log_begin(&line, RESHARD_LOG_INFO, "placement registered")) {
+    reshard_log_str(&line, "placement_id", ctx->id);
+    reshard_log_end(&line);
+  }
+  Reshard__V1__RegisterPlacementResponse response =
+      RESHARD__V1__REGISTER_PLACEMENT_RESPONSE__INIT;
+  response.placement_id = ctx->id;
+  reshard_call_reply(ctx->call, &response.base);
+}
+
 void reshard__handle_register_placement(reshard_planner *planner,
                                         reshard_call *call, void *message) {
   Reshard__V1__RegisterPlacementRequest *request = message;
+  register_ctx *ctx = reshard__planner_call_alloc(call, sizeof *ctx);
+  if (ctx == NULL) {
+    return;
+  }
+  ctx->call = call;
+  ctx->planner = planner;
   reshard_error err;
-  reshard_placement placement;
-  char id[RESHARD_ID_SIZE];
-  if (reshard__planner_decode_placement(call, request->placement, &placement,
-                                        id, &err) != RESHARD_OK) {
+  if (reshard__planner_decode_placement(call, request->placement,
+                                        &ctx->placement, ctx->id,
+                                        &err) != RESHARD_OK) {
     reshard_call_fail(call, &err);
     return;
   }
-  reshard_shared *hit = reshard_cache_get(
-      planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
-  if (hit == NULL) {
-    reshard_shared_placement *shared =
-        reshard_shared_placement_create(&placement, id);
-    bool cached = shared != NULL &&
-                  reshard_cache_put(planner->cache, RESHARD_CACHE_PLACEMENT, id,
-                                    strlen(id), &shared->base);
-    reshard_shared_unref(shared ? &shared->base : NULL);
-    if (!cached) {
-      reshard_error_set(&err, RESHARD_RESOURCE_EXHAUSTED,
-                        "placement: does not fit the cache (--cache-bytes)");
-      reshard_call_fail(call, &err);
-      return;
-    }
+  /* The record is the canonical form, so every daemon stores the same
+   * bytes for the same placement. */
+  size_t length = 0;
+  uint8_t *record = reshard__planner_placement_record(
+      &ctx->placement, reshard_call_arena(call), &length);
+  if (record == NULL) {
+    reshard_call_fail_code(call, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
   }
-  reshard_shared_unref(hit);
-  Reshard__V1__RegisterPlacementResponse response =
-      RESHARD__V1__REGISTER_PLACEMENT_RESPONSE__INIT;
-  response.placement_id = id;
-  reshard_call_reply(call, &response.base);
+  planner->catalog->vtable->put_object(
+      planner->catalog, RESHARD_CATALOG_OBJECT_PLACEMENT, ctx->id, record,
+      length, on_placement_stored, ctx);
 }
 
 void reshard__handle_plan_upload(reshard_planner *planner, reshard_call *call,
@@ -96,30 +189,93 @@ void reshard__handle_plan_upload(reshard_planner *planner, reshard_call *call,
   reshard_call_reply(call, &response.base);
 }
 
-reshard_status reshard__target_resolve(reshard__target *target,
-                                       reshard_planner *planner,
-                                       reshard_call *call, bool given_inline,
-                                       const Reshard__V1__Placement *pb,
-                                       const char *id, reshard_error *err) {
+/* A registered target being fetched from the catalog. */
+typedef struct target_fetch {
+  reshard__target *target;
+  reshard_planner *planner;
+  const char *id;
+  reshard__target_done *done;
+  void *data;
+} target_fetch;
+
+static void on_target_fetched(void *data, const reshard_error *err,
+                              const reshard_catalog_record *records,
+                              size_t count) {
+  target_fetch *fetch = data;
+  reshard_error failure;
+  if (err->code != RESHARD_OK) {
+    fetch->done(fetch->data, err);
+    return;
+  }
+  if (count != 1 || !records[0].found) {
+    reshard_error_set(&failure, RESHARD_NOT_FOUND,
+                      "placement_id %.80s: not registered (call "
+                      "RegisterPlacement first)",
+                      fetch->id);
+    fetch->done(fetch->data, &failure);
+    return;
+  }
+  reshard_arena scratch;
+  reshard_arena_init(&scratch, 4096);
+  ProtobufCMessage *message =
+      reshard_wire_unpack(&reshard__v1__placement__descriptor, records[0].data,
+                          records[0].length, &scratch, &failure);
+  reshard_shared_placement *shared =
+      message == NULL
+          ? NULL
+          : reshard__planner_placement_from_pb(
+                fetch->planner, (Reshard__V1__Placement *)message, fetch->id,
+                "catalog record of the placement", &failure);
+  reshard_arena_destroy(&scratch);
+  if (shared == NULL) {
+    failure.code = RESHARD_INTERNAL;
+    fetch->done(fetch->data, &failure);
+    return;
+  }
+  reshard__target_take(fetch->target, shared);
+  fetch->done(fetch->data, NULL);
+}
+
+void reshard__target_resolve(reshard__target *target, reshard_planner *planner,
+                             reshard_call *call, bool given_inline,
+                             const Reshard__V1__Placement *pb, const char *id,
+                             reshard__target_done *done, void *data) {
+  reshard_error err;
   if (given_inline) {
     target->placement = &target->inline_placement;
-    return reshard__planner_decode_placement(
-        call, pb, &target->inline_placement, target->id, err);
+    if (reshard__planner_decode_placement(call, pb, &target->inline_placement,
+                                          target->id, &err) != RESHARD_OK) {
+      done(data, &err);
+      return;
+    }
+    done(data, NULL);
+    return;
   }
   if (id == NULL) {
-    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "target: set placement or placement_id");
+    reshard_error_set(&err, RESHARD_INVALID_ARGUMENT,
+                      "target: set placement or placement_id");
+    done(data, &err);
+    return;
   }
   reshard_shared *hit = reshard_cache_get(
       planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
-  if (hit == NULL) {
-    return reshard_error_set(err, RESHARD_NOT_FOUND,
-                             "placement_id %.80s: not registered (call "
-                             "RegisterPlacement first)",
-                             id);
+  if (hit != NULL) {
+    reshard__target_take(target, (reshard_shared_placement *)hit);
+    done(data, NULL);
+    return;
   }
-  reshard__target_take(target, (reshard_shared_placement *)hit);
-  return RESHARD_OK;
+  target_fetch *fetch = reshard_arena_alloc(
+      reshard_call_arena(call), sizeof *fetch, _Alignof(target_fetch));
+  if (fetch == NULL) {
+    reshard_error_set(&err, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    done(data, &err);
+    return;
+  }
+  *fetch = (target_fetch){target, planner, id, done, data};
+  const char *ids[1] = {id};
+  planner->catalog->vtable->get_objects(planner->catalog,
+                                        RESHARD_CATALOG_OBJECT_PLACEMENT, ids,
+                                        1, on_target_fetched, fetch);
 }
 
 void reshard__target_take(reshard__target *target,

@@ -40,6 +40,7 @@ typedef struct load_ctx {
   reshard_binding binding;
   uint64_t binding_values; /* sum of token_count * head_count, saturated */
   reshard_shared_binding *binding_ref; /* validated before, by content */
+  reshard__pooled pooled;              /* the memory, when given as a pool */
   reshard_limits limits;
 
   /* Distinct manifests the bound pages name; refs held until the end. */
@@ -94,6 +95,7 @@ typedef struct load_ctx {
 
 static void load_release_targets(load_ctx *ctx) {
   reshard__target_release(&ctx->target);
+  reshard__pooled_release(&ctx->pooled);
   reshard_shared_unref(ctx->binding_ref ? &ctx->binding_ref->base : NULL);
   ctx->binding_ref = NULL;
 }
@@ -359,7 +361,9 @@ static void load_plan(load_ctx *ctx) {
       .omit_copies = true, /* the response is the runs or the columns */
       /* Without runs the response is the copies' varint columns. */
       .varint_columns = !ctx->request->runs,
-      .bound_binding = ctx->binding_ref ? &ctx->binding_ref->bound : NULL,
+      .bound_binding = ctx->binding_ref          ? &ctx->binding_ref->bound
+                       : ctx->pooled.bound_ready ? &ctx->pooled.bound
+                                                 : NULL,
   };
   if (reshard_call_expired(ctx->call)) {
     load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,
@@ -806,29 +810,35 @@ static void cache_binding(load_ctx *ctx, const reshard_inline_fields *fields) {
   use_shared_binding(ctx, shared);
 }
 
-/* The request's target: its inline placement or a registered one. False
- * when the call failed. `fields` is non-NULL when the placement may be
- * kept by its bytes. */
-static bool resolve_target(load_ctx *ctx, const reshard_inline_fields *fields) {
+static void target_ready(load_ctx *ctx);
+
+static void on_target(void *data, const reshard_error *err) {
+  load_ctx *ctx = data;
+  if (err != NULL) {
+    load_fail(ctx, err);
+    return;
+  }
+  if (ctx->request->target_case ==
+          RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT &&
+      ctx->by_content) {
+    cache_inline_placement(ctx, &ctx->fields);
+  }
+  target_ready(ctx);
+}
+
+/* The request's target: its inline placement or a registered one; then
+ * target_ready, unless the call failed. */
+static void resolve_target(load_ctx *ctx) {
   const Reshard__V1__PlanLoadRequest *request = ctx->request;
-  bool given_inline =
-      request->target_case == RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT;
-  reshard_error err;
-  if (reshard__target_resolve(
-          &ctx->target, ctx->planner, ctx->call, given_inline,
-          request->placement,
-          request->target_case ==
-                  RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID
-              ? request->placement_id
-              : NULL,
-          &err) != RESHARD_OK) {
-    load_fail(ctx, &err);
-    return false;
-  }
-  if (given_inline && fields != NULL) {
-    cache_inline_placement(ctx, fields);
-  }
-  return true;
+  reshard__target_resolve(
+      &ctx->target, ctx->planner, ctx->call,
+      request->target_case == RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT,
+      request->placement,
+      request->target_case ==
+              RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID
+          ? request->placement_id
+          : NULL,
+      on_target, ctx);
 }
 
 /* Decodes what the inline cache left of the request and checks what needs
@@ -848,7 +858,22 @@ static void decode_request(load_ctx *ctx) {
   ctx->operation_id = request->operation_id;
   /* Decoding first, so that a request over a decode cap is refused as
    * such whatever else is wrong with it. */
-  if (ctx->binding_ref == NULL) {
+  bool has_binding = request->binding != NULL || ctx->binding_apart ||
+                     ctx->binding_ref != NULL;
+  if (has_binding == (request->pooled != NULL)) {
+    ctx->status = reshard_error_set(
+        &ctx->err, RESHARD_INVALID_ARGUMENT,
+        has_binding ? "binding, pooled: set exactly one of the two, not both"
+                    : "binding, pooled: set exactly one of the two (the "
+                      "reader's memory)");
+    return;
+  }
+  if (request->pooled != NULL) {
+    ctx->status = reshard__pooled_check(request->pooled, &ctx->err);
+    if (ctx->status != RESHARD_OK) {
+      return;
+    }
+  } else if (ctx->binding_ref == NULL) {
     const reshard_wire_span *bytes = &ctx->fields.binding;
     ctx->status =
         ctx->binding_apart
@@ -893,10 +918,18 @@ static void continue_plan_load(load_ctx *ctx) {
     return;
   }
   /* An inline placement found by its bytes is resolved already. */
-  if (ctx->target.ref == NULL &&
-      !resolve_target(ctx, ctx->by_content ? &ctx->fields : NULL)) {
+  if (ctx->target.ref == NULL) {
+    resolve_target(ctx);
     return;
   }
+  target_ready(ctx);
+}
+
+static void on_pooled(void *data, const reshard_error *err);
+
+/* Loop: the target is resolved; resolve the memory, then look the pages
+ * up. */
+static void target_ready(load_ctx *ctx) {
   if (ctx->by_content && ctx->binding_ref == NULL &&
       ctx->fields.binding.value != NULL) {
     cache_binding(ctx, &ctx->fields);
@@ -906,6 +939,29 @@ static void continue_plan_load(load_ctx *ctx) {
   ctx->dp_rank = ctx->has_dp_rank ? request->target_dp_rank->value : 0;
   ctx->effective_dp_rank =
       reshard__target_dp_rank(&ctx->target, ctx->has_dp_rank, ctx->dp_rank);
+  if (request->pooled != NULL) {
+    uint64_t span = (uint64_t)request->n_page_keys *
+                    ctx->target.placement->descriptor.page_size;
+    reshard__pooled_resolve(ctx->planner, ctx->call, request->pooled,
+                            &ctx->target, span, &ctx->limits, &ctx->pooled,
+                            on_pooled, ctx);
+    return;
+  }
+  ctx->planner->catalog->vtable->lookup_pages(
+      ctx->planner->catalog, request->model_domain,
+      (const char *const *)request->page_keys, request->n_page_keys,
+      on_pages_found, ctx);
+}
+
+static void on_pooled(void *data, const reshard_error *err) {
+  load_ctx *ctx = data;
+  if (err != NULL) {
+    load_fail(ctx, err);
+    return;
+  }
+  ctx->binding = ctx->pooled.binding;
+  ctx->binding_values = ctx->pooled.values;
+  const Reshard__V1__PlanLoadRequest *request = ctx->request;
   ctx->planner->catalog->vtable->lookup_pages(
       ctx->planner->catalog, request->model_domain,
       (const char *const *)request->page_keys, request->n_page_keys,

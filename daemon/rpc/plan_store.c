@@ -29,6 +29,7 @@ typedef struct store_ctx {
   uint64_t effective_dp_rank;
   reshard_binding binding;
   uint64_t binding_values; /* sum of token_count * head_count, saturated */
+  reshard__pooled pooled;  /* the memory, when given as a pool */
 
   reshard_shared_manifest *manifest;
   reshard_shared_join *join; /* cached template, or NULL */
@@ -66,6 +67,7 @@ static void store_release(store_ctx *ctx) {
   ctx->manifest = NULL;
   ctx->join = NULL;
   reshard__target_release(&ctx->target);
+  reshard__pooled_release(&ctx->pooled);
 }
 
 static void store_fail(store_ctx *ctx, const reshard_error *err) {
@@ -201,6 +203,7 @@ static void store_plan(store_ctx *ctx) {
       /* The response is the runs or the columns, as for loads. */
       .varint_columns = !ctx->request->runs,
       .omit_copies = true,
+      .bound_binding = ctx->pooled.bound_ready ? &ctx->pooled.bound : NULL,
   };
   /* The plan's memory is asked from --max-inflight-bytes before it is
    * spent, as for loads. */
@@ -260,6 +263,24 @@ static void decode_request(store_ctx *ctx) {
   }
   /* Decoding first, so that a request over a decode cap is refused as
    * such whatever else is wrong with it. */
+  bool has_binding = ctx->request->binding != NULL || ctx->binding_apart;
+  if (has_binding == (ctx->request->pooled != NULL)) {
+    ctx->status = reshard_error_set(
+        &ctx->err, RESHARD_INVALID_ARGUMENT,
+        has_binding ? "binding, pooled: set exactly one of the two, not both"
+                    : "binding, pooled: set exactly one of the two (the "
+                      "writer's memory)");
+    return;
+  }
+  char domain[RESHARD_DIGEST_HEX_LEN + 1];
+  if (ctx->request->pooled != NULL) {
+    ctx->status = reshard__pooled_check(ctx->request->pooled, &ctx->err);
+    if (ctx->status == RESHARD_OK) {
+      ctx->status = reshard__planner_parse_manifest_key(
+          ctx->request->manifest_key, "manifest_key", domain, &ctx->err);
+    }
+    return;
+  }
   const reshard_wire_span *bytes = &ctx->binding_bytes;
   ctx->status =
       ctx->binding_apart
@@ -274,37 +295,71 @@ static void decode_request(store_ctx *ctx) {
   }
   /* An upper bound of the plan's size: one copy per bound value. */
   ctx->binding_values = reshard_binding_values(&ctx->binding);
-  char domain[RESHARD_DIGEST_HEX_LEN + 1];
   ctx->status = reshard__planner_parse_manifest_key(
       ctx->request->manifest_key, "manifest_key", domain, &ctx->err);
 }
 
-/* Loop: the request is decoded; resolve its target and its manifest. */
+static void on_target(void *data, const reshard_error *err);
+
+/* Loop: the request is decoded; resolve its target, its memory and its
+ * manifest. */
 static void continue_plan_store(store_ctx *ctx) {
   if (ctx->status != RESHARD_OK) {
     store_fail(ctx, &ctx->err);
     return;
   }
   const Reshard__V1__PlanStoreRequest *request = ctx->request;
-  reshard_error err;
-  if (reshard__target_resolve(
-          &ctx->target, ctx->planner, ctx->call,
-          request->target_case ==
-              RESHARD__V1__PLAN_STORE_REQUEST__TARGET_PLACEMENT,
-          request->placement,
-          request->target_case ==
-                  RESHARD__V1__PLAN_STORE_REQUEST__TARGET_PLACEMENT_ID
-              ? request->placement_id
-              : NULL,
-          &err) != RESHARD_OK) {
-    store_fail(ctx, &err);
+  reshard__target_resolve(
+      &ctx->target, ctx->planner, ctx->call,
+      request->target_case == RESHARD__V1__PLAN_STORE_REQUEST__TARGET_PLACEMENT,
+      request->placement,
+      request->target_case ==
+              RESHARD__V1__PLAN_STORE_REQUEST__TARGET_PLACEMENT_ID
+          ? request->placement_id
+          : NULL,
+      on_target, ctx);
+}
+
+static void fetch_manifest(store_ctx *ctx);
+
+static void on_pooled(void *data, const reshard_error *err) {
+  store_ctx *ctx = data;
+  if (err != NULL) {
+    store_fail(ctx, err);
     return;
   }
+  ctx->binding = ctx->pooled.binding;
+  ctx->binding_values = ctx->pooled.values;
+  fetch_manifest(ctx);
+}
+
+/* Loop: the target is resolved; resolve the memory and the manifest. */
+static void on_target(void *data, const reshard_error *err) {
+  store_ctx *ctx = data;
+  if (err != NULL) {
+    store_fail(ctx, err);
+    return;
+  }
+  const Reshard__V1__PlanStoreRequest *request = ctx->request;
   ctx->effective_dp_rank =
       reshard__target_dp_rank(&ctx->target, request->dp_rank != NULL,
                               request->dp_rank ? request->dp_rank->value : 0);
+  if (request->pooled != NULL) {
+    reshard_limits requested;
+    reshard_wire_limits_from_pb(request->limits, &requested);
+    ctx->store.limits = reshard_limits_clamp(&ctx->planner->caps, &requested);
+    uint64_t span = (uint64_t)request->page_count *
+                    ctx->target.placement->descriptor.page_size;
+    reshard__pooled_resolve(ctx->planner, ctx->call, request->pooled,
+                            &ctx->target, span, &ctx->store.limits,
+                            &ctx->pooled, on_pooled, ctx);
+    return;
+  }
+  fetch_manifest(ctx);
+}
 
-  const char *key = request->manifest_key;
+static void fetch_manifest(store_ctx *ctx) {
+  const char *key = ctx->request->manifest_key;
   reshard_shared *hit = reshard_cache_get(
       ctx->planner->cache, RESHARD_CACHE_MANIFEST, key, strlen(key));
   if (hit != NULL) {

@@ -38,7 +38,7 @@ typedef struct reshard__planner_method {
 
 /* The RPCs but PlanLoad and PlanStore, which decode their requests
  * themselves (plan_load.c, plan_store.c). */
-enum { RESHARD__PLANNER_DECODED_RPCS = 6 };
+enum { RESHARD__PLANNER_DECODED_RPCS = 8 };
 
 struct reshard_planner {
   uv_loop_t *loop;
@@ -138,20 +138,40 @@ typedef struct reshard__target {
   char id[RESHARD_ID_SIZE];
 } reshard__target;
 
+/* Runs once a target is resolved: `err` NULL when it is, else why not. */
+typedef void reshard__target_done(void *data, const reshard_error *err);
+
 /* Resolves a request's `target` oneof: the inline placement `pb` when
  * `given_inline`, else the registered placement `id` (NULL: neither is
- * set). INVALID_ARGUMENT for neither or a bad placement, NOT_FOUND for an
- * id never registered. */
-reshard_status reshard__target_resolve(reshard__target *target,
-                                       reshard_planner *planner,
-                                       reshard_call *call, bool given_inline,
-                                       const Reshard__V1__Placement *pb,
-                                       const char *id, reshard_error *err);
-
+ * set), from the cache or, on a miss, the catalog (registered by any
+ * daemon of the fleet). INVALID_ARGUMENT for neither or a bad placement,
+ * NOT_FOUND for an id never registered. `done` runs exactly once, maybe
+ * before this returns. */
+void reshard__target_resolve(reshard__target *target, reshard_planner *planner,
+                             reshard_call *call, bool given_inline,
+                             const Reshard__V1__Placement *pb, const char *id,
+                             reshard__target_done *done, void *data);
 /* Targets the shared placement `shared` (takes the reference). */
 void reshard__target_take(reshard__target *target,
                           reshard_shared_placement *shared);
 
+/* The shared placement `id` (normalized): the cached one, else a new one,
+ * which the cache keeps when it fits. The caller owns the reference; NULL
+ * with `err` when memory runs out. */
+reshard_shared_placement *
+reshard__planner_cache_placement(reshard_planner *planner,
+                                 const reshard_placement *normalized,
+                                 const char *id, reshard_error *err);
+/* A placement's catalog record: its canonical protobuf, in `arena`. */
+uint8_t *reshard__planner_placement_record(const reshard_placement *placement,
+                                           reshard_arena *arena,
+                                           size_t *length);
+/* A placement message from a catalog record, normalized and cached; when
+ * `expected_id` is non-NULL it must be that placement. NULL with `err`
+ * (INTERNAL, prefixed with `what`) otherwise. */
+reshard_shared_placement *reshard__planner_placement_from_pb(
+    reshard_planner *planner, const Reshard__V1__Placement *pb,
+    const char *expected_id, const char *what, reshard_error *err);
 /* Drops the reference the target holds, if any. */
 void reshard__target_release(reshard__target *target);
 
@@ -160,6 +180,41 @@ void reshard__target_release(reshard__target *target);
  * it. */
 uint64_t reshard__target_dp_rank(const reshard__target *target,
                                  bool has_dp_rank, uint64_t dp_rank);
+
+/* ---- Memory pools (memory.c) ---- */
+
+/* A plan's memory given as a pool and a block table (SPEC §1.5a). */
+typedef struct reshard__pooled {
+  reshard_shared_pool *ref; /* held when named by memory id */
+  /* What the planner reads of the memory besides the bound ranges: the
+   * participant, the endpoint and the pool's regions, in its order. */
+  reshard_binding binding;
+  reshard_bound_binding bound; /* in the call's arena */
+  bool bound_ready;
+  uint64_t values; /* bound values, as reshard_binding_values counts them */
+} reshard__pooled;
+
+/* Runs once the memory is resolved: `err` NULL when it is. */
+typedef void reshard__pooled_done(void *data, const reshard_error *err);
+
+/* What can be checked of a PooledMemory before anything is resolved:
+ * exactly one of memory_id and inline_pool. Any thread. */
+reshard_status reshard__pooled_check(const Reshard__V1__PooledMemory *pb,
+                                     reshard_error *err);
+
+/* Resolves `pb` for a plan of `target` over tokens [0, token_span): the
+ * inline pool, validated now, or the registered pool, from the cache or
+ * the catalog, which must have been registered for the target placement;
+ * then binds its block table under `limits` into `out` (its memory in the
+ * call's arena). `done` runs exactly once, maybe before this returns. */
+void reshard__pooled_resolve(reshard_planner *planner, reshard_call *call,
+                             const Reshard__V1__PooledMemory *pb,
+                             const reshard__target *target, uint64_t token_span,
+                             const reshard_limits *limits, reshard__pooled *out,
+                             reshard__pooled_done *done, void *data);
+
+/* Drops what `pooled` holds; safe on one never resolved. */
+void reshard__pooled_release(reshard__pooled *pooled);
 
 /* ---- Planning (planner_service.c), shared by PlanLoad and PlanStore ---- */
 
@@ -255,6 +310,8 @@ reshard__planner_rpc reshard__handle_register_pages; /* pages.c */
 reshard__planner_rpc reshard__handle_forget_pages;
 reshard__planner_rpc reshard__handle_register_placement; /* placements.c */
 reshard__planner_rpc reshard__handle_plan_upload;
+reshard__planner_rpc reshard__handle_register_memory; /* memory.c */
+reshard__planner_rpc reshard__handle_forget_memory;
 /* plan_load.c and plan_store.c: they decode their requests themselves;
  * `data` is the planner. */
 void reshard__handle_plan_load(reshard_call *call, void *data);

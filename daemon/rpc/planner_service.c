@@ -368,6 +368,12 @@ void reshard_planner_register(reshard_planner *planner,
       {"/reshard.v1.Planner/PlanUpload",
        &reshard__v1__plan_upload_request__descriptor,
        reshard__handle_plan_upload},
+      {"/reshard.v1.Planner/RegisterMemory",
+       &reshard__v1__register_memory_request__descriptor,
+       reshard__handle_register_memory},
+      {"/reshard.v1.Planner/ForgetMemory",
+       &reshard__v1__forget_memory_request__descriptor,
+       reshard__handle_forget_memory},
   };
   for (size_t i = 0; i < RESHARD__PLANNER_DECODED_RPCS; i++) {
     planner->methods[i] = (reshard__planner_method){

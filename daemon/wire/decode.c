@@ -37,6 +37,8 @@ typedef enum cap_kind {
   CAP_SHARD_LAYERS,
   CAP_PART_LAYERS,
   CAP_DESCRIPTOR_LAYERS,
+  CAP_POOL_TENSORS,
+  CAP_BLOCK_IDS,
   CAP_KINDS
 } cap_kind;
 
@@ -57,6 +59,9 @@ static const cap_entry CAPS[] = {
     {&reshard__v1__store_shard__descriptor, 1, CAP_SHARD_LAYERS},
     {&reshard__v1__placement_part__descriptor, 3, CAP_PART_LAYERS},
     {&reshard__v1__descriptor__descriptor, 1, CAP_DESCRIPTOR_LAYERS},
+    {&reshard__v1__memory_pool__descriptor, 3, CAP_REGIONS},
+    {&reshard__v1__memory_pool__descriptor, 6, CAP_POOL_TENSORS},
+    {&reshard__v1__pooled_memory__descriptor, 3, CAP_BLOCK_IDS},
 };
 
 static uint64_t cap_value(const reshard_limits *caps, cap_kind kind,
@@ -73,6 +78,12 @@ static uint64_t cap_value(const reshard_limits *caps, cap_kind kind,
   case CAP_PARTS:
     *flag = "max_layout_parts (--max-layout-parts)";
     return caps->max_layout_parts;
+  case CAP_POOL_TENSORS:
+    *flag = "max_pool_tensors (--max-pool-tensors)";
+    return caps->max_pool_tensors;
+  case CAP_BLOCK_IDS:
+    *flag = "max_block_ids (--max-block-ids)";
+    return caps->max_block_ids;
   case CAP_SHARD_LAYERS:
   case CAP_PART_LAYERS:
   case CAP_DESCRIPTOR_LAYERS:

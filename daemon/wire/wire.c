@@ -269,6 +269,18 @@ reshard_status reshard_wire_component_from_pb(int32_t pb, const char *path,
   }
 }
 
+/* A binding's or a pool's regions; NULL when memory runs out. */
+static reshard_region *regions_from_pb(Reshard__V1__Region *const *pb,
+                                       size_t count, reshard_arena *arena) {
+  reshard_region *out = RESHARD_ARENA_NEW(arena, reshard_region, count + 1);
+  for (size_t i = 0; out != NULL && i < count; i++) {
+    out[i].region_id = pb[i]->region_id;
+    out[i].address = pb[i]->address;
+    out[i].nbytes = pb[i]->nbytes;
+  }
+  return out;
+}
+
 reshard_status
 reshard_wire_binding_from_pb(const Reshard__V1__RuntimeBinding *pb,
                              const char *path, reshard_arena *arena,
@@ -279,17 +291,12 @@ reshard_wire_binding_from_pb(const Reshard__V1__RuntimeBinding *pb,
   memset(out, 0, sizeof *out);
   out->participant_id = pb->participant_id;
   out->endpoint = pb->endpoint;
-  out->regions = RESHARD_ARENA_NEW(arena, reshard_region, pb->n_regions);
+  out->regions = regions_from_pb(pb->regions, pb->n_regions, arena);
   out->ranges = RESHARD_ARENA_NEW(arena, reshard_binding_range, pb->n_ranges);
   if (out->regions == NULL || out->ranges == NULL) {
     return out_of_memory(path, err);
   }
   out->region_count = pb->n_regions;
-  for (size_t i = 0; i < pb->n_regions; i++) {
-    out->regions[i].region_id = pb->regions[i]->region_id;
-    out->regions[i].address = pb->regions[i]->address;
-    out->regions[i].nbytes = pb->regions[i]->nbytes;
-  }
   out->range_count = pb->n_ranges;
   for (size_t i = 0; i < pb->n_ranges; i++) {
     const Reshard__V1__BindingRange *range = pb->ranges[i];
@@ -308,6 +315,42 @@ reshard_wire_binding_from_pb(const Reshard__V1__RuntimeBinding *pb,
     to->offset_bytes = range->offset_bytes;
     to->token_stride_bytes = range->token_stride_bytes;
     to->head_stride_bytes = range->head_stride_bytes;
+  }
+  return RESHARD_OK;
+}
+
+reshard_status reshard_wire_pool_from_pb(const Reshard__V1__MemoryPool *pb,
+                                         const char *path, reshard_arena *arena,
+                                         reshard_pool *out,
+                                         reshard_error *err) {
+  if (pb == NULL) {
+    return required(path, err);
+  }
+  memset(out, 0, sizeof *out);
+  out->participant_id = pb->participant_id;
+  out->endpoint = pb->endpoint;
+  out->regions = regions_from_pb(pb->regions, pb->n_regions, arena);
+  out->tensors =
+      RESHARD_ARENA_NEW(arena, reshard_pool_tensor, pb->n_tensors + 1);
+  if (out->regions == NULL || out->tensors == NULL) {
+    return out_of_memory(path, err);
+  }
+  out->region_count = pb->n_regions;
+  out->block_size = pb->block_size;
+  out->num_blocks = pb->num_blocks;
+  out->tensor_count = pb->n_tensors;
+  for (size_t i = 0; i < pb->n_tensors; i++) {
+    const Reshard__V1__PoolTensor *tensor = pb->tensors[i];
+    /* An unknown component stays as sent: reshard_pool_validate names it. */
+    out->tensors[i] = (reshard_pool_tensor){
+        .global_layer_id = tensor->global_layer_id,
+        .component = (reshard_component)tensor->component,
+        .region_id = tensor->region_id,
+        .offset_bytes = tensor->offset_bytes,
+        .block_stride_bytes = tensor->block_stride_bytes,
+        .token_stride_bytes = tensor->token_stride_bytes,
+        .head_stride_bytes = tensor->head_stride_bytes,
+    };
   }
   return RESHARD_OK;
 }
@@ -459,6 +502,55 @@ reshard_wire_placement_to_pb(const reshard_placement *placement,
     to->replica_ordinal = u32(part->replica_ordinal);
     to->replica_count = u32(part->replica_count);
     pb->parts[i] = to;
+  }
+  return pb;
+}
+
+Reshard__V1__MemoryPool *reshard_wire_pool_to_pb(const reshard_pool *pool,
+                                                 reshard_arena *arena) {
+  Reshard__V1__MemoryPool *pb =
+      RESHARD_ARENA_NEW(arena, Reshard__V1__MemoryPool, 1);
+  Reshard__V1__Region *regions =
+      RESHARD_ARENA_NEW(arena, Reshard__V1__Region, pool->region_count + 1);
+  Reshard__V1__PoolTensor *tensors =
+      RESHARD_ARENA_NEW(arena, Reshard__V1__PoolTensor, pool->tensor_count + 1);
+  if (pb == NULL || regions == NULL || tensors == NULL) {
+    return NULL;
+  }
+  reshard__v1__memory_pool__init(pb);
+  pb->participant_id = text(pool->participant_id);
+  pb->endpoint = text(pool->endpoint);
+  pb->block_size = u32(pool->block_size);
+  pb->num_blocks = u32(pool->num_blocks);
+  pb->n_regions = pool->region_count;
+  pb->regions =
+      RESHARD_ARENA_NEW(arena, Reshard__V1__Region *, pool->region_count + 1);
+  pb->n_tensors = pool->tensor_count;
+  pb->tensors = RESHARD_ARENA_NEW(arena, Reshard__V1__PoolTensor *,
+                                  pool->tensor_count + 1);
+  if (pb->regions == NULL || pb->tensors == NULL) {
+    return NULL;
+  }
+  for (size_t i = 0; i < pool->region_count; i++) {
+    reshard__v1__region__init(&regions[i]);
+    regions[i].region_id = text(pool->regions[i].region_id);
+    regions[i].address = pool->regions[i].address;
+    regions[i].nbytes = pool->regions[i].nbytes;
+    pb->regions[i] = &regions[i];
+  }
+  for (size_t i = 0; i < pool->tensor_count; i++) {
+    const reshard_pool_tensor *t = &pool->tensors[i];
+    reshard__v1__pool_tensor__init(&tensors[i]);
+    tensors[i].global_layer_id = u32(t->global_layer_id);
+    tensors[i].component = t->component == RESHARD_COMPONENT_KEY
+                               ? RESHARD__V1__COMPONENT__KEY
+                               : RESHARD__V1__COMPONENT__VALUE;
+    tensors[i].region_id = text(t->region_id);
+    tensors[i].offset_bytes = t->offset_bytes;
+    tensors[i].block_stride_bytes = t->block_stride_bytes;
+    tensors[i].token_stride_bytes = t->token_stride_bytes;
+    tensors[i].head_stride_bytes = t->head_stride_bytes;
+    pb->tensors[i] = &tensors[i];
   }
   return pb;
 }

@@ -20,6 +20,7 @@
 #include "reshard/manifest.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
+#include "reshard/pool.h"
 #include "reshard/store.h"
 #include "reshard/upload.h"
 #include "reshard/v1/planner.pb-c.h"
@@ -75,6 +76,11 @@ reshard_status
 reshard_wire_binding_from_pb(const Reshard__V1__RuntimeBinding *pb,
                              const char *path, reshard_arena *arena,
                              reshard_binding *out, reshard_error *err);
+/* A memory pool under `path` ("pool", "pooled.inline_pool"): structure
+ * only; reshard_pool_validate checks the rules. */
+reshard_status reshard_wire_pool_from_pb(const Reshard__V1__MemoryPool *pb,
+                                         const char *path, reshard_arena *arena,
+                                         reshard_pool *out, reshard_error *err);
 /* NULL reads as all zeros ("server defaults"). */
 void reshard_wire_limits_from_pb(const Reshard__V1__Limits *pb,
                                  reshard_limits *out);
@@ -92,6 +98,8 @@ reshard_wire_manifest_to_pb(const reshard_manifest *manifest,
 Reshard__V1__Placement *
 reshard_wire_placement_to_pb(const reshard_placement *placement,
                              reshard_arena *arena);
+Reshard__V1__MemoryPool *reshard_wire_pool_to_pb(const reshard_pool *pool,
+                                                 reshard_arena *arena);
 Reshard__V1__RuntimeBinding *
 reshard_wire_binding_to_pb(const reshard_binding *binding,
                            reshard_arena *arena);

@@ -105,12 +105,14 @@ static reshard_status plan_nothing(const reshard_store_request *request,
                                    reshard_arena *arena,
                                    reshard_store_plan *out,
                                    reshard_error *err) {
-  reshard_bound_binding bound;
-  reshard_status status = reshard_binding_validate(
-      request->binding, &request->placement->descriptor, part,
-      request->page_count, &request->limits, arena, &bound, err);
-  if (status) {
-    return status;
+  if (request->bound_binding == NULL) {
+    reshard_bound_binding bound;
+    reshard_status status = reshard_binding_validate(
+        request->binding, &request->placement->descriptor, part,
+        request->page_count, &request->limits, arena, &bound, err);
+    if (status) {
+      return status;
+    }
   }
   out->participant = part;
   return RESHARD_OK;
@@ -163,6 +165,7 @@ reshard_status reshard_plan_store(const reshard_store_request *request,
       .has_dp_rank = true,
       .dp_rank = part->rank.dp,
       .binding = request->binding,
+      .bound_binding = request->bound_binding,
       .page_count = request->page_count,
       .sources = &source,
       .source_count = 1,

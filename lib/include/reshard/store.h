@@ -38,6 +38,10 @@ typedef struct reshard_store_request {
   /* Optional, as reshard_load_request.column_arena: where the varint
    * columns' bytes go (NULL: the plan's arena). */
   reshard_arena *column_arena;
+  /* Optional, as reshard_load_request.bound_binding: the binding already
+   * validated, or bound from a memory pool (reshard_pool_bind), for this
+   * participant, page_count and limits; the planner only reads it. */
+  const reshard_bound_binding *bound_binding;
   /* Optional, as for reshard_load_request. */
   bool (*should_stop)(void *context);
   void *should_stop_context;
