@@ -4,15 +4,16 @@
  * name (cache, else catalog), then reshard_plan_load on the loop (small
  * bindings) or libuv's thread pool, with the join templates it built kept
  * in the cache. Large requests are decoded off the loop, a few at a time
- * (see "Where plans run" in docs/daemon.md). */
+ * (see "Where plans run" in docs/daemon.md). The pages and their manifests
+ * are plan_load_pages.c's; a pooled memory is resolved by memory.c. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cache/inline_cache.h"
-#include "cache/table.h"
 #include "google/protobuf/wrappers.pb-c.h"
 #include "observe/log.h"
 #include "reshard/plan.h"
+#include "rpc/plan_load_internal.h"
 #include "rpc/planner_internal.h"
 #include "wire/binding_decode.h"
 #include "wire/decode.h"
@@ -25,73 +26,6 @@ enum {
   INLINE_PLACEMENT_MAX_BYTES = 64 * 1024,
   INLINE_BINDING_MAX_BYTES = 256 * 1024,
 };
-
-typedef struct load_ctx {
-  reshard_call *call;
-  reshard_planner *planner;
-  Reshard__V1__PlanLoadRequest *request;
-  const char *operation_id;
-
-  reshard__target target;
-  const char *placement_id; /* target.id, the name encode_plan reads */
-  bool has_dp_rank;
-  uint64_t dp_rank;
-  uint64_t effective_dp_rank;
-  reshard_binding binding;
-  uint64_t binding_values; /* sum of token_count * head_count, saturated */
-  reshard_shared_binding *binding_ref; /* validated before, by content */
-  reshard__pooled pooled;              /* the memory, when given as a pool */
-  reshard_limits limits;
-
-  /* Distinct manifests the bound pages name; refs held until the end. */
-  size_t manifest_count;
-  const char **manifest_keys;
-  reshard_shared_manifest **manifests;
-  size_t *page_manifest_start; /* page_count + 1 */
-  size_t *page_manifests;      /* indices into manifests */
-
-  /* What the planner sees: the manifests that resolved. */
-  size_t source_count;
-  reshard_plan_source *sources;
-  const char **source_keys;
-  reshard_shared_join **joins; /* cached templates per source, or NULL */
-  size_t *page_source_start;
-  size_t *page_sources;
-  reshard_load_request load;
-
-  unsigned manifest_hits, manifest_misses, join_hits, join_misses;
-  reshard_work work;
-  /* Planning scratch and the plan: freed as soon as the response is
-   * encoded, so a call waiting to send holds its response, not its plan. */
-  reshard_arena scratch;
-  /* Without runs, the planner's varint columns go here and are sent from
-   * here (response_memory.h); NULL when it could not be had. */
-  reshard_response_memory *response_memory;
-  reshard_load_plan plan;     /* only its counts outlive the scratch */
-  reshard_join **built_joins; /* per source, what the planner built */
-  bool planned; /* reshard_plan_load succeeded: built joins are ours */
-  reshard_status status;
-  reshard_error err;
-  uint64_t plan_us;
-  uint64_t response_bytes; /* the encoded response, once built */
-  bool plan_ran;           /* reshard_plan_load was called */
-
-  bool large; /* holds one of the planner's large places */
-  /* The request's bytes still to decode, without what the inline cache
-   * found (inline_cache.h). */
-  const uint8_t *payload;
-  size_t payload_length;
-  reshard_inline_fields fields;
-  bool by_content;
-  /* The binding was left out of `payload`: decode fields.binding's bytes
-   * with reshard_binding_decode. */
-  bool binding_apart;
-
-  /* The catalog was unreachable and the bindings came from the cache:
-   * manifests must come from it too, or the call fails with `outage`. */
-  bool from_cache;
-  reshard_error outage;
-} load_ctx;
 
 static void load_release_targets(load_ctx *ctx) {
   reshard__target_release(&ctx->target);
@@ -123,16 +57,16 @@ static void load_release(load_ctx *ctx) {
   load_release_targets(ctx);
 }
 
-static void load_fail(load_ctx *ctx, const reshard_error *err) {
+void reshard__load_fail(load_ctx *ctx, const reshard_error *err) {
   load_release(ctx);
   reshard_call_fail(ctx->call, err);
 }
 
-static void load_fail_code(load_ctx *ctx, reshard_status code,
-                           const char *message) {
+void reshard__load_fail_code(load_ctx *ctx, reshard_status code,
+                             const char *message) {
   reshard_error err;
   reshard_error_set(&err, code, "%s", message);
-  load_fail(ctx, &err);
+  reshard__load_fail(ctx, &err);
 }
 
 static void log_plan(const load_ctx *ctx) {
@@ -285,7 +219,7 @@ static void load_after_work(reshard_work *work) {
 
 /* Every manifest is resolved (or missing): build the sources, attach the
  * cached join templates and hand the plan to the thread pool. */
-static void load_plan(load_ctx *ctx) {
+void reshard__load_plan(load_ctx *ctx) {
   reshard_planner *planner = ctx->planner;
   reshard_arena *arena = reshard_call_arena(ctx->call);
   size_t page_count = ctx->request->n_page_keys;
@@ -304,7 +238,7 @@ static void load_plan(load_ctx *ctx) {
   if (source_of == NULL || ctx->sources == NULL || ctx->source_keys == NULL ||
       ctx->joins == NULL || ctx->built_joins == NULL ||
       ctx->page_source_start == NULL || ctx->page_sources == NULL) {
-    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    reshard__load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   ctx->source_count = 0;
@@ -366,8 +300,8 @@ static void load_plan(load_ctx *ctx) {
                                                  : NULL,
   };
   if (reshard_call_expired(ctx->call)) {
-    load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,
-                   "deadline exceeded before planning");
+    reshard__load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,
+                            "deadline exceeded before planning");
     return;
   }
   reshard_call_reserve(ctx->call,
@@ -383,320 +317,14 @@ static void load_dispatch(reshard_call *call, const reshard_error *err,
   load_ctx *ctx = data;
   reshard_planner *planner = ctx->planner;
   if (err != NULL) {
-    load_fail(ctx, err);
+    reshard__load_fail(ctx, err);
     return;
   }
   ctx->work.data = ctx;
   if (reshard__planner_run(planner, &ctx->work, ctx->binding_values, load_work,
                            load_after_work) != 0) {
-    load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the plan");
+    reshard__load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the plan");
   }
-}
-
-static void on_manifests_fetched(void *data, const reshard_error *err,
-                                 const reshard_catalog_record *records,
-                                 size_t count) {
-  load_ctx *ctx = data;
-  if (err->code != RESHARD_OK) {
-    load_fail(ctx, err);
-    return;
-  }
-  /* records answer the missing manifests in order. */
-  size_t r = 0;
-  for (size_t m = 0; m < ctx->manifest_count && r < count; m++) {
-    if (ctx->manifests[m] != NULL) {
-      continue;
-    }
-    const reshard_catalog_record *record = &records[r++];
-    if (!record->found) {
-      /* A binding names a manifest the catalog does not have: skip that
-       * candidate rather than fail the page. */
-      reshard_log_line line;
-      if (reshard_log_begin(&line, RESHARD_LOG_WARN,
-                            "binding names a missing manifest")) {
-        reshard_log_str(&line, "manifest_key", ctx->manifest_keys[m]);
-        reshard_log_end(&line);
-      }
-      continue;
-    }
-    reshard_error failure;
-    ctx->manifests[m] = reshard__planner_manifest_from_record(
-        ctx->planner, ctx->manifest_keys[m], record->data, record->length,
-        &failure);
-    if (ctx->manifests[m] == NULL) {
-      load_fail(ctx, &failure);
-      return;
-    }
-    reshard__planner_cache_manifest(ctx->planner, ctx->manifests[m]);
-  }
-  load_plan(ctx);
-}
-
-typedef struct key_node {
-  reshard_table_node node;
-  const char *key;
-  size_t index;
-} key_node;
-
-static bool key_matches(const reshard_table_node *node, const void *key) {
-  return strcmp(((const key_node *)node)->key, key) == 0;
-}
-
-/* Bindings found: resolve the distinct manifests of the bound prefix (from
- * the cache, else the catalog) and plan. */
-static void load_pages(load_ctx *ctx, const reshard_catalog_pages *pages) {
-  reshard_planner *planner = ctx->planner;
-  reshard_arena *arena = reshard_call_arena(ctx->call);
-  size_t page_count = ctx->request->n_page_keys;
-  /* The plan covers the bound prefix only; later pages stay empty. */
-  size_t prefix = 0;
-  while (prefix < page_count &&
-         pages->start[prefix + 1] > pages->start[prefix]) {
-    prefix++;
-  }
-  size_t bound = pages->start[prefix];
-  ctx->page_manifest_start = RESHARD_ARENA_NEW(arena, size_t, page_count + 1);
-  ctx->page_manifests = RESHARD_ARENA_NEW(arena, size_t, bound);
-  ctx->manifest_keys = RESHARD_ARENA_NEW(arena, const char *, bound);
-  key_node *nodes = RESHARD_ARENA_NEW(arena, key_node, bound);
-  reshard_table distinct;
-  if (ctx->page_manifest_start == NULL || ctx->page_manifests == NULL ||
-      ctx->manifest_keys == NULL || nodes == NULL ||
-      !reshard_table_init(&distinct, bound)) {
-    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  size_t at = 0;
-  for (size_t p = 0; p < page_count; p++) {
-    ctx->page_manifest_start[p] = at;
-    if (p >= prefix) {
-      continue;
-    }
-    for (size_t i = pages->start[p]; i < pages->start[p + 1]; i++) {
-      const char *key = pages->manifest_keys[i];
-      uint64_t hash = reshard_hash(key, strlen(key), 0);
-      key_node *found =
-          (key_node *)reshard_table_find(&distinct, hash, key_matches, key);
-      if (found == NULL) {
-        found = &nodes[ctx->manifest_count];
-        found->key = reshard_arena_strdup(arena, key);
-        if (found->key == NULL) {
-          reshard_table_destroy(&distinct);
-          load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-          return;
-        }
-        found->index = ctx->manifest_count;
-        found->node.hash = hash;
-        reshard_table_insert(&distinct, &found->node);
-        ctx->manifest_keys[ctx->manifest_count++] = found->key;
-      }
-      ctx->page_manifests[at++] = found->index;
-    }
-  }
-  ctx->page_manifest_start[page_count] = at;
-  reshard_table_destroy(&distinct);
-
-  ctx->manifests =
-      RESHARD_ARENA_NEW(arena, reshard_shared_manifest *, ctx->manifest_count);
-  const char **missing =
-      RESHARD_ARENA_NEW(arena, const char *, ctx->manifest_count);
-  if (ctx->manifests == NULL || missing == NULL) {
-    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  size_t missing_count = 0;
-  for (size_t m = 0; m < ctx->manifest_count; m++) {
-    const char *key = ctx->manifest_keys[m];
-    reshard_shared *hit = reshard_cache_get(
-        planner->cache, RESHARD_CACHE_MANIFEST, key, strlen(key));
-    ctx->manifests[m] = (reshard_shared_manifest *)hit;
-    if (hit != NULL) {
-      ctx->manifest_hits++;
-    } else {
-      ctx->manifest_misses++;
-      missing[missing_count++] = key;
-    }
-  }
-  if (ctx->from_cache) {
-    if (missing_count > 0) {
-      load_fail(ctx, &ctx->outage);
-      return;
-    }
-    reshard_log_line line;
-    if (reshard_log_begin(&line, RESHARD_LOG_WARN,
-                          "catalog unavailable; planning from cache")) {
-      reshard_log_u64(&line, "pages", prefix);
-      reshard_log_end(&line);
-    }
-  }
-  if (missing_count == 0) {
-    load_plan(ctx);
-    return;
-  }
-  planner->catalog->vtable->get_manifests(
-      planner->catalog, missing, missing_count, on_manifests_fetched, ctx);
-}
-
-static bool keys_equal(const reshard_shared_keys *cached,
-                       const char *const *keys, size_t count) {
-  if (cached->count != count) {
-    return false;
-  }
-  for (size_t i = 0; i < count; i++) {
-    if (strcmp(cached->keys[i], keys[i]) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
-/* A lookup answered: remember what the catalog said, for planning during
- * an outage. The catalog stays the source of truth; these entries are read
- * only when it cannot be reached. A page found unbound drops its entry. */
-static void remember_bindings(reshard_planner *planner, const char *domain,
-                              char *const *page_keys,
-                              const reshard_catalog_pages *pages) {
-  size_t domain_length = strlen(domain);
-  reshard_shared *known = reshard_cache_get(
-      planner->cache, RESHARD_CACHE_BINDINGS, domain, domain_length);
-  if (known == NULL) {
-    reshard_shared_keys *marker = reshard_shared_keys_create(NULL, 0);
-    if (marker != NULL) {
-      reshard_cache_put(planner->cache, RESHARD_CACHE_BINDINGS, domain,
-                        domain_length, &marker->base);
-      reshard_shared_unref(&marker->base);
-    }
-  }
-  reshard_shared_unref(known);
-  for (size_t p = 0; p < pages->page_count; p++) {
-    char key[512];
-    size_t length =
-        reshard__planner_bindings_key(key, sizeof key, domain, page_keys[p]);
-    if (length == 0) {
-      continue;
-    }
-    size_t count = pages->start[p + 1] - pages->start[p];
-    const char *const *keys = pages->manifest_keys + pages->start[p];
-    if (count == 0) {
-      reshard_cache_remove(planner->cache, RESHARD_CACHE_BINDINGS, key, length);
-      continue;
-    }
-    reshard_shared *hit =
-        reshard_cache_get(planner->cache, RESHARD_CACHE_BINDINGS, key, length);
-    bool same = hit != NULL &&
-                keys_equal((const reshard_shared_keys *)hit, keys, count);
-    reshard_shared_unref(hit);
-    if (same) {
-      continue;
-    }
-    reshard_shared_keys *value = reshard_shared_keys_create(keys, count);
-    if (value != NULL) {
-      reshard_cache_put(planner->cache, RESHARD_CACHE_BINDINGS, key, length,
-                        &value->base);
-      reshard_shared_unref(&value->base);
-    }
-  }
-}
-
-/* The catalog is unreachable: plan the pages whose bindings are cached, in
- * order up to the first that is not. When even the first is not (or the
- * domain was never seen), the call fails with the catalog's error. */
-static void load_from_cache(load_ctx *ctx, const reshard_error *outage) {
-  reshard_planner *planner = ctx->planner;
-  reshard_arena *arena = reshard_call_arena(ctx->call);
-  const char *domain = ctx->request->model_domain;
-  size_t page_count = ctx->request->n_page_keys;
-  reshard_shared *known = reshard_cache_get(
-      planner->cache, RESHARD_CACHE_BINDINGS, domain, strlen(domain));
-  if (known == NULL || page_count == 0) {
-    reshard_shared_unref(known);
-    load_fail(ctx, outage);
-    return;
-  }
-  reshard_shared_unref(known);
-  size_t *start = RESHARD_ARENA_NEW(arena, size_t, page_count + 1);
-  reshard_shared_keys **hits =
-      RESHARD_ARENA_NEW(arena, reshard_shared_keys *, page_count);
-  if (start == NULL || hits == NULL) {
-    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  size_t prefix = 0;
-  size_t total = 0;
-  for (; prefix < page_count; prefix++) {
-    char key[512];
-    size_t length = reshard__planner_bindings_key(
-        key, sizeof key, domain, ctx->request->page_keys[prefix]);
-    reshard_shared *hit =
-        length > 0 ? reshard_cache_get(planner->cache, RESHARD_CACHE_BINDINGS,
-                                       key, length)
-                   : NULL;
-    if (hit == NULL) {
-      break;
-    }
-    hits[prefix] = (reshard_shared_keys *)hit;
-    total += hits[prefix]->count;
-  }
-  /* Request-local copies, so the cached entries can go now. */
-  const char **keys =
-      prefix > 0 ? RESHARD_ARENA_NEW(arena, const char *, total) : NULL;
-  bool ok = keys != NULL;
-  size_t at = 0;
-  for (size_t p = 0; p < prefix; p++) {
-    start[p] = at;
-    for (size_t i = 0; ok && i < hits[p]->count; i++) {
-      keys[at] = reshard_arena_strdup(arena, hits[p]->keys[i]);
-      ok = keys[at++] != NULL;
-    }
-    reshard_shared_unref(&hits[p]->base);
-  }
-  if (prefix == 0) {
-    load_fail(ctx, outage);
-    return;
-  }
-  if (!ok) {
-    load_fail_code(ctx, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  for (size_t p = prefix; p <= page_count; p++) {
-    start[p] = at;
-  }
-  ctx->from_cache = true;
-  ctx->outage = *outage;
-  reshard_catalog_pages pages = {
-      .domain_known = true,
-      .page_count = page_count,
-      .start = start,
-      .manifest_keys = keys,
-  };
-  load_pages(ctx, &pages);
-}
-
-static void on_pages_found(void *data, const reshard_error *err,
-                           const reshard_catalog_pages *pages) {
-  load_ctx *ctx = data;
-  reshard_planner *planner = ctx->planner;
-  if (err->code == RESHARD_UNAVAILABLE && planner->cache_bindings) {
-    load_from_cache(ctx, err);
-    return;
-  }
-  if (err->code != RESHARD_OK) {
-    load_fail(ctx, err);
-    return;
-  }
-  if (!pages->domain_known) {
-    reshard_error not_found;
-    reshard_error_set(&not_found, RESHARD_NOT_FOUND,
-                      "model_domain %s: no manifest published",
-                      ctx->request->model_domain);
-    load_fail(ctx, &not_found);
-    return;
-  }
-  if (planner->cache_bindings) {
-    remember_bindings(planner, ctx->request->model_domain,
-                      ctx->request->page_keys, pages);
-  }
-  load_pages(ctx, pages);
 }
 
 /* Looks the request's inline placement up by its bytes and, when found,
@@ -815,7 +443,7 @@ static void target_ready(load_ctx *ctx);
 static void on_target(void *data, const reshard_error *err) {
   load_ctx *ctx = data;
   if (err != NULL) {
-    load_fail(ctx, err);
+    reshard__load_fail(ctx, err);
     return;
   }
   if (ctx->request->target_case ==
@@ -914,7 +542,7 @@ static void decode_after_work(reshard_work *work) {
  * up. */
 static void continue_plan_load(load_ctx *ctx) {
   if (ctx->status != RESHARD_OK) {
-    load_fail(ctx, &ctx->err);
+    reshard__load_fail(ctx, &ctx->err);
     return;
   }
   /* An inline placement found by its bytes is resolved already. */
@@ -950,13 +578,13 @@ static void target_ready(load_ctx *ctx) {
   ctx->planner->catalog->vtable->lookup_pages(
       ctx->planner->catalog, request->model_domain,
       (const char *const *)request->page_keys, request->n_page_keys,
-      on_pages_found, ctx);
+      reshard__load_on_pages_found, ctx);
 }
 
 static void on_pooled(void *data, const reshard_error *err) {
   load_ctx *ctx = data;
   if (err != NULL) {
-    load_fail(ctx, err);
+    reshard__load_fail(ctx, err);
     return;
   }
   ctx->binding = ctx->pooled.binding;
@@ -965,7 +593,7 @@ static void on_pooled(void *data, const reshard_error *err) {
   ctx->planner->catalog->vtable->lookup_pages(
       ctx->planner->catalog, request->model_domain,
       (const char *const *)request->page_keys, request->n_page_keys,
-      on_pages_found, ctx);
+      reshard__load_on_pages_found, ctx);
 }
 
 static void start_plan_load(reshard_planner *planner, reshard_call *call,
@@ -983,7 +611,7 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   ctx->placement_id = ctx->target.id;
   reshard_error err;
   if (reshard__planner_check_call(call, &err) != RESHARD_OK) {
-    load_fail(ctx, &err);
+    reshard__load_fail(ctx, &err);
     return;
   }
   size_t length;
@@ -996,7 +624,8 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   ctx->work.data = ctx;
   if (reshard__planner_decode(planner, &ctx->work, large, decode_work,
                               decode_after_work) != 0) {
-    load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the request");
+    reshard__load_fail_code(ctx, RESHARD_UNAVAILABLE,
+                            "cannot queue the request");
   }
 }
 
