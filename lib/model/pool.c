@@ -1,6 +1,7 @@
 #include "reshard/pool.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,13 +35,13 @@ typedef struct tensor_span {
   size_t group;
 } tensor_span;
 
-/* One tensor's per-block footprint as an arc of the circle of the block
- * stride's length. */
-typedef struct tensor_arc {
-  uint64_t start; /* offset modulo the block stride */
-  uint64_t length;
-  size_t tensor;
-} tensor_arc;
+/* A span's key in the sweep of check_disjoint: its per-block footprint's
+ * start on the circle of its block stride (its offset modulo the stride),
+ * or where the span ends. */
+typedef struct span_key {
+  uint64_t key;
+  size_t span; /* index into the sorted spans */
+} span_key;
 
 static const char *component_name(reshard_component component) {
   return component == RESHARD_COMPONENT_KEY ? "KEY" : "VALUE";
@@ -63,12 +64,12 @@ static int compare_spans(const void *a, const void *b) {
   return x->tensor < y->tensor ? -1 : x->tensor > y->tensor;
 }
 
-static int compare_arcs(const void *a, const void *b) {
-  const tensor_arc *x = a, *y = b;
-  if (x->start != y->start) {
-    return x->start < y->start ? -1 : 1;
+static int compare_span_keys(const void *a, const void *b) {
+  const span_key *x = a, *y = b;
+  if (x->key != y->key) {
+    return x->key < y->key ? -1 : 1;
   }
-  return x->tensor < y->tensor ? -1 : x->tensor > y->tensor;
+  return x->span < y->span ? -1 : x->span > y->span;
 }
 
 /* Checks each region (SPEC §1.5's rules) and returns them sorted by id in
@@ -327,90 +328,153 @@ static reshard_status check_tensor(const pool_check *c, const region_key *keys,
   return RESHARD_OK;
 }
 
-/* Tensors whose spans overlap are proven disjoint when they interleave in
- * one region with one block stride, their per-block footprints disjoint
- * arcs of a circle of the stride's length (K and V of a FlashInfer block;
- * every layer of a page-first pool). `arcs` has room for `count`. */
-static reshard_status check_arcs(const pool_check *c,
-                                 const reshard_pool_group *groups,
-                                 const tensor_span *cluster, size_t count,
-                                 tensor_arc *arcs) {
-  uint64_t stride = groups[cluster[0].group].block_stride;
-  for (size_t i = 0; i < count; i++) {
-    const reshard_pool_tensor *tensor = &c->pool->tensors[cluster[i].tensor];
-    arcs[i] = (tensor_arc){tensor->offset_bytes % stride,
-                           cluster[i].block_extent, cluster[i].tensor};
+/* The footprints of the tensors whose spans hold the sweep's position, by
+ * rank of their start on the circle (ranks 1..n, every tensor's fixed in
+ * advance): a Fenwick tree of which ranks are present, so that the
+ * footprints next to a new one are found in O(log n). */
+typedef struct arc_set {
+  size_t *tree;         /* n + 1 counts */
+  size_t *at_rank;      /* n + 1: the span of each rank */
+  size_t n, count, top; /* top: the highest power of two <= n */
+} arc_set;
+
+static void arc_set_update(arc_set *set, size_t rank, bool add) {
+  for (; rank <= set->n; rank += rank & (~rank + 1)) {
+    set->tree[rank] = add ? set->tree[rank] + 1 : set->tree[rank] - 1;
   }
-  qsort(arcs, count, sizeof *arcs, compare_arcs);
-  for (size_t i = 0; i < count; i++) {
-    const tensor_arc *a = &arcs[i];
-    const tensor_arc *b = &arcs[(i + 1) % count];
-    /* b's start, unrolled past a's on the circle. */
-    uint64_t b_start = i + 1 < count ? b->start : b->start + stride;
-    if (a->start + a->length > b_start) {
-      size_t first = a->tensor < b->tensor ? a->tensor : b->tensor;
-      size_t second = a->tensor < b->tensor ? b->tensor : a->tensor;
-      return reshard_error_set(c->err, RESHARD_INVALID_ARGUMENT,
-                               "%s.tensors[%zu] and %s.tensors[%zu] share "
-                               "bytes",
-                               c->path, first, c->path, second);
+  set->count = add ? set->count + 1 : set->count - 1;
+}
+
+/* How many present ranks are <= rank. */
+static size_t arc_set_prefix(const arc_set *set, size_t rank) {
+  size_t sum = 0;
+  for (; rank > 0; rank -= rank & (~rank + 1)) {
+    sum += set->tree[rank];
+  }
+  return sum;
+}
+
+/* The k-th present rank, 1 <= k <= count. */
+static size_t arc_set_kth(const arc_set *set, size_t k) {
+  size_t rank = 0;
+  for (size_t step = set->top; step > 0; step >>= 1) {
+    if (rank + step <= set->n && set->tree[rank + step] < k) {
+      rank += step;
+      k -= set->tree[rank];
     }
+  }
+  return rank + 1;
+}
+
+/* SPEC §1.5a for a pair whose spans overlap: one region, one block
+ * stride, each block's extent within the stride, and the footprints
+ * disjoint arcs of the circle of the stride's length. */
+static reshard_status check_pair(const pool_check *c,
+                                 const reshard_pool_group *groups,
+                                 const tensor_span *a, const tensor_span *b) {
+  const reshard_pool_group *ga = &groups[a->group], *gb = &groups[b->group];
+  size_t lo = a->tensor < b->tensor ? a->tensor : b->tensor;
+  size_t hi = a->tensor < b->tensor ? b->tensor : a->tensor;
+  if (ga->region_index != gb->region_index ||
+      ga->block_stride != gb->block_stride) {
+    return reshard_error_set(c->err, RESHARD_INVALID_ARGUMENT,
+                             "%s.tensors[%zu] and %s.tensors[%zu] share "
+                             "bytes: their spans overlap and they do not "
+                             "interleave in one region with one block "
+                             "stride",
+                             c->path, lo, c->path, hi);
+  }
+  uint64_t stride = ga->block_stride;
+  if (a->block_extent > stride || b->block_extent > stride) {
+    return reshard_error_set(c->err, RESHARD_INVALID_ARGUMENT,
+                             "%s.tensors[%zu] and %s.tensors[%zu] share "
+                             "bytes: their spans overlap and a block's "
+                             "extent exceeds the block stride %llu",
+                             c->path, lo, c->path, hi,
+                             (unsigned long long)stride);
+  }
+  uint64_t pa = c->pool->tensors[a->tensor].offset_bytes % stride;
+  uint64_t pb = c->pool->tensors[b->tensor].offset_bytes % stride;
+  /* How far each arc's start lies past the other's, around the circle. */
+  uint64_t b_after_a = pb >= pa ? pb - pa : (stride - pa) + pb;
+  uint64_t a_after_b = pa >= pb ? pa - pb : (stride - pb) + pa;
+  if (b_after_a < a->block_extent || a_after_b < b->block_extent) {
+    return reshard_error_set(c->err, RESHARD_INVALID_ARGUMENT,
+                             "%s.tensors[%zu] and %s.tensors[%zu] share "
+                             "bytes",
+                             c->path, lo, c->path, hi);
   }
   return RESHARD_OK;
 }
 
 /* SPEC §1.5a's disjointness rule over every pair of tensors, in
- * O(tensors · log tensors): spans sorted by start form clusters of
- * overlapping spans; a cluster of one is disjoint from the rest, a larger
- * one must interleave (check_arcs). */
+ * O(tensors · log tensors). A sweep over the spans sorted by start keeps
+ * the active ones, those holding the current start: they all overlap one
+ * another, so once there are two of them they share one region and one
+ * block stride and their footprints are disjoint arcs of one circle,
+ * sorted by where they start. A new span overlaps exactly the active
+ * ones; its arc is disjoint from all of them when it is from the two
+ * around it (the only one, when there is one). Two tensors whose spans
+ * are disjoint are never compared, even when a third overlaps both: the
+ * rule is pairwise, so their footprints may meet on the circle. (K and V
+ * of a FlashInfer block and every layer of a page-first pool are active
+ * together.) */
 static reshard_status check_disjoint(const pool_check *c,
                                      const reshard_pool_group *groups,
                                      tensor_span *spans, size_t count) {
   qsort(spans, count, sizeof *spans, compare_spans);
-  tensor_arc *arcs = RESHARD_ARENA_ARRAY(c->arena, tensor_arc, count + 1);
-  if (arcs == NULL) {
+  span_key *phases = RESHARD_ARENA_ARRAY(c->arena, span_key, count + 1);
+  span_key *ends = RESHARD_ARENA_ARRAY(c->arena, span_key, count + 1);
+  size_t *rank_of = RESHARD_ARENA_ARRAY(c->arena, size_t, count + 1);
+  arc_set set = {
+      .tree = RESHARD_ARENA_NEW(c->arena, size_t, count + 1),
+      .at_rank = RESHARD_ARENA_ARRAY(c->arena, size_t, count + 1),
+      .n = count,
+  };
+  if (phases == NULL || ends == NULL || rank_of == NULL || set.tree == NULL ||
+      set.at_rank == NULL) {
     return out_of_memory(c);
   }
-  size_t first = 0;    /* the open cluster: spans[first .. i) */
-  size_t reaching = 0; /* the span of the cluster that ends last */
-  for (size_t i = 1; i <= count; i++) {
-    if (i < count && spans[i].start < spans[reaching].end) {
-      const tensor_span *a = &spans[reaching], *b = &spans[i];
-      const reshard_pool_group *ga = &groups[a->group], *gb = &groups[b->group];
-      size_t lo = a->tensor < b->tensor ? a->tensor : b->tensor;
-      size_t hi = a->tensor < b->tensor ? b->tensor : a->tensor;
-      if (ga->region_index != gb->region_index ||
-          ga->block_stride != gb->block_stride) {
-        return reshard_error_set(c->err, RESHARD_INVALID_ARGUMENT,
-                                 "%s.tensors[%zu] and %s.tensors[%zu] share "
-                                 "bytes: their spans overlap and they do not "
-                                 "interleave in one region with one block "
-                                 "stride",
-                                 c->path, lo, c->path, hi);
-      }
-      if (a->block_extent > ga->block_stride ||
-          b->block_extent > gb->block_stride) {
-        return reshard_error_set(c->err, RESHARD_INVALID_ARGUMENT,
-                                 "%s.tensors[%zu] and %s.tensors[%zu] share "
-                                 "bytes: their spans overlap and a block's "
-                                 "extent exceeds the block stride %llu",
-                                 c->path, lo, c->path, hi,
-                                 (unsigned long long)ga->block_stride);
-      }
-      if (b->end > spans[reaching].end) {
-        reaching = i;
-      }
-      continue;
+  set.top = 1;
+  while (set.top <= count / 2) {
+    set.top <<= 1;
+  }
+  for (size_t i = 0; i < count; i++) {
+    uint64_t stride = groups[spans[i].group].block_stride;
+    uint64_t offset = c->pool->tensors[spans[i].tensor].offset_bytes;
+    /* A stride of 0 (one block) is refused before any arc is needed. */
+    phases[i] = (span_key){stride > 0 ? offset % stride : 0, i};
+    ends[i] = (span_key){spans[i].end, i};
+  }
+  qsort(phases, count, sizeof *phases, compare_span_keys);
+  qsort(ends, count, sizeof *ends, compare_span_keys);
+  for (size_t r = 0; r < count; r++) {
+    rank_of[phases[r].span] = r + 1;
+    set.at_rank[r + 1] = phases[r].span;
+  }
+  size_t ended = 0;
+  for (size_t i = 0; i < count; i++) {
+    /* Spans that end by this start were inserted (they start before it)
+     * and overlap nothing from here on. */
+    while (ended < count && ends[ended].key <= spans[i].start) {
+      arc_set_update(&set, rank_of[ends[ended].span], false);
+      ended++;
     }
-    if (i - first > 1) {
+    size_t rank = rank_of[i];
+    if (set.count > 0) {
+      size_t below = arc_set_prefix(&set, rank - 1);
+      size_t before = arc_set_kth(&set, below > 0 ? below : set.count);
+      size_t after = arc_set_kth(&set, below < set.count ? below + 1 : 1);
       reshard_status status =
-          check_arcs(c, groups, spans + first, i - first, arcs);
+          check_pair(c, groups, &spans[set.at_rank[before]], &spans[i]);
+      if (status == RESHARD_OK && after != before) {
+        status = check_pair(c, groups, &spans[set.at_rank[after]], &spans[i]);
+      }
       if (status) {
         return status;
       }
     }
-    first = i;
-    reaching = i;
+    arc_set_update(&set, rank, true);
   }
   return RESHARD_OK;
 }
@@ -561,51 +625,68 @@ static bool group_split_heads(const reshard_bound_pool *pool,
                           (heads - 1) * group->head_stride + group->head_bytes;
 }
 
-reshard_status reshard_pool_bind(
-    const reshard_bound_pool *pool, const uint32_t *block_ids, size_t count,
-    uint64_t token_span, const reshard_limits *limits, const char *path,
-    reshard_arena *arena, reshard_bound_binding *out, reshard_error *err) {
+reshard_status reshard_block_table_check(
+    uint64_t block_size, uint64_t num_blocks, const uint32_t *block_ids,
+    size_t count, uint64_t token_span, const reshard_limits *limits,
+    const char *path, reshard_arena *scratch, reshard_error *err) {
   if (count > limits->max_block_ids) {
     return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
-                             "%s.block_ids: %zu block ids exceed the limit "
+                             "%s: %zu block ids exceed the limit "
                              "max_block_ids %llu",
                              path, count,
                              (unsigned long long)limits->max_block_ids);
   }
   /* ceil(token_span / block_size), without overflow. */
-  uint64_t needed = token_span / pool->block_size +
-                    (token_span % pool->block_size != 0 ? 1 : 0);
+  uint64_t needed =
+      token_span / block_size + (token_span % block_size != 0 ? 1 : 0);
   if (count < needed) {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "%s.block_ids: %zu blocks of %llu tokens do not "
+                             "%s: %zu blocks of %llu tokens do not "
                              "cover the request's %llu tokens (%llu blocks "
                              "needed)",
-                             path, count, (unsigned long long)pool->block_size,
+                             path, count, (unsigned long long)block_size,
                              (unsigned long long)token_span,
                              (unsigned long long)needed);
   }
   for (size_t i = 0; i < count; i++) {
-    if (block_ids[i] >= pool->num_blocks) {
+    if (block_ids[i] >= num_blocks) {
       return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                               "%s.block_ids[%zu]: block %u is not below "
+                               "%s[%zu]: block %u is not below "
                                "num_blocks %llu",
                                path, i, block_ids[i],
-                               (unsigned long long)pool->num_blocks);
+                               (unsigned long long)num_blocks);
     }
   }
   bool repeated;
   size_t first = 0, again = 0;
-  if (find_repeat(block_ids, count, pool->num_blocks, arena, &repeated, &first,
+  if (find_repeat(block_ids, count, num_blocks, scratch, &repeated, &first,
                   &again)) {
     return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
                              "%s: out of memory", path);
   }
   if (repeated) {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "%s.block_ids[%zu]: block %u appears already at "
-                             "%s.block_ids[%zu]",
+                             "%s[%zu]: block %u appears already at "
+                             "%s[%zu]",
                              path, again, block_ids[again], path, first);
   }
+  return RESHARD_OK;
+}
+
+reshard_status reshard_pool_bind(
+    const reshard_bound_pool *pool, const uint32_t *block_ids, size_t count,
+    uint64_t token_span, const reshard_limits *limits, const char *path,
+    reshard_arena *arena, reshard_bound_binding *out, reshard_error *err) {
+  char table_path[128];
+  snprintf(table_path, sizeof table_path, "%s.block_ids", path);
+  reshard_status status = reshard_block_table_check(
+      pool->block_size, pool->num_blocks, block_ids, count, token_span, limits,
+      table_path, arena, err);
+  if (status) {
+    return status;
+  }
+  uint64_t needed = token_span / pool->block_size +
+                    (token_span % pool->block_size != 0 ? 1 : 0);
   const reshard_placement_part *part = pool->part;
   /* A group whose head axis is outside its token axis (HND) stands for
    * one range per block and head, as SPEC §1.5 writes such memory: a

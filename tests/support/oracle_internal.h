@@ -22,6 +22,9 @@
  *                          byte
  *   oracle_case.c          whole cases: random, the SPEC §6 scenarios,
  *                          hand-made; the format x memory-style matrix
+ *   pool_oracle.c          memory pools, block tables and their explicit
+ *                          bindings (SPEC §1.5a; its own header,
+ *                          pool_oracle.h)
  *
  * The small helpers below are static inline so that every file gets its
  * own copy and the library exports nothing but oracle.h's names and the

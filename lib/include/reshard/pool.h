@@ -90,6 +90,18 @@ reshard_status reshard_pool_validate(const reshard_pool *pool,
                                      reshard_bound_pool *out,
                                      reshard_error *err);
 
+/* Checks a block table of `count` ids for pools of `num_blocks` blocks
+ * of `block_size` tokens over the token span [0, token_span): at most
+ * limits->max_block_ids ids (checked first), each below num_blocks, none
+ * repeated (entries past the span included), at least
+ * ceil(token_span / block_size) of them. One pass; `scratch` holds a
+ * bitmap or a sorted copy. Messages name `path` ("pooled.block_ids",
+ * "source_block_ids") and the entry. */
+reshard_status reshard_block_table_check(
+    uint64_t block_size, uint64_t num_blocks, const uint32_t *block_ids,
+    size_t count, uint64_t token_span, const reshard_limits *limits,
+    const char *path, reshard_arena *scratch, reshard_error *err);
+
 /* Checks a block table against a validated pool for the request's token
  * span [0, token_span) — every id below num_blocks and none repeated,
  * entries past the span included; at least ceil(token_span / block_size)
