@@ -221,6 +221,8 @@ PLANNER_METHODS = {
     "PlanUpload": ("PlanUploadRequest", "PlanUploadResponse"),
     "PlanLoad": ("PlanLoadRequest", "PlanLoadResponse"),
     "PlanStore": ("PlanStoreRequest", "PlanStoreResponse"),
+    "RegisterMemory": ("RegisterMemoryRequest", "RegisterMemoryResponse"),
+    "ForgetMemory": ("ForgetMemoryRequest", "ForgetMemoryResponse"),
 }
 
 

@@ -4,7 +4,9 @@ The sample files in clients/examples/ are published, registered and planned
 through the CLI; plans printed by reshardctl are compared byte for byte with
 the same plan fetched by Python grpcio and printed by reshard_e2e (so "plans
 print the same from any client"), and the printed JSON plan is executed and
-checked with the SPEC §2.4 oracle.
+checked with the SPEC §2.4 oracle. The memory-pool files (pool.json,
+pooled.json, pooled-inline.json) register, plan the same as plan.json's
+binding and are forgotten through the CLI.
 """
 
 import json
@@ -16,6 +18,7 @@ import unittest
 from google.protobuf import json_format
 
 import reshard_e2e as e
+import reshard_pools as pools
 from reshard_e2e import pb
 
 EXAMPLES = os.path.join(e.REPO_DIR, "clients", "examples")
@@ -247,6 +250,72 @@ class ReshardctlTests(unittest.TestCase):
         by_id = self.ok("plan", self.write("by-id.json", doc))
         inline = self.ok("plan", example("plan.json"))
         self.assertEqual(by_id, inline)
+
+    # -- memory pools (SPEC §1.5a) --
+    def example_memory_id(self):
+        with open(example("pooled.json")) as f:
+            return json.load(f)["memory_id"]
+
+    def register_example_pool(self, *target):
+        return parse_kv(self.ok("register-memory", example("pool.json"),
+                                *(target or ("--placement",
+                                             example("placement.json")))))
+
+    def test_register_memory_example(self):
+        mid = self.example_memory_id()
+        self.ok("forget-memory", mid)  # whatever another test left
+        out = self.register_example_pool()
+        self.assertEqual(out, {"memory_id": mid, "created": "true"})
+        self.assertEqual(self.register_example_pool(),
+                         {"memory_id": mid, "created": "false"})
+        # The id is SPEC §1.5a's digest with placement.json's id; by that
+        # id the registration is the same one.
+        pid = e.canonical_placement_id(load_example("placement.json",
+                                                    pb.Placement()))
+        pool = load_example("pool.json", pb.MemoryPool())
+        self.assertEqual(pools.memory_id(pool, pid), mid)
+        self.ok("register-placement", example("placement.json"))
+        self.assertEqual(self.register_example_pool("--placement-id", pid),
+                         {"memory_id": mid, "created": "false"})
+        # A whole RegisterMemoryRequest as the file.
+        path = self.write("register-memory.json", {
+            "pool": json_format.MessageToDict(
+                pool, preserving_proto_field_name=True),
+            "placement_id": pid})
+        self.assertEqual(parse_kv(self.ok("register-memory", path)),
+                         {"memory_id": mid, "created": "false"})
+
+    def test_plan_pooled_prints_the_same(self):
+        self.plan_example()
+        self.register_example_pool()
+        for args in ((), ("--format", "json"), ("--runs",),
+                     ("--runs", "--format", "json")):
+            with self.subTest(args=args):
+                want = self.ok("plan", example("plan.json"), *args)
+                for name in ("pooled.json", "pooled-inline.json"):
+                    got = self.ok("plan", example("plan.json"), *args,
+                                  "--pooled", example(name))
+                    self.assertEqual(got, want, name)
+
+    def test_forget_memory_example(self):
+        mid = self.example_memory_id()
+        self.plan_example()
+        self.register_example_pool()
+        self.assertEqual(self.ok("forget-memory", mid), "removed=true\n")
+        self.assertEqual(self.ok("forget-memory", mid), "removed=false\n")
+        err = self.fails(1, "plan", example("plan.json"), "--pooled",
+                         example("pooled.json"))
+        self.assertTrue(err.startswith("error: NOT_FOUND: pooled.memory_id "
+                                       + mid + ": not registered"), err)
+        # The inline pool needs no registration.
+        self.assertEqual(self.ok("plan", example("plan.json"), "--pooled",
+                                 example("pooled-inline.json")),
+                         self.ok("plan", example("plan.json")))
+        err = self.fails(1, "forget-memory", "sha256:nope")
+        self.assertTrue(err.startswith("error: INVALID_ARGUMENT: memory_id: "),
+                        err)
+        self.fails(2, "forget-memory")
+        self.fails(2, "forget-memory", mid, mid)
 
     # -- forget --
     def test_forget(self):

@@ -18,6 +18,10 @@ static const ProtobufCMessageDescriptor *const types[] = {
     &reshard__v1__plan_load_request__descriptor,
     &reshard__v1__plan_store_request__descriptor,
     &reshard__v1__plan_load_response__descriptor,
+    /* register-memory and --pooled (appended: seeds keep their types) */
+    &reshard__v1__memory_pool__descriptor,
+    &reshard__v1__register_memory_request__descriptor,
+    &reshard__v1__pooled_memory__descriptor,
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

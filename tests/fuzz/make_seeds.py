@@ -11,6 +11,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 import reshard_e2e as e  # noqa: E402
+import reshard_pools as pools  # noqa: E402
 import reshard_scenarios as scenarios  # noqa: E402
 from reshard_e2e import pb  # noqa: E402
 
@@ -18,10 +19,53 @@ CORPUS = os.path.join(HERE, "corpus")
 # The order of fuzz_rpc.c's rpcs[] table.
 RPC = {"PublishManifest": 0, "GetManifest": 1, "RegisterPages": 2,
        "ForgetPages": 3, "RegisterPlacement": 4, "PlanUpload": 5,
-       "PlanLoad": 6, "PlanStore": 7, "Health.Check": 8}
+       "PlanLoad": 6, "PlanStore": 7, "Health.Check": 8,
+       "RegisterMemory": 9, "ForgetMemory": 10}
 # fuzz_reshardctl_json.c's types[].
 JSON_TYPES = {"manifest.json": 0, "placement.json": 1,
-              "plan-upload.json": 2, "plan.json": 3}
+              "plan-upload.json": 2, "plan.json": 3, "pool.json": 6,
+              "pooled.json": 8, "pooled-inline.json": 8}
+
+
+def rpc(method, msg):
+    return bytes([RPC[method]]) + msg.SerializeToString()
+
+
+def memory_seeds():
+    """Pools as engines lay them out (tests/e2e/reshard_pools.py) against a
+    TP2·PP2 reader: RegisterMemory with the placement inline and by id, and
+    pooled PlanLoad / PlanStore with the pool inline and a scattered block
+    table, or by memory id."""
+    for name, desc, build, block, blocks in (
+            ("vllm", pools.DESC, pools.vllm_pool, 4, 9),
+            ("flashinfer", pools.DESC, pools.flashinfer_pool, 16, 4),
+            ("page-first", pools.DESC, pools.page_first_pool, 8, 5),
+            ("mla", pools.MLA_DESC, pools.vllm_pool, 4, 9)):
+        reader = e.make_placement(desc, 1, 2, 2, "seed-r")
+        part = reader.parts[1]
+        pool = build(desc, part, block, blocks)
+        write("rpc", "memory-" + name, rpc("RegisterMemory",
+              pb.RegisterMemoryRequest(pool=pool, placement=reader)))
+        table = pools.scattered(blocks, seed=1)
+        keys = ["seed-%d" % i for i in range(pools.PAGES)]
+        load = pb.PlanLoadRequest(
+            model_domain="0" * 64, page_keys=keys, placement=reader,
+            pooled=pools.pooled(inline_pool=pool, block_ids=table))
+        write("rpc", "pooled-load-" + name, rpc("PlanLoad", load))
+        store = pb.PlanStoreRequest(
+            manifest_key="kv/a/manifests/b", placement=reader,
+            page_count=pools.PAGES,
+            pooled=pools.pooled(inline_pool=pool, block_ids=table))
+        write("rpc", "pooled-store-" + name, rpc("PlanStore", store))
+    pid = e.canonical_placement_id(reader)
+    mid = pools.memory_id(pool, pid)
+    write("rpc", "memory-by-id", rpc("RegisterMemory",
+          pb.RegisterMemoryRequest(pool=pool, placement_id=pid)))
+    write("rpc", "forget-memory", rpc("ForgetMemory",
+          pb.ForgetMemoryRequest(memory_id=mid)))
+    write("rpc", "pooled-load-id", rpc("PlanLoad", pb.PlanLoadRequest(
+        model_domain="0" * 64, page_keys=["seed-0"], placement_id=pid,
+        pooled=pools.pooled(mid, [3, 1]))))
 
 
 def write(target, name, data):
@@ -33,8 +77,6 @@ def write(target, name, data):
 def main():
     for name in ("S1", "S2", "S3", "S4", "S5"):
         r = scenarios.build(name, pages=2)
-        rpc = lambda method, msg: bytes([RPC[method]]) + \
-            msg.SerializeToString()  # noqa: E731
         write("rpc", name + "-publish", rpc("PublishManifest", r.publish))
         write("rpc", name + "-register", rpc("RegisterPages", r.register))
         write("rpc", name + "-planload", rpc("PlanLoad", r.plan_load))
@@ -60,6 +102,7 @@ def main():
     write("rpc", "forget", bytes([RPC["ForgetPages"]]) +
           pb.ForgetPagesRequest(model_domain="d", page_keys=["p"])
           .SerializeToString())
+    memory_seeds()
     for i in range(8):
         write("plan_oracle", "case-%d" % i,
               i.to_bytes(8, "little") + (i * 0x9E3779B9 & 0xFFFFFFFF)
