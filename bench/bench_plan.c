@@ -4,8 +4,13 @@
  * response encoding side by side, with and without runs (SPEC §2.2 step
  * 7), for the pool the scenarios register and for one region per (layer,
  * component). With the daemon built, a third times the reader's binding
- * decoded from its wire bytes and validated, per range. Figures only;
- * nothing asserts. */
+ * decoded from its wire bytes and validated, per range; then the pooled
+ * reader of SPEC §6 (bench/scenario.h) beside the explicit binding of the
+ * same memory and block table: the PlanLoad request's bytes, the pool's
+ * registration (decoded, validated: once), and per call the decoding, the
+ * validation or the block table's binding, and the planning. Figures only,
+ * except that a pooled plan whose copies differ from the explicit plan's
+ * prints MISMATCH and fails the run (exit 1). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +22,7 @@
 
 #ifdef RESHARD_BENCH_ENCODE
 #include "memory/chunk_pool.h"
+#include "reshard/identity.h"
 #include "wire/binding_decode.h"
 #include "wire/decode.h"
 #include "wire/plan_response.h"
@@ -283,6 +289,429 @@ static int encoding_memory_row(const char *name, const char *memory,
   return status;
 }
 
+/* ---- The pooled reader (SPEC §1.5a, §6) ---- */
+
+static size_t varint_bytes(uint64_t value) {
+  size_t n = 1;
+  while (value >= 0x80) {
+    value >>= 7;
+    n++;
+  }
+  return n;
+}
+
+/* A field of `length` bytes behind a one-byte tag, as protobuf sends it. */
+static size_t field_bytes(size_t length) {
+  return 1 + varint_bytes(length) + length;
+}
+
+static uint64_t fnv1a(const void *data, size_t length) {
+  const unsigned char *bytes = data;
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < length; i++) {
+    hash = (hash ^ bytes[i]) * 0x100000001b3ull;
+  }
+  return hash;
+}
+
+static double median_of(double *samples, int count) {
+  bench_sort_samples(samples, (size_t)count);
+  return bench_median(samples, (size_t)count);
+}
+
+/* What one scenario's pooled row prints. */
+typedef struct pooled_figures {
+  size_t blocks, ranges, copies, runs;
+  /* wire: the whole PlanLoad request, placement by id, 64-hex page keys */
+  size_t explicit_bytes, pooled_bytes, inline_bytes, keys_bytes, ids_bytes,
+      ids_payload;
+  /* medians, ns */
+  double register_decode, register_validate;
+  double explicit_decode, explicit_validate, explicit_plan;
+  double pooled_decode, pooled_bind, pooled_plan, pooled_runs;
+  uint64_t hash;
+  bool same;
+} pooled_figures;
+
+/* Pooled and explicit forms of one scenario's reader memory, the same
+ * bytes: built, checked to plan the same copies, measured over `count`
+ * runs with arena chunks from a pool (as the daemon's calls have them). */
+static int pooled_measure(const scenario_spec *spec, size_t index,
+                          uint64_t pages, int count, pooled_figures *out) {
+  memset(out, 0, sizeof *out);
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_error err;
+  scenario s;
+  scenario_pool sp;
+  reshard_join *template_join = NULL;
+  reshard_chunk_pool *chunks = reshard_chunk_pool_create(16u << 20);
+  double *samples[9] = {0};
+  int failed = chunks == NULL;
+  for (int i = 0; i < 9; i++) {
+    samples[i] = malloc(sizeof(double) * (size_t)count);
+    failed |= samples[i] == NULL;
+  }
+  if (failed || scenario_build(spec, pages, 0, 42 + index, &arena, &s, &err) ||
+      scenario_build_pool(spec, &s, 7 + index, &arena, &sp, &err)) {
+    fprintf(stderr, "%s: pooled: %s\n", spec->name,
+            failed ? "out of memory" : err.message);
+    failed = 1;
+    goto done;
+  }
+  /* The explicit form is the pool's own memory and table. */
+  s.binding = sp.binding;
+  const reshard_placement_part *part =
+      reshard_placement_find_part(&s.reader, sp.pool.participant_id);
+  template_join = reshard_join_build(&s.upload.layout, part, &err);
+  char placement_id[RESHARD_ID_SIZE], memory_id[RESHARD_ID_SIZE];
+  reshard_bound_pool bound_pool;
+  const reshard_limits *limits = &s.request.limits;
+  uint64_t span = s.request.page_count * spec->page_size;
+  if (template_join == NULL ||
+      reshard_pool_validate(&sp.pool, &s.reader.descriptor, part, limits,
+                            "pool", &arena, &bound_pool, &err) ||
+      reshard_placement_id(&s.reader, placement_id, &err) ||
+      reshard_memory_id(&sp.pool, placement_id, memory_id, &err)) {
+    fprintf(stderr, "%s: pooled: %s\n", spec->name, err.message);
+    failed = 1;
+    goto done;
+  }
+  s.source.join = template_join;
+  out->blocks = sp.block_count;
+  out->ranges = sp.binding.range_count;
+
+  /* ---- The wire ---- */
+  reshard_wire_plan_names names = bench_names(&s, &arena);
+  Reshard__V1__PlanLoadRequest wire = RESHARD__V1__PLAN_LOAD_REQUEST__INIT;
+  wire.model_domain =
+      "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  wire.n_page_keys = (size_t)s.request.page_count;
+  wire.page_keys = (char **)names.page_keys;
+  wire.target_case = RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID;
+  wire.placement_id = placement_id;
+  Reshard__V1__MemoryPool *pool_pb = reshard_wire_pool_to_pb(&sp.pool, &arena);
+  Reshard__V1__RuntimeBinding *binding_pb =
+      reshard_wire_binding_to_pb(&sp.binding, &arena);
+  Reshard__V1__PooledMemory pooled_pb = RESHARD__V1__POOLED_MEMORY__INIT;
+  pooled_pb.pool_case = RESHARD__V1__POOLED_MEMORY__POOL_MEMORY_ID;
+  pooled_pb.memory_id = memory_id;
+  pooled_pb.n_block_ids = sp.block_count;
+  pooled_pb.block_ids = sp.block_ids;
+  if (names.page_keys == NULL || pool_pb == NULL || binding_pb == NULL) {
+    failed = 1;
+    goto done;
+  }
+  wire.binding = binding_pb;
+  out->explicit_bytes = protobuf_c_message_get_packed_size(&wire.base);
+  wire.binding = NULL;
+  wire.pooled = &pooled_pb;
+  out->pooled_bytes = protobuf_c_message_get_packed_size(&wire.base);
+  Reshard__V1__PooledMemory inline_pb = pooled_pb;
+  inline_pb.pool_case = RESHARD__V1__POOLED_MEMORY__POOL_INLINE_POOL;
+  inline_pb.inline_pool = pool_pb;
+  wire.pooled = &inline_pb;
+  out->inline_bytes = protobuf_c_message_get_packed_size(&wire.base);
+  for (size_t p = 0; p < wire.n_page_keys; p++) {
+    out->keys_bytes += field_bytes(strlen(wire.page_keys[p]));
+  }
+  for (size_t i = 0; i < sp.block_count; i++) {
+    out->ids_payload += varint_bytes(sp.block_ids[i]);
+  }
+  out->ids_bytes = field_bytes(out->ids_payload);
+  size_t pool_length = 0, pooled_length = 0, binding_length = 0;
+  uint8_t *pool_bytes = reshard_wire_pack(&pool_pb->base, &arena, &pool_length);
+  uint8_t *pooled_bytes =
+      reshard_wire_pack(&pooled_pb.base, &arena, &pooled_length);
+  uint8_t *binding_bytes =
+      reshard_wire_pack(&binding_pb->base, &arena, &binding_length);
+  if (pool_bytes == NULL || pooled_bytes == NULL || binding_bytes == NULL) {
+    failed = 1;
+    goto done;
+  }
+
+  /* ---- The same plan either way ---- */
+  reshard_binding shell = {
+      .participant_id = sp.pool.participant_id,
+      .endpoint = sp.pool.endpoint,
+      .regions = sp.pool.regions,
+      .region_count = sp.pool.region_count,
+  };
+  {
+    reshard_arena a, b;
+    reshard_load_plan explicit_plan, pooled_plan;
+    reshard_bound_binding bound;
+    reshard_load_request pooled_request = s.request;
+    pooled_request.binding = &shell;
+    pooled_request.bound_binding = &bound;
+    reshard_arena_init(&a, 0);
+    reshard_arena_init(&b, 0);
+    bool planned_a = false, planned_b = false;
+    if (reshard_plan_load(&s.request, &a, &explicit_plan, &err) == RESHARD_OK) {
+      planned_a = true;
+      if (reshard_pool_bind(&bound_pool, sp.block_ids, sp.block_count, span,
+                            limits, "pooled", &b, &bound, &err) == RESHARD_OK &&
+          reshard_plan_load(&pooled_request, &b, &pooled_plan, &err) ==
+              RESHARD_OK) {
+        planned_b = true;
+      }
+    }
+    if (!planned_a || !planned_b) {
+      fprintf(stderr, "%s: pooled check: %s\n", spec->name, err.message);
+      failed = 1;
+    } else {
+      size_t length = explicit_plan.copy_count * sizeof(reshard_copy);
+      uint64_t pooled_hash = fnv1a(
+          pooled_plan.copies, pooled_plan.copy_count * sizeof(reshard_copy));
+      out->copies = explicit_plan.copy_count;
+      out->hash = fnv1a(explicit_plan.copies, length);
+      out->same =
+          pooled_plan.copy_count == explicit_plan.copy_count &&
+          pooled_plan.batch_count == explicit_plan.batch_count &&
+          pooled_plan.bytes == explicit_plan.bytes &&
+          pooled_hash == out->hash &&
+          memcmp(pooled_plan.copies, explicit_plan.copies, length) == 0 &&
+          memcmp(pooled_plan.batches, explicit_plan.batches,
+                 explicit_plan.batch_count * sizeof(reshard_batch)) == 0;
+      if (!out->same) {
+        fprintf(stderr,
+                "%s: MISMATCH: the pooled plan has %zu copies (hash "
+                "%016llx), the explicit one %zu (hash %016llx)\n",
+                spec->name, pooled_plan.copy_count,
+                (unsigned long long)pooled_hash, explicit_plan.copy_count,
+                (unsigned long long)out->hash);
+      }
+    }
+    if (planned_a) {
+      reshard_load_plan_free_joins(&explicit_plan, 1);
+    }
+    if (planned_b) {
+      reshard_load_plan_free_joins(&pooled_plan, 1);
+    }
+    reshard_arena_destroy(&a);
+    reshard_arena_destroy(&b);
+    if (failed) {
+      goto done;
+    }
+  }
+
+  /* ---- Timed, explicit and pooled in turn ---- */
+  for (int r = 0; !failed && r < count; r++) {
+    reshard_arena a;
+    reshard_arena_init_from(&a, 64 * 1024, reshard_chunk_pool_source(chunks));
+    double t0 = bench_now_ns();
+    /* Registration: the MemoryPool decoded, then validated. */
+    Reshard__V1__MemoryPool *pool_in =
+        (Reshard__V1__MemoryPool *)reshard_decode(
+            &reshard__v1__memory_pool__descriptor, pool_bytes, pool_length,
+            reshard_decode_budget(pool_length), limits, &a, &err);
+    reshard_pool pool;
+    reshard_bound_pool validated;
+    if (pool_in == NULL ||
+        reshard_wire_pool_from_pb(pool_in, "pool", &a, &pool, &err)) {
+      failed = 1;
+      break;
+    }
+    double t1 = bench_now_ns();
+    if (reshard_pool_validate(&pool, &s.reader.descriptor, part, limits, "pool",
+                              &a, &validated, &err)) {
+      failed = 1;
+      break;
+    }
+    double t2 = bench_now_ns();
+    samples[0][r] = t1 - t0;
+    samples[1][r] = t2 - t1;
+    reshard_arena_destroy(&a);
+
+    /* Explicit: the binding decoded, validated, then planned. */
+    reshard_arena_init_from(&a, 64 * 1024, reshard_chunk_pool_source(chunks));
+    reshard_binding binding;
+    reshard_bound_binding bound;
+    reshard_load_plan plan;
+    t0 = bench_now_ns();
+    if (reshard_binding_decode(binding_bytes, binding_length, "binding", limits,
+                               reshard_decode_budget(binding_length), &a,
+                               &binding, &err)) {
+      failed = 1;
+      break;
+    }
+    t1 = bench_now_ns();
+    if (reshard_binding_validate(&binding, &s.reader.descriptor, part,
+                                 s.request.page_count, limits, &a, &bound,
+                                 &err)) {
+      failed = 1;
+      break;
+    }
+    t2 = bench_now_ns();
+    reshard_load_request request = s.request;
+    request.binding = &binding;
+    request.bound_binding = &bound;
+    if (reshard_plan_load(&request, &a, &plan, &err)) {
+      failed = 1;
+      break;
+    }
+    double t3 = bench_now_ns();
+    samples[2][r] = t1 - t0;
+    samples[3][r] = t2 - t1;
+    samples[4][r] = t3 - t2;
+    reshard_load_plan_free_joins(&plan, 1);
+    reshard_arena_destroy(&a);
+
+    /* Pooled: memory id and block table decoded, bound, then planned. */
+    reshard_arena_init_from(&a, 64 * 1024, reshard_chunk_pool_source(chunks));
+    t0 = bench_now_ns();
+    Reshard__V1__PooledMemory *pooled_in =
+        (Reshard__V1__PooledMemory *)reshard_decode(
+            &reshard__v1__pooled_memory__descriptor, pooled_bytes,
+            pooled_length, reshard_decode_budget(pooled_length), limits, &a,
+            &err);
+    if (pooled_in == NULL) {
+      failed = 1;
+      break;
+    }
+    t1 = bench_now_ns();
+    if (reshard_pool_bind(&bound_pool, pooled_in->block_ids,
+                          pooled_in->n_block_ids, span, limits, "pooled", &a,
+                          &bound, &err)) {
+      failed = 1;
+      break;
+    }
+    t2 = bench_now_ns();
+    request.binding = &shell;
+    if (reshard_plan_load(&request, &a, &plan, &err)) {
+      failed = 1;
+      break;
+    }
+    t3 = bench_now_ns();
+    samples[5][r] = t1 - t0;
+    samples[6][r] = t2 - t1;
+    samples[7][r] = t3 - t2;
+    reshard_load_plan_free_joins(&plan, 1);
+    reshard_arena_destroy(&a);
+
+    /* Pooled with runs (SPEC §2.2 step 7), as the daemon asks for them. */
+    reshard_arena_init_from(&a, 64 * 1024, reshard_chunk_pool_source(chunks));
+    if (reshard_pool_bind(&bound_pool, sp.block_ids, sp.block_count, span,
+                          limits, "pooled", &a, &bound, &err)) {
+      failed = 1;
+      break;
+    }
+    request.runs = true;
+    request.omit_copies = true;
+    t0 = bench_now_ns();
+    if (reshard_plan_load(&request, &a, &plan, &err)) {
+      failed = 1;
+      break;
+    }
+    samples[8][r] = bench_now_ns() - t0;
+    out->runs = plan.runs.run_count;
+    reshard_load_plan_free_joins(&plan, 1);
+    reshard_arena_destroy(&a);
+  }
+  if (failed) {
+    fprintf(stderr, "%s: pooled: %s\n", spec->name, err.message);
+    goto done;
+  }
+  double *medians[9] = {
+      &out->register_decode,   &out->register_validate, &out->explicit_decode,
+      &out->explicit_validate, &out->explicit_plan,     &out->pooled_decode,
+      &out->pooled_bind,       &out->pooled_plan,       &out->pooled_runs};
+  for (int i = 0; i < 9; i++) {
+    *medians[i] = median_of(samples[i], count);
+  }
+done:
+  for (int i = 0; i < 9; i++) {
+    free(samples[i]);
+  }
+  reshard_join_free(template_join);
+  reshard_chunk_pool_free(chunks);
+  reshard_arena_destroy(&arena);
+  return failed ? -1 : 0;
+}
+
+/* The pooled form beside the explicit binding of the same memory, per
+ * selected scenario: the wire, the decoding and validation, the planning.
+ * Returns the rows that failed; a pooled plan that differs from the
+ * explicit one prints MISMATCH and fails. */
+static int pooled_tables(const char *only, uint64_t pages, int count) {
+  size_t n = sizeof scenario_specs / sizeof scenario_specs[0];
+  pooled_figures *rows = calloc(n, sizeof *rows);
+  bool *ok = calloc(n, sizeof *ok);
+  int failures = 0;
+  if (rows == NULL || ok == NULL) {
+    free(rows);
+    free(ok);
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (scenario_selected(&scenario_specs[i], only)) {
+      ok[i] =
+          pooled_measure(&scenario_specs[i], i, pages, count, &rows[i]) == 0;
+      if (!ok[i] || !rows[i].same) {
+        failures++;
+      }
+    }
+  }
+  printf("\npooled reader (SPEC §1.5a, §6: one region per layer; vLLM "
+         "[2, blocks, block, heads, dim], S3 FlashInfer HND [blocks, 2, "
+         "heads, block, dim], S4 MLA [blocks, block, 576] K only; twice the "
+         "blocks needed, table scattered) against the explicit binding of "
+         "the same memory\n");
+  printf("the PlanLoad request on the wire (placement by id, 64-hex page "
+         "keys): explicit binding | pooled by memory id | inline pool\n");
+  printf("%-16s %6s %7s | %10s | %8s %8s %8s %5s %6s %7s | %9s\n", "scenario",
+         "blocks", "ranges", "explicit", "pooled", "keys", "ids", "B/id",
+         "rest", "ex/pool", "inline");
+  for (size_t i = 0; i < n; i++) {
+    if (!ok[i]) {
+      continue;
+    }
+    const pooled_figures *f = &rows[i];
+    printf("%-16s %6zu %7zu | %10zu | %8zu %8zu %8zu %5.2f %6zu %6.1fx | "
+           "%9zu\n",
+           scenario_specs[i].name, f->blocks, f->ranges, f->explicit_bytes,
+           f->pooled_bytes, f->keys_bytes, f->ids_bytes,
+           (double)f->ids_payload / (double)f->blocks,
+           f->pooled_bytes - f->keys_bytes - f->ids_bytes,
+           (double)f->explicit_bytes / (double)f->pooled_bytes,
+           f->inline_bytes);
+  }
+  printf("\ndecoded, validated and planned (medians, warm template, arena "
+         "chunks from a pool): registration once | explicit per call | "
+         "pooled per call | pooled with runs\n");
+  printf("%-16s %8s %8s | %8s %8s %8s %7s %8s | %8s %8s %6s %8s %7s %8s %6s "
+         "| %8s %6s %7s | %s\n",
+         "scenario", "decode", "validate", "decode", "validate", "plan",
+         "ns/cp", "total", "decode", "bind", "ns/rng", "plan", "ns/cp", "total",
+         "fewer", "plan", "runs", "ns/run", "copies");
+  for (size_t i = 0; i < n; i++) {
+    if (!ok[i]) {
+      continue;
+    }
+    const pooled_figures *f = &rows[i];
+    double copies = f->copies ? (double)f->copies : 1.0;
+    double explicit_total =
+        f->explicit_decode + f->explicit_validate + f->explicit_plan;
+    double pooled_total = f->pooled_decode + f->pooled_bind + f->pooled_plan;
+    printf(
+        "%-16s %6.1fus %6.1fus | %6.1fus %6.1fus %6.1fus %7.2f %6.1fus | "
+        "%6.1fus %6.1fus %6.2f %6.1fus %7.2f %6.1fus %5.1fx | %6.1fus %6zu "
+        "%7.2f | %s %zu (%016llx)\n",
+        scenario_specs[i].name, f->register_decode / 1e3,
+        f->register_validate / 1e3, f->explicit_decode / 1e3,
+        f->explicit_validate / 1e3, f->explicit_plan / 1e3,
+        f->explicit_plan / copies, explicit_total / 1e3, f->pooled_decode / 1e3,
+        f->pooled_bind / 1e3, f->pooled_bind / (double)f->ranges,
+        f->pooled_plan / 1e3, f->pooled_plan / copies, pooled_total / 1e3,
+        explicit_total / pooled_total, f->pooled_runs / 1e3, f->runs,
+        f->pooled_runs / (double)(f->runs ? f->runs : 1),
+        f->same ? "same" : "MISMATCH", f->copies, (unsigned long long)f->hash);
+  }
+  free(rows);
+  free(ok);
+  return failures;
+}
+
 typedef int (*memory_row)(const char *name, const char *memory, scenario *s,
                           int count);
 
@@ -384,6 +813,7 @@ int main(int argc, char **argv) {
   printf("%-16s %-6s | %10s %7s | %10s %7s | %10s %7s\n", "scenario", "memory",
          "bytes", "ranges", "decode", "ns/rng", "validate", "ns/rng");
   failures += each_reader_memory(only, pages, runs, decode_row);
+  failures += pooled_tables(only, pages, runs);
 #endif
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);

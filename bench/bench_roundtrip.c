@@ -1,20 +1,26 @@
 /* reshard-roundtrip: the PlanLoad round trip against a live daemon, next to
- * the planning it contains (SPEC §7: a round trip costs at most twice the
- * planning). It starts reshardd on 127.0.0.1:0 (or, with --unix, on a Unix
+ * the planning it contains (SPEC §7: a round trip costs at most 1.5 ×
+ * (planning + the transport floor) with an explicit binding, 1.2 × with
+ * pooled memory). It starts reshardd on 127.0.0.1:0 (or, with --unix, on a Unix
  * socket, as a client in the daemon's own pod can reach it) with the memory
  * catalog,
  * publishes every SPEC §6 scenario's manifest, registers its pages and asks
  * for its plan over gRPC with the C client, once with the paged reader of
- * §6 and once with a contiguous NHD reader (one range per layer and
+ * §6, once with a contiguous NHD reader (one range per layer and
  * component, all in one region: the memory the issue's Python comparison
- * uses). Per row it prints the median round trip (the encoded response
+ * uses) and once with §6's pooled reader (bench/scenario.h: registered
+ * once with RegisterPlacement and RegisterMemory, then each PlanLoad names
+ * the placement and the pool by id and sends the block table). Per row it
+ * prints the request's size, the median round trip (the encoded response
  * received, not decoded), the median in-process planning time of the same
- * request with a warm join template (as the daemon has it), both per copy,
- * and their ratio. Next to them, the transport alone: the same request
+ * request with a warm join template (as the daemon has it; pooled: the
+ * block table bound over the validated pool, then the plan), both per
+ * copy, and their ratio. Next to them, the transport alone: the same request
  * bytes sent by the same client to an in-process gRPC server that answers
  * with the daemon's response bytes, stored (bench/replay_server.c), and
  * that floor's ratio to the planning: what a round trip would cost if
- * the daemon took no time at all. The client process keeps its heap
+ * the daemon took no time at all; and SPEC §7's ratio, round trip / (planning
+ * + replay). The client process keeps its heap
  * (mallopt in main), so neither figure pays for glibc returning and
  * refaulting the client's response buffers. Figures only: it fails (exit 1)
  * when a call fails or the daemon's plan differs from the in-process one, never
@@ -31,7 +37,9 @@
 
 #include "memory/chunk_pool.h"
 #include "replay_server.h"
+#include "reshard/identity.h"
 #include "reshard/join.h"
+#include "reshard/pool.h"
 #include "reshard_client.h"
 #include "scenario.h"
 #include "timing.h"
@@ -41,7 +49,18 @@
 #define RESHARD_DAEMON_PATH "reshardd"
 #endif
 
-typedef enum reader_memory { READER_PAGED, READER_CONTIGUOUS } reader_memory;
+/* The reader's memory: the paged binding of §6, one contiguous range per
+ * layer and component, or §6's pooled reader (a registered MemoryPool
+ * named by its memory id, plus a block table: bench/scenario.h). */
+typedef enum reader_memory {
+  READER_PAGED,
+  READER_CONTIGUOUS,
+  READER_POOLED,
+  READER_MEMORY_COUNT
+} reader_memory;
+
+static const char *const reader_names[READER_MEMORY_COUNT] = {
+    "paged", "contiguous", "pooled"};
 
 /* ---- The daemon ---- */
 
@@ -231,12 +250,84 @@ static int set_up(reshard_client *client, const scenario_spec *spec,
   return plan_load->placement != NULL && plan_load->binding != NULL ? 0 : -1;
 }
 
+/* Registers the reader's placement and its pool (RegisterPlacement,
+ * RegisterMemory) and turns `plan_load` into the pooled request: the
+ * placement by id, the pool by its memory id, the block table. The ids the
+ * daemon answers must be the ones computed here (SPEC §1.5a, §1.6). */
+static int set_up_pooled(reshard_client *client, const scenario_spec *spec,
+                         const scenario *s, const scenario_pool *sp,
+                         reshard_arena *arena,
+                         Reshard__V1__PlanLoadRequest *plan_load) {
+  reshard_error err;
+  char placement_id[RESHARD_ID_SIZE], memory_id[RESHARD_ID_SIZE];
+  if (reshard_placement_id(&s->reader, placement_id, &err) != RESHARD_OK ||
+      reshard_memory_id(&sp->pool, placement_id, memory_id, &err) !=
+          RESHARD_OK) {
+    fprintf(stderr, "%s: ids: %s\n", spec->name, err.message);
+    return -1;
+  }
+  reshard_client_status st;
+  Reshard__V1__RegisterPlacementRequest placement =
+      RESHARD__V1__REGISTER_PLACEMENT_REQUEST__INIT;
+  placement.placement = plan_load->placement;
+  Reshard__V1__RegisterPlacementResponse *placed = NULL;
+  if (reshard_client_register_placement(client, &placement, 0, &placed, &st) !=
+      RESHARD_STATUS_OK) {
+    fprintf(stderr, "%s: RegisterPlacement: %s\n", spec->name, st.message);
+    return -1;
+  }
+  bool same_placement = strcmp(placed->placement_id, placement_id) == 0;
+  reshard__v1__register_placement_response__free_unpacked(placed, NULL);
+  Reshard__V1__RegisterMemoryRequest memory =
+      RESHARD__V1__REGISTER_MEMORY_REQUEST__INIT;
+  memory.pool = reshard_wire_pool_to_pb(&sp->pool, arena);
+  memory.target_case =
+      RESHARD__V1__REGISTER_MEMORY_REQUEST__TARGET_PLACEMENT_ID;
+  memory.placement_id = placement_id;
+  Reshard__V1__RegisterMemoryResponse *registered = NULL;
+  if (memory.pool == NULL ||
+      reshard_client_register_memory(client, &memory, 0, &registered, &st) !=
+          RESHARD_STATUS_OK) {
+    fprintf(stderr, "%s: RegisterMemory: %s\n", spec->name, st.message);
+    return -1;
+  }
+  bool same_memory = strcmp(registered->memory_id, memory_id) == 0;
+  reshard__v1__register_memory_response__free_unpacked(registered, NULL);
+  if (!same_placement || !same_memory) {
+    fprintf(stderr,
+            "%s: the daemon's placement or memory id differs from "
+            "the one computed here\n",
+            spec->name);
+    return -1;
+  }
+  Reshard__V1__PooledMemory *pooled =
+      RESHARD_ARENA_NEW(arena, Reshard__V1__PooledMemory, 1);
+  char *id = reshard_arena_strdup(arena, placement_id);
+  char *mid = reshard_arena_strdup(arena, memory_id);
+  if (pooled == NULL || id == NULL || mid == NULL) {
+    return -1;
+  }
+  reshard__v1__pooled_memory__init(pooled);
+  pooled->pool_case = RESHARD__V1__POOLED_MEMORY__POOL_MEMORY_ID;
+  pooled->memory_id = mid;
+  pooled->n_block_ids = sp->block_count;
+  pooled->block_ids = sp->block_ids;
+  plan_load->binding = NULL;
+  plan_load->pooled = pooled;
+  plan_load->target_case = RESHARD__V1__PLAN_LOAD_REQUEST__TARGET_PLACEMENT_ID;
+  plan_load->placement_id = id;
+  return 0;
+}
+
 /* ---- One row ---- */
 
 typedef struct row {
   uint64_t copies;
+  size_t request_bytes;
   size_t response_bytes;
-  double plan_ns;   /* median in-process planning, warm join template */
+  double plan_ns;   /* median in-process planning, warm join template (with
+                       the pooled reader: the block table bound, then the
+                       plan) */
   double round_ns;  /* median round trip */
   double replay_ns; /* median round trip of the replay server */
 } row;
@@ -278,6 +369,10 @@ static int measure(reshard_client *client, reshard_client *replay_client,
   reshard_arena_init(&arena, 0);
   reshard_error err;
   scenario s;
+  scenario_pool sp;
+  reshard_bound_pool bound_pool;
+  /* The binding the daemon plans a pool with: its regions, no ranges. */
+  reshard_binding shell;
   int result = -1;
   double *samples = malloc(sizeof(double) * (size_t)runs);
   reshard_join *join = NULL;
@@ -287,9 +382,30 @@ static int measure(reshard_client *client, reshard_client *replay_client,
       scenario_build(spec, pages, 0, 42, &arena, &s, &err) != RESHARD_OK ||
       (memory == READER_CONTIGUOUS &&
        contiguous_binding(spec, pages ? pages : spec->pages, &s, &arena,
-                          &err) != RESHARD_OK)) {
+                          &err) != RESHARD_OK) ||
+      (memory == READER_POOLED &&
+       scenario_build_pool(spec, &s, 7, &arena, &sp, &err) != RESHARD_OK)) {
     fprintf(stderr, "%s: %s\n", spec->name, err.message);
     goto done;
+  }
+  if (memory == READER_POOLED) {
+    /* The pool is validated once, as RegisterMemory does. */
+    if (reshard_pool_validate(
+            &sp.pool, &s.reader.descriptor,
+            reshard_placement_find_part(&s.reader, sp.pool.participant_id),
+            &s.request.limits, "pool", &arena, &bound_pool,
+            &err) != RESHARD_OK) {
+      fprintf(stderr, "%s: pool: %s\n", spec->name, err.message);
+      goto done;
+    }
+    shell = (reshard_binding){
+        .participant_id = sp.pool.participant_id,
+        .endpoint = sp.pool.endpoint,
+        .regions = sp.pool.regions,
+        .region_count = sp.pool.region_count,
+    };
+    s.binding = sp.binding; /* what set_up encodes, then replaces */
+    s.request.binding = &shell;
   }
   join = reshard_join_build(
       &s.upload.layout,
@@ -310,10 +426,21 @@ static int measure(reshard_client *client, reshard_client *replay_client,
     reshard_arena_init_from(&scratch, 64 * 1024,
                             reshard_chunk_pool_source(pool));
     reshard_load_plan plan;
+    reshard_bound_binding bound;
     double start = bench_now_ns();
-    reshard_status status =
-        reshard_plan_load(&s.request, &scratch, &plan, &err);
+    reshard_status status = RESHARD_OK;
+    if (memory == READER_POOLED) {
+      status = reshard_pool_bind(&bound_pool, sp.block_ids, sp.block_count,
+                                 s.request.page_count * spec->page_size,
+                                 &s.request.limits, "pooled", &scratch, &bound,
+                                 &err);
+      s.request.bound_binding = &bound;
+    }
+    if (status == RESHARD_OK) {
+      status = reshard_plan_load(&s.request, &scratch, &plan, &err);
+    }
     samples[r] = bench_now_ns() - start;
+    s.request.bound_binding = NULL;
     if (status == RESHARD_OK) {
       out->copies = plan.operations;
     }
@@ -326,7 +453,9 @@ static int measure(reshard_client *client, reshard_client *replay_client,
   bench_sort_samples(samples, (size_t)runs);
   out->plan_ns = bench_median(samples, (size_t)runs);
 
-  if (set_up(client, spec, s.request.page_count, &s, &arena, &request) != 0) {
+  if (set_up(client, spec, s.request.page_count, &s, &arena, &request) != 0 ||
+      (memory == READER_POOLED &&
+       set_up_pooled(client, spec, &s, &sp, &arena, &request) != 0)) {
     goto done;
   }
   size_t length = protobuf_c_message_get_packed_size(&request.base);
@@ -335,6 +464,7 @@ static int measure(reshard_client *client, reshard_client *replay_client,
     goto done;
   }
   protobuf_c_message_pack(&request.base, bytes);
+  out->request_bytes = length;
   /* The first calls build and cache the join template, as in production
    * the first request of a reader shape does. */
   uint8_t *response = NULL;
@@ -442,9 +572,13 @@ int main(int argc, char **argv) {
          "medians; replay: the same bytes from a server that stores the "
          "response\n",
          daemon.target, runs);
-  printf("%-16s %-10s %9s %11s | %10s %8s | %10s %8s | %6s | %10s %6s\n",
-         "scenario", "reader", "copies", "response", "plan", "ns/cp",
-         "round trip", "ns/cp", "ratio", "replay", "floor");
+  printf("ratio = round trip / plan; floor = replay / plan; vs floor = round "
+         "trip / (plan + replay), SPEC §7's (goal: 1.5 explicit, 1.2 "
+         "pooled)\n");
+  printf("%-16s %-10s %9s %11s %11s | %10s %8s | %10s %8s | %6s | %10s %6s | "
+         "%8s\n",
+         "scenario", "reader", "copies", "request", "response", "plan", "ns/cp",
+         "round trip", "ns/cp", "ratio", "replay", "floor", "vs floor");
   int failures = client == NULL || replay_client == NULL;
   for (size_t i = 0; client != NULL && replay_client != NULL &&
                      i < sizeof scenario_specs / sizeof scenario_specs[0];
@@ -453,7 +587,7 @@ int main(int argc, char **argv) {
     if (!scenario_selected(spec, only)) {
       continue;
     }
-    for (int m = READER_PAGED; m <= READER_CONTIGUOUS; m++) {
+    for (int m = READER_PAGED; m < READER_MEMORY_COUNT; m++) {
       row r = {0};
       if (measure(client, replay_client, replay, spec, pages, (reader_memory)m,
                   runs, &r) != 0) {
@@ -461,13 +595,13 @@ int main(int argc, char **argv) {
         continue;
       }
       double copies = r.copies ? (double)r.copies : 1.0;
-      printf("%-16s %-10s %9llu %9.1fKB | %8.1fus %8.1f | %8.1fus %8.1f | "
-             "%6.2f | %8.1fus %6.2f\n",
-             spec->name, m == READER_PAGED ? "paged" : "contiguous",
-             (unsigned long long)r.copies, (double)r.response_bytes / 1e3,
+      printf("%-16s %-10s %9llu %9.1fKB %9.1fKB | %8.1fus %8.1f | %8.1fus "
+             "%8.1f | %6.2f | %8.1fus %6.2f | %8.2f\n",
+             spec->name, reader_names[m], (unsigned long long)r.copies,
+             (double)r.request_bytes / 1e3, (double)r.response_bytes / 1e3,
              r.plan_ns / 1e3, r.plan_ns / copies, r.round_ns / 1e3,
              r.round_ns / copies, r.round_ns / r.plan_ns, r.replay_ns / 1e3,
-             r.replay_ns / r.plan_ns);
+             r.replay_ns / r.plan_ns, r.round_ns / (r.plan_ns + r.replay_ns));
       fflush(stdout);
     }
   }

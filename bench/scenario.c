@@ -292,3 +292,153 @@ reshard_status scenario_region_per_layer(scenario *s, reshard_arena *arena,
   s->binding.region_count = s->groups;
   return RESHARD_OK;
 }
+
+/* The explicit binding SPEC §1.5 writes for `pool` and its first `blocks`
+ * table entries over tokens [0, tokens): per tensor one range per block,
+ * and per head too where a head's tokens are not one row. */
+static reshard_status pool_binding(const scenario_spec *spec,
+                                   const reshard_placement_part *part,
+                                   scenario_pool *p, uint64_t tokens,
+                                   reshard_arena *arena, reshard_error *err) {
+  const reshard_pool *pool = &p->pool;
+  uint64_t heads = part->head_count;
+  size_t room = pool->tensor_count * p->block_count * heads;
+  reshard_binding_range *ranges =
+      RESHARD_ARENA_NEW(arena, reshard_binding_range, room + 1);
+  if (ranges == NULL) {
+    return out_of_memory(err);
+  }
+  size_t n = 0;
+  for (size_t t = 0; t < pool->tensor_count; t++) {
+    const reshard_pool_tensor *tensor = &pool->tensors[t];
+    uint64_t hb =
+        (tensor->component == RESHARD_COMPONENT_KEY ? spec->key_dim
+                                                    : spec->value_dim) *
+        spec->itemsize;
+    uint64_t hs = heads > 1 ? tensor->head_stride_bytes : hb;
+    uint64_t row = (heads - 1) * hs + hb;
+    uint64_t ts = pool->block_size > 1 ? tensor->token_stride_bytes : row;
+    bool per_head = ts < row;
+    for (size_t i = 0; i < p->block_count; i++) {
+      uint64_t start = i * pool->block_size;
+      uint64_t count =
+          tokens - start < pool->block_size ? tokens - start : pool->block_size;
+      for (uint64_t h = 0; h < (per_head ? heads : 1); h++) {
+        ranges[n++] = (reshard_binding_range){
+            .global_layer_id = tensor->global_layer_id,
+            .component = tensor->component,
+            .token_start = start,
+            .token_count = count,
+            .head_start = part->head_start + h,
+            .head_count = per_head ? 1 : heads,
+            .region_id = tensor->region_id,
+            .offset_bytes =
+                tensor->offset_bytes +
+                (uint64_t)p->block_ids[i] * tensor->block_stride_bytes + h * hs,
+            .token_stride_bytes = ts,
+            .head_stride_bytes = per_head ? hb : hs,
+        };
+      }
+    }
+  }
+  p->binding = (reshard_binding){
+      .participant_id = pool->participant_id,
+      .endpoint = pool->endpoint,
+      .regions = pool->regions,
+      .region_count = pool->region_count,
+      .ranges = ranges,
+      .range_count = n,
+  };
+  return RESHARD_OK;
+}
+
+reshard_status scenario_build_pool(const scenario_spec *spec, const scenario *s,
+                                   uint64_t seed, reshard_arena *arena,
+                                   scenario_pool *out, reshard_error *err) {
+  memset(out, 0, sizeof *out);
+  const reshard_placement_part *part =
+      reshard_placement_find_part(&s->reader, s->binding.participant_id);
+  if (part == NULL) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "scenario: no reader participant %s",
+                             s->binding.participant_id);
+  }
+  unsigned components = spec->value_dim == 0 ? 1 : 2;
+  uint64_t tokens = s->request.page_count * spec->page_size;
+  uint64_t block = spec->block_tokens;
+  uint64_t needed = (tokens + block - 1) / block;
+  uint64_t num_blocks = needed * 2;
+  uint64_t heads = part->head_count;
+  uint64_t slot =
+      (spec->key_dim > spec->value_dim ? spec->key_dim : spec->value_dim) *
+      spec->itemsize;
+  uint64_t component_block = block * heads * slot;
+  uint64_t layer_bytes = num_blocks * components * component_block;
+  bool hnd = spec->memory == SCENARIO_MEMORY_HND;
+  size_t layers = (size_t)part->layer_count;
+  reshard_region *regions = RESHARD_ARENA_NEW(arena, reshard_region, layers);
+  reshard_pool_tensor *tensors =
+      RESHARD_ARENA_NEW(arena, reshard_pool_tensor, layers * components);
+  uint64_t *order = RESHARD_ARENA_NEW(arena, uint64_t, num_blocks);
+  out->block_ids = RESHARD_ARENA_NEW(arena, uint32_t, needed);
+  if (regions == NULL || tensors == NULL || order == NULL ||
+      out->block_ids == NULL) {
+    return out_of_memory(err);
+  }
+  /* One allocation per layer, 1 MiB apart, as an engine's tensors are. */
+  uint64_t address = 1ull << 32;
+  size_t n = 0;
+  for (size_t l = 0; l < layers; l++) {
+    char id[32];
+    snprintf(id, sizeof id, "L%llu", (unsigned long long)part->layer_ids[l]);
+    regions[l] =
+        (reshard_region){reshard_arena_strdup(arena, id), address, layer_bytes};
+    if (regions[l].region_id == NULL) {
+      return out_of_memory(err);
+    }
+    address += (layer_bytes + (2ull << 20) - 1) & ~((1ull << 20) - 1);
+    for (unsigned c = 0; c < components; c++) {
+      reshard_pool_tensor *t = &tensors[n++];
+      *t = (reshard_pool_tensor){
+          .global_layer_id = part->layer_ids[l],
+          .component = c == 0 ? RESHARD_COMPONENT_KEY : RESHARD_COMPONENT_VALUE,
+          .region_id = regions[l].region_id,
+      };
+      if (hnd) { /* [blocks, 2, heads, block, dim] */
+        t->offset_bytes = c * component_block;
+        t->block_stride_bytes = components * component_block;
+        t->head_stride_bytes = block * slot;
+        t->token_stride_bytes = slot;
+      } else { /* [2, blocks, block, heads, dim], or [blocks, block, 1, dim] */
+        t->offset_bytes = c * num_blocks * component_block;
+        t->block_stride_bytes = component_block;
+        t->token_stride_bytes = heads * slot;
+        t->head_stride_bytes = slot;
+      }
+    }
+  }
+  for (uint64_t b = 0; b < num_blocks; b++) {
+    order[b] = b;
+  }
+  for (uint64_t b = num_blocks - 1; b > 0; b--) {
+    uint64_t j = next_random(&seed) % (b + 1);
+    uint64_t swap = order[b];
+    order[b] = order[j];
+    order[j] = swap;
+  }
+  for (uint64_t i = 0; i < needed; i++) {
+    out->block_ids[i] = (uint32_t)order[i];
+  }
+  out->block_count = (size_t)needed;
+  out->pool = (reshard_pool){
+      .participant_id = part->participant_id,
+      .endpoint = "bench",
+      .regions = regions,
+      .region_count = layers,
+      .block_size = block,
+      .num_blocks = num_blocks,
+      .tensors = tensors,
+      .tensor_count = n,
+  };
+  return pool_binding(spec, part, out, tokens, arena, err);
+}

@@ -10,6 +10,7 @@
 
 #include "reshard/arena.h"
 #include "reshard/plan.h"
+#include "reshard/pool.h"
 #include "reshard/store.h"
 #include "reshard/upload.h"
 
@@ -83,5 +84,28 @@ reshard_status scenario_build_store(const scenario_spec *spec, uint64_t pages,
  * vLLM allocates them (one tensor per layer and component). */
 reshard_status scenario_region_per_layer(scenario *s, reshard_arena *arena,
                                          reshard_error *err);
+
+/* The pooled reader of SPEC §6 for a built scenario's reader participant:
+ * its blocks as a MemoryPool (SPEC §1.5a) of twice the blocks the request
+ * needs, one region per layer, laid out as the engines allocate them —
+ * vLLM's [2, blocks, block, heads, dim] (NHD) per layer; S3 (HND)
+ * FlashInfer's [blocks, 2, heads, block, dim], K and V interleaved per
+ * block; an MLA latent cache (no V) [blocks, block, 1, dim], K only — and
+ * a block table of scattered ids. `binding` is the same memory and table
+ * as the explicit binding SPEC §1.5 writes for them (one range per block,
+ * layer and component; per head too where heads lie outside tokens), so
+ * the two forms must give the same plan. */
+typedef struct scenario_pool {
+  reshard_pool pool;
+  uint32_t *block_ids;
+  size_t block_count;
+  reshard_binding binding;
+} scenario_pool;
+
+/* Builds the pooled reader of `s` (built by scenario_build from `spec`),
+ * blocks scattered by `seed`, in `arena`. */
+reshard_status scenario_build_pool(const scenario_spec *spec, const scenario *s,
+                                   uint64_t seed, reshard_arena *arena,
+                                   scenario_pool *out, reshard_error *err);
 
 #endif

@@ -7,6 +7,14 @@ as raw HTTP/2 POSTs: the serialized PlanLoadRequest behind gRPC's 5-byte
 prefix (flag 0, big-endian length), with `content-type: application/grpc`
 and `te: trailers`, to /reshard.v1.Planner/PlanLoad.
 
+--pooled: the scenario's pooled reader of SPEC §6 (deploy/ghz/
+pooled_scenarios.py, the requests of deploy/ghz's pooled steps): the set-up
+registers the reader's placement (RegisterPlacement) and its memory pool
+(RegisterMemory) once, and every PlanLoad then names both by id and carries
+the block table, as SPEC §7's "S1 with 8 pages and a pooled reader" asks
+(with --runs: the same with strided runs). --mix-pooled does the same for
+the --mix scenario.
+
 The ceiling (SPEC §7): in the same run, at the same concurrency, the
 daemon's own grpc.health.v1.Health/Check is loaded the same way just
 before each PlanLoad run; PlanLoad's share is its rate over the Check rate
@@ -45,13 +53,16 @@ Usage:
   scripts/load.py --daemon build/daemon/reshardd           # start one, test, stop it
   scripts/load.py --target 127.0.0.1:50051 --metrics 127.0.0.1:9464
   scripts/load.py --daemon build/daemon/reshardd --scenario S1-1 --mix S5
+  scripts/load.py --daemon build/daemon/reshardd --pooled [--runs]  # S1-8
+  scripts/load.py --daemon build/daemon/reshardd --scenario S5 --pooled
 Options: --scenario S1-8 (default; any of S1..S5 or S1-N), --requests 5000,
 --warmup 1000, --clients 4 --streams 16 (64 concurrent streams),
 --repeat 1, --no-ceiling, --ceiling-requests 20000, --mix SCENARIO
 (--mix-requests 200, --mix-clients 1, --mix-streams 4, --mix-method
 PlanLoad or PlanStore), --short (a quick
 smoke run for CI), --method PlanLoad (default) or PlanStore (the scenario's
-writer), --runs (ask for strided runs, SPEC §2.2 step 7), --unix (over a
+writer), --runs (ask for strided runs, SPEC §2.2 step 7), --pooled and
+--mix-pooled (the pooled reader: memory id + block table), --unix (over a
 Unix socket).
 Exit status: 0 when every call succeeded and memory stayed flat, 1 otherwise,
 2 on bad usage.
@@ -77,6 +88,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 E2E = os.path.join(REPO, "tests", "e2e")
+GHZ = os.path.join(REPO, "deploy", "ghz")  # pooled_scenarios.py
 
 PLAN_LOAD_PATH = "/reshard.v1.Planner/PlanLoad"
 HEALTH_CHECK_PATH = "/grpc.health.v1.Health/Check"
@@ -313,10 +325,14 @@ class Target:
                 shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 
-def set_up(target, requests, timeout=120, method="PlanLoad", tls_ca=None):
+def set_up(target, requests, timeout=120, method="PlanLoad", tls_ca=None,
+           pooled=None, plan_load=None):
     """PublishManifest and RegisterPages with grpcio, then one call of
     `method` to check the request plans every page (PlanLoad) or writes one
-    Part (PlanStore). Returns its stats and response size."""
+    Part (PlanStore). With `pooled` (pooled_scenarios.PooledRequests), the
+    reader's placement and pool are registered first and the daemon's ids
+    checked against the computed ones. `plan_load`: the PlanLoad to check
+    (default requests.plan_load). Returns its stats and response size."""
     import grpc
     import reshard_e2e as e
     options = [("grpc.max_receive_message_length", -1),
@@ -334,13 +350,25 @@ def set_up(target, requests, timeout=120, method="PlanLoad", tls_ca=None):
             raise LoadError("the daemon's manifest key %s differs from %s"
                             % (pub.manifest_key, requests.manifest_key))
         planner.RegisterPages(requests.register, timeout=timeout)
+        if pooled is not None:
+            placed = planner.RegisterPlacement(pooled.register_placement,
+                                               timeout=timeout)
+            if placed.placement_id != pooled.placement_id:
+                raise LoadError("the daemon's placement id %s differs from %s"
+                                % (placed.placement_id, pooled.placement_id))
+            memory = planner.RegisterMemory(pooled.register_memory,
+                                            timeout=timeout)
+            if memory.memory_id != pooled.memory_id:
+                raise LoadError("the daemon's memory id %s differs from %s"
+                                % (memory.memory_id, pooled.memory_id))
         if method == "PlanStore":
             resp = planner.PlanStore(requests.plan_store, timeout=timeout)
             if len(resp.part_indexes) != 1:
                 raise LoadError("the PlanStore writes %d Parts, not 1"
                                 % len(resp.part_indexes))
             return resp.stats, resp.ByteSize()
-        resp = planner.PlanLoad(requests.plan_load, timeout=timeout)
+        resp = planner.PlanLoad(plan_load or requests.plan_load,
+                                timeout=timeout)
         if resp.hit_pages != requests.pages:
             raise LoadError("the PlanLoad hits %d of %d pages"
                             % (resp.hit_pages, requests.pages))
@@ -473,8 +501,10 @@ def run(args):
     os.environ["RESHARD_E2E_PYGEN"] = os.path.abspath(find_pygen(args.pygen))
     if args.daemon:
         os.environ["RESHARD_E2E_DAEMON"] = os.path.abspath(args.daemon)
-    if E2E not in sys.path:
-        sys.path.insert(0, E2E)
+    for path in (E2E, GHZ):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    import pooled_scenarios
     import reshard_scenarios as scenarios
 
     requests = scenarios.build(*scenarios.parse_variant(args.scenario))
@@ -482,35 +512,53 @@ def run(args):
            if args.mix else None)
     requests.plan_load.runs = args.runs
     requests.plan_store.runs = args.runs
-    message = getattr(requests, METHODS[args.method])
+    pooled = pooled_scenarios.build(requests) if args.pooled else None
+    mix_pooled = (pooled_scenarios.build(mix)
+                  if mix is not None and args.mix_pooled else None)
+    if pooled is not None:
+        message = pooled.plan_load_runs if args.runs else pooled.plan_load
+    else:
+        message = getattr(requests, METHODS[args.method])
     path = "/reshard.v1.Planner/" + args.method
     method_ok = "reshard.v1.Planner/%s OK" % args.method
     target = Target(args)
     streams = args.clients * args.streams
     result = {"scenario": requests.name, "method": args.method,
-              "runs": args.runs, "requests": args.requests,
+              "runs": args.runs, "pooled": args.pooled,
+              "request_bytes": message.ByteSize(), "requests": args.requests,
               "warmup": args.warmup, "clients": args.clients,
               "streams_per_client": args.streams,
               "concurrent_streams": streams, "repeat": args.repeat,
               "transport": "unix" if args.unix else "tcp"}
     sent = {method_ok: 0, HEALTH_CHECK_OK: 0}
     mix_ok = "reshard.v1.Planner/%s OK" % args.mix_method
+    # The pooled set-up's registrations, counted before the load starts.
+    registered = {}
+    for p in (pooled, mix_pooled):
+        if p is not None:
+            for m in ("RegisterPlacement", "RegisterMemory"):
+                key = "reshard.v1.Planner/%s OK" % m
+                registered[key] = registered.get(key, 0) + 1
     if mix is not None:
         sent[mix_ok] = 0
     try:
         stats, response_bytes = set_up(target.grpc, requests,
-                                       method=args.method, tls_ca=args.tls_ca)
+                                       method=args.method, tls_ca=args.tls_ca,
+                                       pooled=pooled, plan_load=message
+                                       if pooled is not None else None)
         result["plan"] = {"copies": stats.operations, "bytes": stats.bytes,
                           "copies_before_coalescing":
                               stats.copies_before_coalescing,
                           "runs": stats.runs,
                           "response_bytes": response_bytes}
         if mix is not None:
-            mix_stats, mix_bytes = set_up(target.grpc, mix,
-                                          method=args.mix_method,
-                                          tls_ca=args.tls_ca)
+            mix_stats, mix_bytes = set_up(
+                target.grpc, mix, method=args.mix_method, tls_ca=args.tls_ca,
+                pooled=mix_pooled, plan_load=mix_pooled.plan_load
+                if mix_pooled is not None else None)
             result["mix_plan"] = {"scenario": mix.name,
                                   "method": args.mix_method,
+                                  "pooled": mix_pooled is not None,
                                   "copies": mix_stats.operations,
                                   "response_bytes": mix_bytes}
         with tempfile.TemporaryDirectory(prefix="reshard-load-") as tmp:
@@ -523,6 +571,7 @@ def run(args):
             set_up_calls = {method_ok: 1}
             if mix is not None:
                 set_up_calls[mix_ok] = set_up_calls.get(mix_ok, 0) + 1
+            set_up_calls.update(registered)
             before_text, before = settled_counts(target.metrics, {},
                                                  set_up_calls)
             rss_start = rss_bytes(target.pid, before_text)
@@ -572,7 +621,9 @@ def run(args):
                 rss_main_peak = sampler.peak
                 mixed = None
                 if mix is not None:
-                    mix_message = getattr(mix, METHODS[args.mix_method])
+                    mix_message = (mix_pooled.plan_load
+                                   if mix_pooled is not None
+                                   else getattr(mix, METHODS[args.mix_method]))
                     mix_file = write_frame(tmp, "mix.grpc",
                                            mix_message.SerializeToString())
                     mixed = run_mixed(h2load, args, target, data_file,
@@ -668,10 +719,12 @@ def run(args):
 def report(r, out=sys.stdout):
     mib = 1024.0 * 1024.0
     lat = r["latency_ms"]
-    print("reshardd load test: %s %s%s (%d copies, %d bytes per plan, "
+    print("reshardd load test: %s %s%s%s (%d copies, %d bytes per plan, "
           "%d-byte response), h2load %d requests at %d concurrent streams "
           "(%d connections x %d%s)"
           % (r["scenario"], r["method"],
+             ", pooled reader (memory id + block table, %d-byte request)"
+             % r["request_bytes"] if r.get("pooled") else "",
              " with runs (%d runs)" % r["plan"]["runs"] if r["runs"] else "",
              r["plan"]["copies"], r["plan"]["bytes"],
              r["plan"]["response_bytes"], r["requests"],
@@ -725,10 +778,14 @@ def report(r, out=sys.stdout):
                       h["timeout"], h["status_2xx"]), file=out)
     m = r.get("mixed")
     if m is not None:
-        for label, key, name in (("mixed small ", "small", r["scenario"]),
+        small = r["scenario"] + (" (pooled)" if r.get("pooled") else "")
+        for label, key, name in (("mixed small ", "small", small),
                                  ("mixed large ", "large",
-                                  "%s %s" % (r["mix_plan"]["scenario"],
-                                             r["mix_plan"]["method"]))):
+                                  "%s %s%s" % (r["mix_plan"]["scenario"],
+                                               r["mix_plan"]["method"],
+                                               " (pooled)"
+                                               if r["mix_plan"].get("pooled")
+                                               else ""))):
             l = m[key]["latency_ms"]
             print("  %s %s: %.1f requests/s, p50 %.2f ms  p99 %.2f ms  "
                   "max %.2f ms  (%d samples)"
@@ -775,6 +832,11 @@ def main(argv=None):
                              "PlanLoad or its writer's PlanStore")
     parser.add_argument("--runs", action="store_true",
                         help="ask for strided runs (SPEC §2.2 step 7)")
+    parser.add_argument("--pooled", action="store_true",
+                        help="the scenario's pooled reader (SPEC §6): "
+                             "register its placement and memory pool first, "
+                             "then PlanLoad with the memory id and a block "
+                             "table")
     parser.add_argument("--unix", action="store_true",
                         help="with --daemon: listen and load over a Unix "
                              "socket instead of 127.0.0.1")
@@ -797,6 +859,9 @@ def main(argv=None):
                         choices=sorted(METHODS),
                         help="the RPC of the --mix scenario: its reader's "
                              "PlanLoad or its writer's PlanStore")
+    parser.add_argument("--mix-pooled", action="store_true",
+                        help="the --mix scenario's PlanLoad with its pooled "
+                             "reader, registered first")
     parser.add_argument("--mix-requests", type=int, default=200)
     parser.add_argument("--mix-clients", type=int, default=1)
     parser.add_argument("--mix-streams", type=int, default=4)
@@ -825,6 +890,10 @@ def main(argv=None):
     if args.target and not args.metrics:
         parser.error("--target needs --metrics (the daemon's counters decide "
                      "success)")
+    if args.pooled and args.method != "PlanLoad":
+        parser.error("--pooled goes with --method PlanLoad")
+    if args.mix_pooled and (not args.mix or args.mix_method != "PlanLoad"):
+        parser.error("--mix-pooled goes with --mix and --mix-method PlanLoad")
     if args.unix and not args.daemon:
         parser.error("--unix goes with --daemon (give a running daemon's "
                      "socket as --target unix:PATH)")

@@ -3,12 +3,16 @@
 
 For every scenario variant (S1-8, then S1..S5) and step (publish, register,
 planload, planload-runs: the same PlanLoad with strided runs, planstore)
-it writes into --out:
+and, for S1-8 and S5, the pooled reader of SPEC §6 (pooled_scenarios.py:
+register-placement, register-memory, then planload-pooled and
+planload-pooled-runs, which name the placement and the pool by id and carry
+a block table) it writes into --out:
 
   {variant}.{step}.json   the request in protobuf's JSON mapping (ghz "data-file")
   {variant}.{step}.bin    the same request serialized (ghz "binary-file",
                           and scripts/load.py frames it for h2load)
   index.json              what each file claims to be: call and message type
+                          (pooled steps: also the placement and memory ids)
 
 and with --configs DIR the ghz configurations {variant}.{step}.ghz.json,
 whose paths are relative to deploy/ghz/ (run ghz from there). The committed
@@ -23,6 +27,10 @@ Usage (from the repository root, after a build):
   deploy/ghz/generate.py                      # data into deploy/ghz/data
   cd deploy/ghz && ghz --config S1-8.publish.ghz.json \
       && ghz --config S1-8.register.ghz.json && ghz --config S1-8.planload.ghz.json
+  # the pooled reader: register its placement and pool once, then load
+  ghz --config S1-8.register-placement.ghz.json \
+      && ghz --config S1-8.register-memory.ghz.json \
+      && ghz --config S1-8.planload-pooled.ghz.json
 """
 
 import argparse
@@ -38,6 +46,9 @@ E2E = os.path.join(REPO, "tests", "e2e")
 # How hard each step's ghz configuration pushes. Set-up steps run once.
 LOAD_TOTALS = {"S1-8": 20000}
 DEFAULT_LOAD_TOTAL = 2000
+# The variants that also ship the pooled reader's requests (SPEC §7's
+# throughput goal is S1-8 pooled; S5 is the large plan beside it).
+POOLED_VARIANTS = ("S1-8", "S5")
 CONCURRENCY = 64
 CONNECTIONS = 4
 
@@ -57,16 +68,21 @@ def find_pygen(explicit):
 
 def setup_imports(pygen):
     os.environ["RESHARD_E2E_PYGEN"] = os.path.abspath(pygen)
-    if E2E not in sys.path:
-        sys.path.insert(0, E2E)
+    for path in (E2E, HERE):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+
+
+# What a PlanLoad step's configuration name says besides the method.
+STEP_NOTES = {"planload-runs": " (runs)", "planload-pooled": " (pooled)",
+              "planload-pooled-runs": " (pooled, runs)"}
 
 
 def ghz_config(variant, step, method, host, data_dir_rel):
     call = "reshard.v1.Planner." + method
     config = {
         "name": "reshardd %s %s%s" % (variant, method,
-                                      " (runs)" if step == "planload-runs"
-                                      else ""),
+                                      STEP_NOTES.get(step, "")),
         "proto": "../../proto/reshard/v1/planner.proto",
         "import-paths": ["../../proto"],
         "call": call,
@@ -99,6 +115,7 @@ def write_json(path, obj):
 def generate(out, configs=None, host="127.0.0.1:50051", data_dir_rel="data"):
     """Writes every data file into ``out`` (and configurations into
     ``configs``); returns the index entries."""
+    import pooled_scenarios
     import reshard_scenarios as scenarios
     from google.protobuf import json_format
 
@@ -108,14 +125,22 @@ def generate(out, configs=None, host="127.0.0.1:50051", data_dir_rel="data"):
     index = []
     for name, pages in scenarios.variants():
         req = scenarios.build(name, pages)
-        for step, method, message in req.steps():
+        steps = [(step, method, message, {})
+                 for step, method, message in req.steps()]
+        if req.name in POOLED_VARIANTS:
+            pooled = pooled_scenarios.build(req)
+            ids = {"placement_id": pooled.placement_id,
+                   "memory_id": pooled.memory_id}
+            steps += [(step, method, message, ids)
+                      for step, method, message in pooled.steps()]
+        for step, method, message, extra in steps:
             stem = "%s.%s" % (req.name, step)
             doc = json_format.MessageToDict(message,
                                             preserving_proto_field_name=True)
             write_json(os.path.join(out, stem + ".json"), doc)
             with open(os.path.join(out, stem + ".bin"), "wb") as f:
                 f.write(message.SerializeToString())
-            index.append({
+            entry = {
                 "variant": req.name,
                 "step": step,
                 "call": "reshard.v1.Planner." + method,
@@ -126,7 +151,9 @@ def generate(out, configs=None, host="127.0.0.1:50051", data_dir_rel="data"):
                 "manifest_key": req.manifest_key,
                 "model_domain": req.model_domain,
                 "pages": req.pages,
-            })
+            }
+            entry.update(extra)
+            index.append(entry)
             if configs:
                 write_json(os.path.join(configs, stem + ".ghz.json"),
                            ghz_config(req.name, step, method, host,

@@ -3,11 +3,12 @@
 * GhzDataTests — deploy/ghz: the committed ghz configurations are what
   generate.py writes, every request file parses as the message its call
   takes (json_format.ParseDict, and the binary twin), and the set-up and
-  PlanLoad requests work against a daemon.
+  PlanLoad requests work against a daemon; the pooled PlanLoads (S1-8, S5)
+  plan what the explicit binding of the same pool and block table plans.
 * ScenarioCommandTests — scripts/scenario.py prints a plan and its figures.
 * LoadSmokeTests — scripts/load.py: thousands of h2load requests at 64
   concurrent streams, zero failures by the daemon's own counters, flat
-  memory.
+  memory; the pooled reader (--pooled) too.
 
 Environment (tests/deploy/CMakeLists.txt): RESHARD_E2E_DAEMON,
 RESHARD_E2E_RESHARDCTL, RESHARD_E2E_PYGEN, RESHARD_SANITIZED (1 in the
@@ -67,10 +68,13 @@ class GhzDataTests(unittest.TestCase):
     def test_every_scenario_has_its_requests(self):
         variants = {x["variant"] for x in self.index}
         self.assertEqual(variants, {"S1-8", "S1", "S2", "S3", "S4", "S5"})
+        pooled = ["register-placement", "register-memory",
+                  "planload-pooled", "planload-pooled-runs"]
         for v in variants:
             steps = [x["step"] for x in self.index if x["variant"] == v]
             self.assertEqual(steps, ["publish", "register", "planload",
-                                     "planload-runs", "planstore"])
+                                     "planload-runs", "planstore"]
+                             + (pooled if v in ("S1-8", "S5") else []))
 
     def test_committed_configs_are_generated(self):
         generated = sorted(os.listdir(self.configs))
@@ -133,18 +137,33 @@ class GhzDataTests(unittest.TestCase):
                 self.assertEqual(from_json, from_binary)
                 if x["step"].startswith("planload"):
                     self.assertEqual(from_json.runs,
-                                     x["step"] == "planload-runs")
+                                     x["step"].endswith("-runs"))
                     self.assertEqual(len(from_json.page_keys), x["pages"])
                     self.assertEqual(from_json.model_domain,
                                      x["model_domain"])
+                    pooled = x["step"].startswith("planload-pooled")
+                    self.assertEqual(from_json.HasField("pooled"), pooled)
+                    self.assertEqual(from_json.HasField("binding"),
+                                     not pooled)
+                    if pooled:
+                        self.assertEqual(from_json.placement_id,
+                                         x["placement_id"])
+                        self.assertEqual(from_json.pooled.memory_id,
+                                         x["memory_id"])
+                elif x["step"] == "register-memory":
+                    self.assertEqual(from_json.placement_id,
+                                     x["placement_id"])
                 elif x["step"] == "register":
                     self.assertEqual(from_json.manifest_key,
                                      x["manifest_key"])
 
     def test_requests_work_against_the_daemon(self):
         """Raw bytes of every file, as ghz would send them: the daemon
-        computes the same manifest keys and layouts, and every PlanLoad
-        hits all of its pages."""
+        computes the same manifest keys and layouts, placement and memory
+        ids, every PlanLoad hits all of its pages, and a pooled PlanLoad
+        answers exactly what the explicit binding of its pool and block
+        table gets."""
+        import pooled_scenarios
         import reshard_scenarios as scenarios
         with e.Daemon() as daemon:
             channel = daemon.channel()
@@ -176,14 +195,28 @@ class GhzDataTests(unittest.TestCase):
                         elif x["step"] == "planstore":
                             self.assertEqual(len(resp.part_indexes), 1)
                             self.assertGreater(resp.stats.operations, 0)
+                        elif x["step"] == "register-placement":
+                            self.assertEqual(resp.placement_id,
+                                             x["placement_id"])
+                        elif x["step"] == "register-memory":
+                            self.assertEqual(resp.memory_id, x["memory_id"])
                         else:
                             self.assertEqual(resp.hit_pages, x["pages"])
                             self.assertGreater(resp.stats.operations, 0)
-                            runs = x["step"] == "planload-runs"
+                            runs = x["step"].endswith("-runs")
                             self.assertEqual(resp.stats.runs > 0, runs)
                             if runs:
                                 self.assertLess(resp.stats.runs,
                                                 resp.stats.operations)
+                            if x["step"].startswith("planload-pooled"):
+                                name, pages = scenarios.parse_variant(
+                                    x["variant"])
+                                explicit = pooled_scenarios.build(
+                                    scenarios.build(name, pages)
+                                ).explicit_plan_load(runs)
+                                want = planner.PlanLoad(explicit,
+                                                        timeout=120)
+                                self.assertEqual(resp, want)
                 # The offline upload plan equals the daemon's PlanUpload.
                 for name in scenarios.SCENARIOS:
                     req = scenarios.build(name, 1)
@@ -265,6 +298,35 @@ class LoadSmokeTests(unittest.TestCase):
         self.assertEqual(result["mixed"]["small"]["h2load"]["succeeded"], 300)
         self.assertGreater(result["mixed"]["small"]["latency_ms"]["samples"],
                            0)
+
+    def test_h2load_pooled_smoke(self):
+        """--pooled: the reader's placement and pool registered first,
+        then PlanLoad by memory id and block table (with runs), and S5
+        pooled beside it; every call OK."""
+        import load
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "load.json")
+            code = load.main([
+                "--daemon", e.DAEMON, "--pygen", e.PYGEN, "--pooled",
+                "--runs", "--scenario", "S1-8", "--requests", "500",
+                "--warmup", "100", "--ceiling-requests", "1000",
+                "--mix", "S5", "--mix-pooled", "--mix-requests", "20",
+                "--time-limit", "240", "--rss-growth-mib", "0",
+                "--json", out])
+            self.assertEqual(code, 0, "scripts/load.py --pooled failed")
+            with open(out) as f:
+                result = json.load(f)
+        self.assertTrue(result["pooled"])
+        self.assertTrue(result["mix_plan"]["pooled"])
+        self.assertEqual(result["problems"], [])
+        self.assertGreater(result["plan"]["runs"], 0)
+        # Page keys, a few bytes per block id, O(1) besides (SPEC §7).
+        self.assertLess(result["request_bytes"], 1024)
+        self.assertEqual(
+            result["daemon_counter_deltas"],
+            {"reshard.v1.Planner/PlanLoad OK": 500 + 100 + 500 + 20,
+             "grpc.health.v1.Health/Check OK": 1000})
+        self.assertGreater(result["share"], 0)
 
     def test_h2load_unix_socket(self):
         """--unix: the daemon listens on a Unix socket, the set-up and
