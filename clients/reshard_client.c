@@ -400,6 +400,11 @@ RESHARD_TYPED_CALL(reshard_client_forget_memory,
                    Reshard__V1__ForgetMemoryRequest,
                    Reshard__V1__ForgetMemoryResponse,
                    reshard__v1__forget_memory_response__descriptor)
+RESHARD_TYPED_CALL(reshard_client_plan_transfer,
+                   "/reshard.v1.Planner/PlanTransfer",
+                   Reshard__V1__PlanTransferRequest,
+                   Reshard__V1__PlanTransferResponse,
+                   reshard__v1__plan_transfer_response__descriptor)
 RESHARD_TYPED_CALL(reshard_client_health_check, "/grpc.health.v1.Health/Check",
                    Grpc__Health__V1__HealthCheckRequest,
                    Grpc__Health__V1__HealthCheckResponse,

@@ -169,6 +169,18 @@ int reshard_client_forget_memory(reshard_client *client,
                                  int64_t timeout_ms,
                                  Reshard__V1__ForgetMemoryResponse **resp,
                                  reshard_client_status *st);
+/* SPEC §2.6: plans the transfer of tokens [0, token_count) from a live
+ * source instance's registered pools (`source_memory_ids`, the source DP
+ * replica's `source_block_ids`) into one target participant's memory
+ * (`binding` or `pooled`). Every batch of the response reads one source:
+ * `source_index` into `sources` (participant, endpoint, memory id, the
+ * pool's regions with addresses), `source_region_index` into that source's
+ * regions, `region_index` into `region_ids`. */
+int reshard_client_plan_transfer(reshard_client *client,
+                                 const Reshard__V1__PlanTransferRequest *req,
+                                 int64_t timeout_ms,
+                                 Reshard__V1__PlanTransferResponse **resp,
+                                 reshard_client_status *st);
 int reshard_client_health_check(reshard_client *client,
                                 const Grpc__Health__V1__HealthCheckRequest *req,
                                 int64_t timeout_ms,

@@ -297,3 +297,331 @@ int reshard_plan_print_table(FILE *out,
     return -1;
   return 0;
 }
+
+/* ---- transfer plans (SPEC §2.6) ---- */
+
+bool reshard_transfer_plan_has_runs(
+    const Reshard__V1__PlanTransferResponse *plan) {
+  for (size_t b = 0; b < plan->n_batches; b++)
+    if (plan->batches[b]->n_run_count > 0)
+      return true;
+  return false;
+}
+
+int reshard_transfer_plan_check(const Reshard__V1__PlanTransferResponse *plan,
+                                char *err, size_t errcap) {
+  bool runs = reshard_transfer_plan_has_runs(plan);
+  uint64_t entries = 0;
+  for (size_t b = 0; b < plan->n_batches; b++) {
+    const Reshard__V1__TransferBatch *tb = plan->batches[b];
+    size_t n = tb->n_nbytes;
+    if (tb->n_source_region_index != n || tb->n_source_offset != n ||
+        tb->n_region_index != n || tb->n_region_offset != n)
+      return check_fail(err, errcap,
+                        "batches[%zu]: columns have different lengths", b);
+    size_t want_runs = runs ? n : 0;
+    if (tb->n_run_count != want_runs || tb->n_source_stride != want_runs ||
+        tb->n_region_stride != want_runs)
+      return check_fail(err, errcap, "batches[%zu]: run columns must be %s", b,
+                        runs ? "as long as the others in every batch"
+                             : "empty");
+    if (tb->source_index >= plan->n_sources)
+      return check_fail(err, errcap,
+                        "batches[%zu].source_index: %" PRIu64
+                        " is not below %zu sources",
+                        b, tb->source_index, plan->n_sources);
+    const Reshard__V1__TransferSource *src = plan->sources[tb->source_index];
+    entries += n;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+      uint64_t count = runs ? tb->run_count[i] : 1, moved;
+      if (count == 0)
+        return check_fail(err, errcap,
+                          "batches[%zu].run_count[%zu]: must be at least 1", b,
+                          i);
+      if (__builtin_mul_overflow(count, tb->nbytes[i], &moved) ||
+          __builtin_add_overflow(sum, moved, &sum))
+        return check_fail(err, errcap, "batches[%zu]: bytes overflow", b);
+      if (tb->source_region_index[i] >= src->n_regions)
+        return check_fail(err, errcap,
+                          "batches[%zu].source_region_index[%zu]: %" PRIu64
+                          " is not below the %zu regions of source %s",
+                          b, i, tb->source_region_index[i], src->n_regions,
+                          src->participant_id);
+      if (tb->region_index[i] >= plan->n_region_ids)
+        return check_fail(err, errcap,
+                          "batches[%zu].region_index[%zu]: %" PRIu64
+                          " is not below %zu region ids",
+                          b, i, tb->region_index[i], plan->n_region_ids);
+    }
+    if (sum != tb->bytes)
+      return check_fail(err, errcap,
+                        "batches[%zu]: bytes %" PRIu64
+                        " differs from the sum of nbytes %" PRIu64,
+                        b, tb->bytes, sum);
+  }
+  uint64_t stated = plan->stats ? plan->stats->runs : 0;
+  if (stated != (runs ? entries : 0))
+    return check_fail(err, errcap,
+                      "stats.runs %" PRIu64 " differs from %" PRIu64
+                      " run entries",
+                      stated, runs ? entries : 0);
+  return 0;
+}
+
+/* Copies a batch stands for (runs counted in full); the batch has passed
+ * the check, so the sum fits. */
+static uint64_t transfer_batch_copies(const Reshard__V1__TransferBatch *tb) {
+  if (tb->n_run_count == 0)
+    return tb->n_nbytes;
+  uint64_t total = 0;
+  for (size_t i = 0; i < tb->n_run_count; i++)
+    total += tb->run_count[i];
+  return total;
+}
+
+static int put_stats(FILE *out, const Reshard__V1__PlanStats *st, bool runs) {
+  if (fputs(",\"stats\":{", out) < 0 ||
+      put_key_u64(out, "bytes", st ? st->bytes : 0, false) < 0 ||
+      put_key_u64(out, "copies_before_coalescing",
+                  st ? st->copies_before_coalescing : 0, true) < 0 ||
+      put_key_u64(out, "operations", st ? st->operations : 0, true) < 0 ||
+      (runs && put_key_u64(out, "runs", st ? st->runs : 0, true) < 0) ||
+      fputc('}', out) == EOF)
+    return -1;
+  return 0;
+}
+
+/* The document's keys in sorted order by construction: top level:
+ * batches, region_ids, source_placement_id, sources, stats,
+ * target_placement_id; batch: bytes, copies, endpoint, participant_id,
+ * source_index (with runs: bytes, endpoint, participant_id, runs,
+ * source_index); copy: nbytes, region_id, region_index, region_offset,
+ * source_offset, source_region_id, source_region_index (a run adds count,
+ * region_stride and source_stride); source: endpoint, memory_id,
+ * participant_id, regions; region: address, nbytes, region_id. */
+static int put_transfer_entry(FILE *out,
+                              const Reshard__V1__PlanTransferResponse *plan,
+                              const Reshard__V1__TransferBatch *tb, size_t i,
+                              bool runs) {
+  const Reshard__V1__TransferSource *src = plan->sources[tb->source_index];
+  const char *source_region =
+      src->regions[tb->source_region_index[i]]->region_id;
+  if (fputs(i ? ",{" : "{", out) < 0 ||
+      (runs && put_key_u64(out, "count", tb->run_count[i], false) < 0) ||
+      put_key_u64(out, "nbytes", tb->nbytes[i], runs) < 0 ||
+      put_key_string(out, "region_id", plan->region_ids[tb->region_index[i]],
+                     true) < 0 ||
+      put_key_u64(out, "region_index", tb->region_index[i], true) < 0 ||
+      put_key_u64(out, "region_offset", tb->region_offset[i], true) < 0 ||
+      (runs &&
+       put_key_u64(out, "region_stride", tb->region_stride[i], true) < 0) ||
+      put_key_u64(out, "source_offset", tb->source_offset[i], true) < 0 ||
+      put_key_string(out, "source_region_id", source_region, true) < 0 ||
+      put_key_u64(out, "source_region_index", tb->source_region_index[i],
+                  true) < 0 ||
+      (runs &&
+       put_key_u64(out, "source_stride", tb->source_stride[i], true) < 0) ||
+      fputc('}', out) == EOF)
+    return -1;
+  return 0;
+}
+
+int reshard_transfer_plan_print_json(
+    FILE *out, const Reshard__V1__PlanTransferResponse *plan) {
+  bool runs = reshard_transfer_plan_has_runs(plan);
+  if (fputs("{\"batches\":[", out) < 0)
+    return -1;
+  for (size_t b = 0; b < plan->n_batches; b++) {
+    const Reshard__V1__TransferBatch *tb = plan->batches[b];
+    const Reshard__V1__TransferSource *src = plan->sources[tb->source_index];
+    if (fprintf(out, "%s{\"bytes\":%" PRIu64, b ? "," : "", tb->bytes) < 0)
+      return -1;
+    if (!runs && fputs(",\"copies\":[", out) < 0)
+      return -1;
+    if (!runs)
+      for (size_t i = 0; i < tb->n_nbytes; i++)
+        if (put_transfer_entry(out, plan, tb, i, false) < 0)
+          return -1;
+    if ((!runs && fputc(']', out) == EOF) ||
+        put_key_string(out, "endpoint", src->endpoint, true) < 0 ||
+        put_key_string(out, "participant_id", src->participant_id, true) < 0)
+      return -1;
+    if (runs) {
+      if (fputs(",\"runs\":[", out) < 0)
+        return -1;
+      for (size_t i = 0; i < tb->n_nbytes; i++)
+        if (put_transfer_entry(out, plan, tb, i, true) < 0)
+          return -1;
+      if (fputc(']', out) == EOF)
+        return -1;
+    }
+    if (put_key_u64(out, "source_index", tb->source_index, true) < 0 ||
+        fputc('}', out) == EOF)
+      return -1;
+  }
+  if (fputs("],\"region_ids\":[", out) < 0)
+    return -1;
+  for (size_t r = 0; r < plan->n_region_ids; r++)
+    if ((r && fputc(',', out) == EOF) || put_string(out, plan->region_ids[r]))
+      return -1;
+  if (fputc(']', out) == EOF ||
+      put_key_string(out, "source_placement_id", plan->source_placement_id,
+                     true) < 0 ||
+      fputs(",\"sources\":[", out) < 0)
+    return -1;
+  for (size_t s = 0; s < plan->n_sources; s++) {
+    const Reshard__V1__TransferSource *src = plan->sources[s];
+    if (fputs(s ? ",{" : "{", out) < 0 ||
+        put_key_string(out, "endpoint", src->endpoint, false) < 0 ||
+        put_key_string(out, "memory_id", src->memory_id, true) < 0 ||
+        put_key_string(out, "participant_id", src->participant_id, true) < 0 ||
+        fputs(",\"regions\":[", out) < 0)
+      return -1;
+    for (size_t r = 0; r < src->n_regions; r++) {
+      const Reshard__V1__Region *reg = src->regions[r];
+      if (fputs(r ? ",{" : "{", out) < 0 ||
+          put_key_u64(out, "address", reg->address, false) < 0 ||
+          put_key_u64(out, "nbytes", reg->nbytes, true) < 0 ||
+          put_key_string(out, "region_id", reg->region_id, true) < 0 ||
+          fputc('}', out) == EOF)
+        return -1;
+    }
+    if (fputs("]}", out) < 0)
+      return -1;
+  }
+  if (fputc(']', out) == EOF || put_stats(out, plan->stats, runs) < 0 ||
+      put_key_string(out, "target_placement_id", plan->target_placement_id,
+                     true) < 0 ||
+      fputs("}\n", out) < 0)
+    return -1;
+  return 0;
+}
+
+/* Columns of the explicit transfer table, then the runs table's. */
+enum { TCOLS = 7, TRUN_COLS = 10 };
+static const char *const transfer_headers[TCOLS] = {
+    "BATCH",     "SOURCE",        "SOURCE_REGION", "SOURCE_OFFSET",
+    "REGION_ID", "REGION_OFFSET", "NBYTES"};
+static const char *const transfer_run_headers[TRUN_COLS] = {
+    "BATCH",         "SOURCE",    "SOURCE_REGION", "SOURCE_OFFSET",
+    "SOURCE_STRIDE", "REGION_ID", "REGION_OFFSET", "REGION_STRIDE",
+    "NBYTES",        "COUNT"};
+static const bool transfer_left[TCOLS] = {false, true,  true, false,
+                                          true,  false, false};
+static const bool transfer_run_left[TRUN_COLS] = {
+    false, true, true, false, false, true, false, false, false, false};
+
+static void transfer_row_cells(const Reshard__V1__PlanTransferResponse *plan,
+                               size_t b, size_t i, bool runs,
+                               char cells[TRUN_COLS][24],
+                               const char *text[TRUN_COLS]) {
+  const Reshard__V1__TransferBatch *tb = plan->batches[b];
+  const Reshard__V1__TransferSource *src = plan->sources[tb->source_index];
+  const char *source_region =
+      src->regions[tb->source_region_index[i]]->region_id;
+  const char *region_id = plan->region_ids[tb->region_index[i]];
+  snprintf(cells[0], sizeof cells[0], "%zu", b);
+  snprintf(cells[3], sizeof cells[3], "%" PRIu64, tb->source_offset[i]);
+  if (!runs) {
+    snprintf(cells[5], sizeof cells[5], "%" PRIu64, tb->region_offset[i]);
+    snprintf(cells[6], sizeof cells[6], "%" PRIu64, tb->nbytes[i]);
+    const char *row[TCOLS] = {cells[0], src->participant_id, source_region,
+                              cells[3], region_id,           cells[5],
+                              cells[6]};
+    memcpy(text, row, sizeof row);
+    return;
+  }
+  snprintf(cells[4], sizeof cells[4], "%" PRIu64, tb->source_stride[i]);
+  snprintf(cells[6], sizeof cells[6], "%" PRIu64, tb->region_offset[i]);
+  snprintf(cells[7], sizeof cells[7], "%" PRIu64, tb->region_stride[i]);
+  snprintf(cells[8], sizeof cells[8], "%" PRIu64, tb->nbytes[i]);
+  snprintf(cells[9], sizeof cells[9], "%" PRIu64, tb->run_count[i]);
+  const char *row[TRUN_COLS] = {cells[0],      src->participant_id,
+                                source_region, cells[3],
+                                cells[4],      region_id,
+                                cells[6],      cells[7],
+                                cells[8],      cells[9]};
+  memcpy(text, row, sizeof row);
+}
+
+int reshard_transfer_plan_print_table(
+    FILE *out, const Reshard__V1__PlanTransferResponse *plan) {
+  bool runs = reshard_transfer_plan_has_runs(plan);
+  int cols = runs ? TRUN_COLS : TCOLS;
+  const char *const *head = runs ? transfer_run_headers : transfer_headers;
+  const bool *left = runs ? transfer_run_left : transfer_left;
+  size_t width[TRUN_COLS];
+  char cells[TRUN_COLS][24];
+  const char *text[TRUN_COLS];
+  for (int c = 0; c < cols; c++)
+    width[c] = strlen(head[c]);
+  for (size_t b = 0; b < plan->n_batches; b++) {
+    for (size_t i = 0; i < plan->batches[b]->n_nbytes; i++) {
+      transfer_row_cells(plan, b, i, runs, cells, text);
+      for (int c = 0; c < cols; c++)
+        if (strlen(text[c]) > width[c])
+          width[c] = strlen(text[c]);
+    }
+  }
+
+  if (fprintf(out, "# source_placement_id=%s target_placement_id=%s\n",
+              plan->source_placement_id, plan->target_placement_id) < 0)
+    return -1;
+  for (size_t s = 0; s < plan->n_sources; s++) {
+    const Reshard__V1__TransferSource *src = plan->sources[s];
+    if (fprintf(out,
+                "# source %zu participant_id=%s endpoint=%s memory_id=%s\n", s,
+                src->participant_id, src->endpoint, src->memory_id) < 0)
+      return -1;
+    for (size_t r = 0; r < src->n_regions; r++) {
+      const Reshard__V1__Region *reg = src->regions[r];
+      if (fprintf(out,
+                  "# source %zu region %zu region_id=%s address=%" PRIu64
+                  " nbytes=%" PRIu64 "\n",
+                  s, r, reg->region_id, reg->address, reg->nbytes) < 0)
+        return -1;
+    }
+  }
+  for (size_t r = 0; r < plan->n_region_ids; r++)
+    if (fprintf(out, "# region %zu region_id=%s\n", r, plan->region_ids[r]) < 0)
+      return -1;
+  for (size_t b = 0; b < plan->n_batches; b++) {
+    const Reshard__V1__TransferBatch *tb = plan->batches[b];
+    const Reshard__V1__TransferSource *src = plan->sources[tb->source_index];
+    if (fprintf(out,
+                "# batch %zu source=%" PRIu64
+                " participant_id=%s endpoint=%s copies=%" PRIu64
+                " bytes=%" PRIu64,
+                b, tb->source_index, src->participant_id, src->endpoint,
+                transfer_batch_copies(tb), tb->bytes) < 0 ||
+        (runs && fprintf(out, " runs=%zu", tb->n_run_count) < 0) ||
+        fputc('\n', out) == EOF)
+      return -1;
+  }
+  for (int c = 0; c < cols; c++)
+    if (put_cell(out, head[c], width[c], left[c], c == 0) < 0)
+      return -1;
+  if (fputc('\n', out) == EOF)
+    return -1;
+  for (size_t b = 0; b < plan->n_batches; b++) {
+    for (size_t i = 0; i < plan->batches[b]->n_nbytes; i++) {
+      transfer_row_cells(plan, b, i, runs, cells, text);
+      for (int c = 0; c < cols; c++)
+        if (put_cell(out, text[c], width[c], left[c], c == 0) < 0)
+          return -1;
+      if (fputc('\n', out) == EOF)
+        return -1;
+    }
+  }
+  const Reshard__V1__PlanStats *st = plan->stats;
+  if (fprintf(out,
+              "# batches=%zu operations=%" PRIu64 " bytes=%" PRIu64
+              " copies_before_coalescing=%" PRIu64,
+              plan->n_batches, st ? st->operations : 0, st ? st->bytes : 0,
+              st ? st->copies_before_coalescing : 0) < 0 ||
+      (runs && fprintf(out, " runs=%" PRIu64, st ? st->runs : 0) < 0) ||
+      fputc('\n', out) == EOF)
+    return -1;
+  return 0;
+}

@@ -1,7 +1,7 @@
 /* reshard_plan_print: the two printed forms of a PlanLoadResponse, table and
- * JSON. Both are specified byte for byte in docs/clients.md, so every
- * client (reshardctl, the Python helper in tests/e2e) prints a plan the same
- * way.
+ * JSON, and those of a PlanTransferResponse. Both are specified byte for
+ * byte in docs/clients.md, so every client (reshardctl, the Python helper in
+ * tests/e2e) prints a plan the same way.
  */
 #ifndef RESHARD_PLAN_PRINT_H
 #define RESHARD_PLAN_PRINT_H
@@ -36,5 +36,33 @@ int reshard_plan_print_json(FILE *out,
  * Returns 0 or -1 on a write or memory error. */
 int reshard_plan_print_table(FILE *out,
                              const Reshard__V1__PlanLoadResponse *plan);
+
+/* The same for a transfer plan (SPEC §2.6): some batch has run columns. */
+bool reshard_transfer_plan_has_runs(
+    const Reshard__V1__PlanTransferResponse *plan);
+
+/* Checks a transfer plan as reshard_plan_check() does a load plan: every
+ * batch's columns of one length, run columns in every batch or in none,
+ * every run_count at least 1, every source_index below the number of
+ * sources, every source_region_index below that source's regions, every
+ * region_index below the region ids, a batch's bytes the sum of its nbytes
+ * (times run_count), stats.runs the number of run entries. Returns 0, or -1
+ * with a message in `err` (capacity `errcap`). */
+int reshard_transfer_plan_check(const Reshard__V1__PlanTransferResponse *plan,
+                                char *err, size_t errcap);
+
+/* Writes the transfer plan document of docs/clients.md as one line (keys
+ * sorted, separators "," and ":", then "\n"), streamed. `plan` must have
+ * passed reshard_transfer_plan_check(). Returns 0 or -1 on a write or
+ * memory error. */
+int reshard_transfer_plan_print_json(
+    FILE *out, const Reshard__V1__PlanTransferResponse *plan);
+
+/* Writes the table form of a transfer plan: the sources and their
+ * regions, each batch's source (participant, endpoint), then one row per
+ * copy (or run). `plan` must have passed reshard_transfer_plan_check().
+ * Returns 0 or -1 on a write error. */
+int reshard_transfer_plan_print_table(
+    FILE *out, const Reshard__V1__PlanTransferResponse *plan);
 
 #endif /* RESHARD_PLAN_PRINT_H */

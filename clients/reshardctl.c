@@ -52,6 +52,12 @@ static const char usage_text[] =
     "  plan-store FILE.json [--pooled FILE.json]\n"
     "                                     run a PlanStoreRequest, print the "
     "plan as JSON\n"
+    "  transfer FILE.json [--format table|json] [--runs] [--pooled "
+    "FILE.json]\n"
+    "                                     run a PlanTransferRequest, print "
+    "the\n"
+    "                                     plan (each batch's source and "
+    "copies)\n"
     "  register-memory FILE.json [--placement FILE.json | --placement-id "
     "ID]\n"
     "                                     register a MemoryPool (FILE is a\n"
@@ -424,6 +430,75 @@ static int cmd_plan(reshard_client *c, int argc, char **argv) {
   return output_done();
 }
 
+/* PlanTransfer (SPEC §2.6): the plan of tokens [0, token_count) from the
+ * source instance's pools into the target's memory, printed like `plan`
+ * prints a load plan (docs/clients.md). */
+static int cmd_transfer(reshard_client *c, int argc, char **argv) {
+  const char *file = NULL, *pooled = NULL;
+  const char *format = "table";
+  bool runs = false;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--runs") == 0) {
+      runs = true;
+    } else if (strcmp(argv[i], "--pooled") == 0) {
+      if (i + 1 >= argc)
+        return usage_error("--pooled needs a FILE.json");
+      pooled = argv[++i];
+    } else if (strncmp(argv[i], "--pooled=", 9) == 0) {
+      pooled = argv[i] + 9;
+    } else if (strcmp(argv[i], "--format") == 0) {
+      if (i + 1 >= argc)
+        return usage_error("--format needs table or json");
+      format = argv[++i];
+    } else if (strncmp(argv[i], "--format=", 9) == 0) {
+      format = argv[i] + 9;
+    } else if (file == NULL) {
+      file = argv[i];
+    } else {
+      return usage_error("transfer takes exactly one FILE.json");
+    }
+  }
+  if (file == NULL)
+    return usage_error("transfer takes exactly one FILE.json");
+  bool json = strcmp(format, "json") == 0;
+  if (!json && strcmp(format, "table") != 0)
+    return usage_error("--format must be table or json, not \"%s\"", format);
+  ProtobufCMessage *m =
+      load_message(file, &reshard__v1__plan_transfer_request__descriptor);
+  if (m == NULL)
+    return EXIT_USAGE;
+  Reshard__V1__PlanTransferRequest *treq =
+      (Reshard__V1__PlanTransferRequest *)m;
+  if (runs)
+    treq->runs = true;
+  if (pooled != NULL &&
+      !replace_memory(pooled, &treq->binding, &treq->pooled)) {
+    protobuf_c_message_free_unpacked(m, NULL);
+    return EXIT_USAGE;
+  }
+  Reshard__V1__PlanTransferResponse *resp = NULL;
+  reshard_client_status st;
+  int code = reshard_client_plan_transfer(c, treq, 0, &resp, &st);
+  protobuf_c_message_free_unpacked(m, NULL);
+  if (code != RESHARD_STATUS_OK)
+    return rpc_error(&st);
+  char err[512];
+  if (reshard_transfer_plan_check(resp, err, sizeof err) != 0) {
+    fprintf(stderr, "error: INTERNAL: the server sent an invalid plan: %s\n",
+            err);
+    reshard__v1__plan_transfer_response__free_unpacked(resp, NULL);
+    return EXIT_RPC;
+  }
+  int rc = json ? reshard_transfer_plan_print_json(stdout, resp)
+                : reshard_transfer_plan_print_table(stdout, resp);
+  reshard__v1__plan_transfer_response__free_unpacked(resp, NULL);
+  if (rc != 0) {
+    fprintf(stderr, "error: cannot write the plan: %s\n", strerror(errno));
+    return EXIT_RPC;
+  }
+  return output_done();
+}
+
 static int cmd_register_memory(reshard_client *c, int argc, char **argv) {
   const char *file = NULL, *placement = NULL, *placement_id = NULL;
   for (int i = 0; i < argc; i++) {
@@ -555,6 +630,7 @@ static const command commands[] = {
     {"plan-upload", cmd_plan_upload},
     {"plan", cmd_plan},
     {"plan-store", cmd_plan_store},
+    {"transfer", cmd_transfer},
     {"register-memory", cmd_register_memory},
     {"forget-memory", cmd_forget_memory},
     {"health", cmd_health},

@@ -90,6 +90,9 @@ static const struct {
     [RESHARD_METRICS_METHOD_FORGET_MEMORY] =
         {"/reshard.v1.Planner/ForgetMemory", "reshard.v1.Planner",
          "ForgetMemory"},
+    [RESHARD_METRICS_METHOD_PLAN_TRANSFER] =
+        {"/reshard.v1.Planner/PlanTransfer", "reshard.v1.Planner",
+         "PlanTransfer"},
 };
 
 static const char *const code_names[RESHARD_METRICS_CODES] = {

@@ -15,8 +15,8 @@
 
 /* "sha256:" and 64 lowercase hex digits: anything else names no record,
  * and is refused before it reaches the catalog as a key. */
-static reshard_status check_memory_id(const char *id, const char *path,
-                                      reshard_error *err) {
+reshard_status reshard__planner_check_id(const char *id, const char *path,
+                                         reshard_error *err) {
   size_t length = id != NULL ? strlen(id) : 0;
   bool valid = length == RESHARD_ID_SIZE - 1 && strncmp(id, "sha256:", 7) == 0;
   for (size_t i = 7; valid && i < length; i++) {
@@ -25,7 +25,7 @@ static reshard_status check_memory_id(const char *id, const char *path,
   if (!valid) {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
                              "%s: must be \"sha256:\" and 64 lowercase hex "
-                             "digits, as RegisterMemory answers",
+                             "digits, as the Register calls answer",
                              path);
   }
   return RESHARD_OK;
@@ -49,10 +49,11 @@ static uint8_t *pool_record(const reshard_pool *pool,
 /* A catalog record of memory pool `id`, decoded, validated and checked to
  * be that pool; the caller owns the reference. NULL with `err` (INTERNAL)
  * otherwise. */
-static reshard_shared_pool *pool_from_record(reshard_planner *planner,
-                                             const char *id,
-                                             const uint8_t *data, size_t length,
-                                             reshard_error *err) {
+reshard_shared_pool *reshard__planner_pool_from_record(reshard_planner *planner,
+                                                       const char *id,
+                                                       const uint8_t *data,
+                                                       size_t length,
+                                                       reshard_error *err) {
   reshard_arena scratch;
   reshard_arena_init(&scratch, 4096);
   reshard_shared_pool *shared = NULL;
@@ -100,6 +101,8 @@ typedef struct register_ctx {
   Reshard__V1__RegisterMemoryRequest *request;
   reshard__target target;
   reshard_shared_pool *pool;
+  uint8_t *record; /* the pool's, stored after an inline placement's */
+  size_t length;
 } register_ctx;
 
 static void register_finish(register_ctx *ctx, const reshard_error *err) {
@@ -139,6 +142,23 @@ static void on_pool_stored(void *data, const reshard_error *err, bool created) {
   response.created = created;
   register_finish(ctx, NULL);
   reshard_call_reply(ctx->call, &response.base);
+}
+
+static void store_pool(register_ctx *ctx) {
+  ctx->planner->catalog->vtable->put_object(
+      ctx->planner->catalog, RESHARD_CATALOG_OBJECT_MEMORY_POOL,
+      ctx->pool->memory_id, ctx->record, ctx->length, on_pool_stored, ctx);
+}
+
+static void on_placement_stored(void *data, const reshard_error *err,
+                                bool created) {
+  (void)created;
+  register_ctx *ctx = data;
+  if (err->code != RESHARD_OK) {
+    register_finish(ctx, err);
+    return;
+  }
+  store_pool(ctx);
 }
 
 static void on_register_target(void *data, const reshard_error *err) {
@@ -186,9 +206,26 @@ static void on_register_target(void *data, const reshard_error *err) {
     register_finish(ctx, &failure);
     return;
   }
+  ctx->record = record;
+  ctx->length = length;
+  if (ctx->request->target_case !=
+      RESHARD__V1__REGISTER_MEMORY_REQUEST__TARGET_PLACEMENT) {
+    store_pool(ctx);
+    return;
+  }
+  /* An inline placement is stored too, so that plans naming it by id
+   * resolve on every daemon, as if it had been registered. */
+  size_t placement_length = 0;
+  uint8_t *placement_record = reshard__planner_placement_record(
+      &ctx->pool->placement->placement, arena, &placement_length);
+  if (placement_record == NULL) {
+    reshard_error_set(&failure, RESHARD_RESOURCE_EXHAUSTED, "out of memory");
+    register_finish(ctx, &failure);
+    return;
+  }
   planner->catalog->vtable->put_object(
-      planner->catalog, RESHARD_CATALOG_OBJECT_MEMORY_POOL,
-      ctx->pool->memory_id, record, length, on_pool_stored, ctx);
+      planner->catalog, RESHARD_CATALOG_OBJECT_PLACEMENT, ctx->target.id,
+      placement_record, placement_length, on_placement_stored, ctx);
 }
 
 void reshard__handle_register_memory(reshard_planner *planner,
@@ -251,7 +288,8 @@ void reshard__handle_forget_memory(reshard_planner *planner, reshard_call *call,
                                    void *message) {
   Reshard__V1__ForgetMemoryRequest *request = message;
   reshard_error err;
-  if (check_memory_id(request->memory_id, "memory_id", &err) != RESHARD_OK) {
+  if (reshard__planner_check_id(request->memory_id, "memory_id", &err) !=
+      RESHARD_OK) {
     reshard_call_fail(call, &err);
     return;
   }
@@ -271,7 +309,7 @@ reshard_status reshard__pooled_check(const Reshard__V1__PooledMemory *pb,
                                      reshard_error *err) {
   switch (pb->pool_case) {
   case RESHARD__V1__POOLED_MEMORY__POOL_MEMORY_ID:
-    return check_memory_id(pb->memory_id, "pooled.memory_id", err);
+    return reshard__planner_check_id(pb->memory_id, "pooled.memory_id", err);
   case RESHARD__V1__POOLED_MEMORY__POOL_INLINE_POOL:
     return RESHARD_OK;
   default:
@@ -358,8 +396,8 @@ static void on_pool_fetched(void *data, const reshard_error *err,
     r->done(r->data, &failure);
     return;
   }
-  reshard_shared_pool *pool = pool_from_record(r->planner, id, records[0].data,
-                                               records[0].length, &failure);
+  reshard_shared_pool *pool = reshard__planner_pool_from_record(
+      r->planner, id, records[0].data, records[0].length, &failure);
   if (pool == NULL) {
     r->done(r->data, &failure);
     return;

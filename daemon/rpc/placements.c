@@ -257,6 +257,10 @@ void reshard__target_resolve(reshard__target *target, reshard_planner *planner,
     done(data, &err);
     return;
   }
+  if (reshard__planner_check_id(id, "placement_id", &err) != RESHARD_OK) {
+    done(data, &err);
+    return;
+  }
   reshard_shared *hit = reshard_cache_get(
       planner->cache, RESHARD_CACHE_PLACEMENT, id, strlen(id));
   if (hit != NULL) {

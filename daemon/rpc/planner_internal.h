@@ -194,6 +194,21 @@ typedef struct reshard__pooled {
   uint64_t values; /* bound values, as reshard_binding_values counts them */
 } reshard__pooled;
 
+/* A placement or memory id's form: "sha256:" and 64 lowercase hex
+ * digits (INVALID_ARGUMENT naming `path`). Anything else names no record
+ * and is refused before it reaches the catalog as a key. */
+reshard_status reshard__planner_check_id(const char *id, const char *path,
+                                         reshard_error *err);
+
+/* A catalog record of memory pool `id` (RegisterMemory's), decoded,
+ * validated and checked to be that pool, its placement cached; the caller
+ * owns the reference. NULL with `err` (INTERNAL) otherwise. */
+reshard_shared_pool *reshard__planner_pool_from_record(reshard_planner *planner,
+                                                       const char *id,
+                                                       const uint8_t *data,
+                                                       size_t length,
+                                                       reshard_error *err);
+
 /* Runs once the memory is resolved: `err` NULL when it is. */
 typedef void reshard__pooled_done(void *data, const reshard_error *err);
 
@@ -316,5 +331,6 @@ reshard__planner_rpc reshard__handle_forget_memory;
  * `data` is the planner. */
 void reshard__handle_plan_load(reshard_call *call, void *data);
 void reshard__handle_plan_store(reshard_call *call, void *data);
+void reshard__handle_plan_transfer(reshard_call *call, void *data);
 
 #endif

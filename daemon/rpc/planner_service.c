@@ -388,6 +388,8 @@ void reshard_planner_register(reshard_planner *planner,
                             reshard__handle_plan_load, planner);
   reshard_server_add_method(server, "/reshard.v1.Planner/PlanStore", 0,
                             reshard__handle_plan_store, planner);
+  reshard_server_add_method(server, "/reshard.v1.Planner/PlanTransfer", 0,
+                            reshard__handle_plan_transfer, planner);
 }
 
 void reshard_planner_set_metrics(reshard_planner *planner,

@@ -62,6 +62,8 @@ static const cap_entry CAPS[] = {
     {&reshard__v1__memory_pool__descriptor, 3, CAP_REGIONS},
     {&reshard__v1__memory_pool__descriptor, 6, CAP_POOL_TENSORS},
     {&reshard__v1__pooled_memory__descriptor, 3, CAP_BLOCK_IDS},
+    {&reshard__v1__plan_transfer_request__descriptor, 4, CAP_PARTS},
+    {&reshard__v1__plan_transfer_request__descriptor, 5, CAP_BLOCK_IDS},
 };
 
 static uint64_t cap_value(const reshard_limits *caps, cap_kind kind,

@@ -506,15 +506,33 @@ reshard_wire_placement_to_pb(const reshard_placement *placement,
   return pb;
 }
 
+Reshard__V1__Region **reshard_wire_regions_to_pb(const reshard_region *regions,
+                                                 size_t count,
+                                                 reshard_arena *arena) {
+  Reshard__V1__Region **out =
+      RESHARD_ARENA_ARRAY(arena, Reshard__V1__Region *, count + 1);
+  Reshard__V1__Region *items =
+      RESHARD_ARENA_ARRAY(arena, Reshard__V1__Region, count + 1);
+  if (out == NULL || items == NULL) {
+    return NULL;
+  }
+  for (size_t i = 0; i < count; i++) {
+    reshard__v1__region__init(&items[i]);
+    items[i].region_id = text(regions[i].region_id);
+    items[i].address = regions[i].address;
+    items[i].nbytes = regions[i].nbytes;
+    out[i] = &items[i];
+  }
+  return out;
+}
+
 Reshard__V1__MemoryPool *reshard_wire_pool_to_pb(const reshard_pool *pool,
                                                  reshard_arena *arena) {
   Reshard__V1__MemoryPool *pb =
       RESHARD_ARENA_NEW(arena, Reshard__V1__MemoryPool, 1);
-  Reshard__V1__Region *regions =
-      RESHARD_ARENA_NEW(arena, Reshard__V1__Region, pool->region_count + 1);
   Reshard__V1__PoolTensor *tensors =
       RESHARD_ARENA_NEW(arena, Reshard__V1__PoolTensor, pool->tensor_count + 1);
-  if (pb == NULL || regions == NULL || tensors == NULL) {
+  if (pb == NULL || tensors == NULL) {
     return NULL;
   }
   reshard__v1__memory_pool__init(pb);
@@ -524,19 +542,12 @@ Reshard__V1__MemoryPool *reshard_wire_pool_to_pb(const reshard_pool *pool,
   pb->num_blocks = u32(pool->num_blocks);
   pb->n_regions = pool->region_count;
   pb->regions =
-      RESHARD_ARENA_NEW(arena, Reshard__V1__Region *, pool->region_count + 1);
+      reshard_wire_regions_to_pb(pool->regions, pool->region_count, arena);
   pb->n_tensors = pool->tensor_count;
   pb->tensors = RESHARD_ARENA_NEW(arena, Reshard__V1__PoolTensor *,
                                   pool->tensor_count + 1);
   if (pb->regions == NULL || pb->tensors == NULL) {
     return NULL;
-  }
-  for (size_t i = 0; i < pool->region_count; i++) {
-    reshard__v1__region__init(&regions[i]);
-    regions[i].region_id = text(pool->regions[i].region_id);
-    regions[i].address = pool->regions[i].address;
-    regions[i].nbytes = pool->regions[i].nbytes;
-    pb->regions[i] = &regions[i];
   }
   for (size_t i = 0; i < pool->tensor_count; i++) {
     const reshard_pool_tensor *t = &pool->tensors[i];

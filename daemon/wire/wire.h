@@ -98,6 +98,10 @@ reshard_wire_manifest_to_pb(const reshard_manifest *manifest,
 Reshard__V1__Placement *
 reshard_wire_placement_to_pb(const reshard_placement *placement,
                              reshard_arena *arena);
+/* Regions as messages (their strings shared), in the arena. */
+Reshard__V1__Region **reshard_wire_regions_to_pb(const reshard_region *regions,
+                                                 size_t count,
+                                                 reshard_arena *arena);
 Reshard__V1__MemoryPool *reshard_wire_pool_to_pb(const reshard_pool *pool,
                                                  reshard_arena *arena);
 Reshard__V1__RuntimeBinding *

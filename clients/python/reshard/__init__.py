@@ -10,9 +10,12 @@
   engine holds (vLLM, FlashInfer, SGLang host pools, MLA), registered once
   with ``register_memory``; plans then take its ``memory_id`` and a block
   table. :meth:`Pool.binding` expands it into the explicit binding.
-* :class:`LoadPlan` / :class:`StorePlan`: plans as ``uint64`` numpy
-  columns, strided runs kept or expanded.
-* :func:`execute`: the reference executor between numpy buffers;
+* :class:`LoadPlan` / :class:`StorePlan` / :class:`TransferPlan`: plans as
+  ``uint64`` numpy columns, strided runs kept or expanded.
+  ``Client.plan_transfer`` plans a P/D transfer from a live instance's
+  registered pools into another's memory (SPEC §2.6).
+* :func:`execute`: the reference executor between numpy buffers (a
+  TransferPlan from the source pools' buffers into the target's);
   :func:`part_views`: numpy views of the values in a Part.
 
 The protobuf messages are re-exported (``reshard.Descriptor`` ...) and the
@@ -24,12 +27,12 @@ from .binding import Binding, BindingBuilder
 from .client import Client
 from ._calls import RegisteredMemory
 from .errors import BindingError, PoolError, ReshardError
-from .executor import execute
+from .executor import execute, execute_transfer
 from .layout import element_dtype, new_parts, part_sizes, part_views, shards
 from .messages import (KEY, VALUE, component, descriptor, find_part,
                        head_share, limits, manifest, participant_id,
                        pipeline_stages, placement, store_format)
-from .plan import Copies, LoadPlan, StorePlan
+from .plan import Copies, LoadPlan, StorePlan, TransferCopies, TransferPlan
 from .pool import (Pool, PoolBuilder, check_block_table, expand_pool,
                    pooled_memory)
 from .tensor import TensorMemory, tensor_memory
@@ -48,6 +51,8 @@ Limits = planner_pb2.Limits
 PoolTensor = planner_pb2.PoolTensor
 MemoryPool = planner_pb2.MemoryPool
 PooledMemory = planner_pb2.PooledMemory
+TransferSource = planner_pb2.TransferSource
+TransferBatch = planner_pb2.TransferBatch
 PLHD: int = planner_pb2.PLHD
 LPHD: int = planner_pb2.LPHD
 HPLD: int = planner_pb2.HPLD
@@ -61,8 +66,10 @@ __all__ = [
     "PoolBuilder", "PoolError", "PoolTensor", "PooledMemory", "Rank",
     "Region", "RegisteredMemory", "ReshardError", "RuntimeBinding",
     "StoreLayout", "StoreManifest", "StorePlan", "StoreShard",
-    "TensorMemory", "VALUE", "check_block_table", "component", "descriptor",
-    "element_dtype", "execute", "expand_pool", "find_part", "head_share",
+    "TensorMemory", "TransferBatch", "TransferCopies", "TransferPlan",
+    "TransferSource", "VALUE", "check_block_table", "component",
+    "descriptor", "element_dtype", "execute", "execute_transfer",
+    "expand_pool", "find_part", "head_share",
     "limits", "manifest", "new_parts", "part_sizes", "part_views",
     "participant_id", "pipeline_stages", "placement", "planner_pb2",
     "pooled_memory", "shards", "store_format", "tensor_memory",

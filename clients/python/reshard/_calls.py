@@ -3,20 +3,21 @@ asyncio client: each public method builds a ``_Call``, the client runs it
 (deadline, retries, error mapping) and ``finish`` turns the response into
 the method's result."""
 
+import operator
 import random
 import time
 from types import ModuleType
-from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence, \
-    Union
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, \
+    Sequence, Union
 
 import grpc
 
 from ._proto import pb
 from .binding import Binding
-from .errors import BindingError, ReshardError
+from .errors import BindingError, PoolError, ReshardError
 from .messages import FormatLike, store_format
-from .plan import LoadPlan, StorePlan
-from .pool import BlockIds, Pool, pooled_memory
+from .plan import LoadPlan, StorePlan, TransferPlan
+from .pool import BlockIds, Pool, check_block_table, pooled_memory
 
 SERVICE = "/reshard.v1.Planner/"
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
@@ -278,6 +279,91 @@ def register_memory(pool: PoolLike, placement: Any,
     return _Call("RegisterMemory", req, pb.RegisterMemoryResponse, True,
                  lambda r: RegisteredMemory(str(r.memory_id),
                                             bool(r.created)))
+
+
+def _memory_ids(ids: Any) -> List[str]:
+    """The source pools of a transfer: memory ids, or what
+    ``register_memory`` returned."""
+    if isinstance(ids, (str, bytes)) or isinstance(ids, RegisteredMemory):
+        raise TypeError("source_memory_ids is a list of memory ids, not one "
+                        "%s" % type(ids).__name__)
+    out = []
+    for i, mid in enumerate(ids):
+        if isinstance(mid, RegisteredMemory):
+            mid = mid.memory_id
+        if not isinstance(mid, str):
+            raise TypeError("source_memory_ids[%d] must be a memory id "
+                            "(str), not %s" % (i, type(mid).__name__))
+        if not mid:
+            raise ValueError("source_memory_ids[%d] is empty" % i)
+        out.append(mid)
+    if not out:
+        raise ValueError("source_memory_ids names no pool: give the source "
+                         "participants' registered memory ids")
+    return out
+
+
+def plan_transfer(source_placement: Any, source_placement_id: Optional[str],
+                  source_dp_rank: Optional[int], source_memory_ids: Any,
+                  source_block_ids: BlockIds, token_count: int,
+                  target_placement: Any, target_placement_id: Optional[str],
+                  target_dp_rank: Optional[int],
+                  binding: Optional[BindingLike],
+                  pooled: Optional[PooledLike],
+                  block_ids: Optional[BlockIds], limits: Any, runs: bool,
+                  operation_id: str) -> _Call:
+    tokens = operator.index(token_count)
+    if tokens < 1:
+        raise ValueError("token_count must be at least 1, not %d" % tokens)
+    try:
+        # The source pools are remote: only the ids themselves are checked
+        # here (integers, below 2^32, none twice); the daemon checks them
+        # against the pools' block counts and the span.
+        source_table = check_block_table(source_block_ids)
+    except PoolError as err:
+        raise PoolError("source_block_ids: %s" % err) from None
+    req = pb.PlanTransferRequest(
+        source_memory_ids=_memory_ids(source_memory_ids),
+        source_block_ids=source_table, token_count=tokens, runs=runs,
+        operation_id=operation_id)
+    if (source_placement is None) == (source_placement_id is None):
+        raise ValueError("give exactly one of source_placement and "
+                         "source_placement_id")
+    if source_placement is not None:
+        req.source_placement.CopyFrom(source_placement)
+    else:
+        req.source_placement_id = source_placement_id
+    if (target_placement is None) == (target_placement_id is None):
+        raise ValueError("give exactly one of target_placement and "
+                         "target_placement_id")
+    if target_placement is not None:
+        req.target_placement.CopyFrom(target_placement)
+    else:
+        req.target_placement_id = target_placement_id
+    if source_dp_rank is not None:
+        req.source_dp_rank.value = source_dp_rank
+    if target_dp_rank is not None:
+        req.target_dp_rank.value = target_dp_rank
+    # The target's memory covers the span [0, token_count).
+    if (binding is None) == (pooled is None):
+        raise ValueError("give exactly one of binding and pooled")
+    if binding is not None:
+        if block_ids is not None:
+            raise ValueError("block_ids goes with pooled, not with binding")
+        if isinstance(binding, Binding):
+            if binding.num_tokens != tokens:
+                raise BindingError(
+                    "the binding covers %d tokens, the transfer %d "
+                    "(token_count)" % (binding.num_tokens, tokens))
+            binding = binding.message
+        req.binding.CopyFrom(binding)
+    else:
+        req.pooled.CopyFrom(pooled_memory(pooled, block_ids,
+                                          num_tokens=tokens))
+    if limits is not None:
+        req.limits.CopyFrom(limits)
+    return _Call("PlanTransfer", req, pb.PlanTransferResponse, True,
+                 TransferPlan)
 
 
 def forget_memory(memory_id: str) -> _Call:

@@ -10,7 +10,7 @@ from ._calls import (BindingLike, PooledLike, PoolLike,
                      RegisteredMemory, _Call)
 from ._proto import pb
 from .messages import FormatLike
-from .plan import LoadPlan, StorePlan
+from .plan import LoadPlan, StorePlan, TransferPlan
 from .pool import BlockIds
 
 
@@ -164,6 +164,41 @@ class Client(_calls.ClientBase):
         the same id with ``created=False``."""
         call = _calls.register_memory(pool, placement, placement_id)
         return self._run(call, timeout)
+
+    def plan_transfer(self, *,
+                      source_memory_ids: Sequence[str],
+                      source_block_ids: BlockIds, token_count: int,
+                      source_placement: Optional["pb.Placement"] = None,
+                      source_placement_id: Optional[str] = None,
+                      source_dp_rank: Optional[int] = None,
+                      target_placement: Optional["pb.Placement"] = None,
+                      target_placement_id: Optional[str] = None,
+                      target_dp_rank: Optional[int] = None,
+                      binding: Optional[BindingLike] = None,
+                      pooled: Optional[PooledLike] = None,
+                      block_ids: Optional[BlockIds] = None,
+                      limits: Optional["pb.Limits"] = None,
+                      runs: bool = False, operation_id: str = "",
+                      timeout: Optional[float] = None) -> TransferPlan:
+        """Plans the transfer of tokens ``[0, token_count)`` from a live
+        source instance's registered pools into one target participant's
+        memory (SPEC §2.6, prefill/decode disaggregation).
+
+        The source is ``source_placement`` or a registered
+        ``source_placement_id`` (DP rank ``source_dp_rank``, default the
+        lowest), ``source_memory_ids`` the memory ids its participants'
+        pools were registered with (any order; pools the plan does not read
+        are allowed) and ``source_block_ids`` the block table the source DP
+        replica shares across its ranks. The target is ``target_placement``
+        or ``target_placement_id`` (``target_dp_rank``) and its memory
+        ``binding`` over the span or ``pooled`` with ``block_ids``, as for
+        :meth:`plan_load`. ``runs`` asks for strided runs. Returns a
+        :class:`reshard.TransferPlan`; every batch reads one source."""
+        return self._run(_calls.plan_transfer(
+            source_placement, source_placement_id, source_dp_rank,
+            source_memory_ids, source_block_ids, token_count,
+            target_placement, target_placement_id, target_dp_rank, binding,
+            pooled, block_ids, limits, runs, operation_id), timeout)
 
     def forget_memory(self, memory_id: str, *,
                       timeout: Optional[float] = None) -> bool:

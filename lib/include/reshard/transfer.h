@@ -1,0 +1,96 @@
+/* Transfer planning (SPEC §2.6): the KV of tokens [0, token_count) from a
+ * live source instance's memory pools to one target participant's memory,
+ * for prefill/decode disaggregation between instances of different
+ * layouts. The logical join is PlanLoad's (reshard_join_build over a
+ * layout whose shards are the chosen source participants); lowering walks
+ * both block tables; coalescing, batching and runs are the load plan's
+ * rules with the source in place of the stored page. */
+#ifndef RESHARD_TRANSFER_H
+#define RESHARD_TRANSFER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reshard/arena.h"
+#include "reshard/binding.h"
+#include "reshard/copy.h"
+#include "reshard/error.h"
+#include "reshard/limits.h"
+#include "reshard/placement.h"
+#include "reshard/pool.h"
+#include "reshard/runs.h"
+
+/* One source pool as the request names it. */
+typedef struct reshard_transfer_pool {
+  const char *name;         /* its memory id, for messages */
+  const reshard_pool *pool; /* participant, endpoint, regions */
+  /* Validated against the pool participant's part of a placement equal to
+   * the request's source placement (the caller checks that it is the
+   * same placement); its part pointer is not read. */
+  const reshard_bound_pool *bound;
+} reshard_transfer_pool;
+
+typedef struct reshard_transfer_request {
+  const reshard_placement *source_placement; /* normalized */
+  bool has_source_dp_rank;
+  uint64_t source_dp_rank;
+  /* Any order; at most one per source participant; pools of participants
+   * the plan does not read are allowed. */
+  const reshard_transfer_pool *pools;
+  size_t pool_count;
+  /* The source DP replica's block table, shared by its pools. */
+  const uint32_t *source_block_ids;
+  size_t source_block_count;
+  uint64_t token_count;                      /* >= 1 */
+  const reshard_placement *target_placement; /* normalized */
+  bool has_target_dp_rank;
+  uint64_t target_dp_rank;
+  /* The target's memory: its participant and regions. Its ranges are
+   * validated over [0, token_count) unless `bound_binding` is given (a
+   * pooled target bound by reshard_pool_bind over that span). */
+  const reshard_binding *binding;
+  const reshard_bound_binding *bound_binding;
+  reshard_limits limits; /* already clamped to the server caps */
+  bool runs;             /* also fold each batch into strided runs */
+  bool (*should_stop)(void *context);
+  void *should_stop_context;
+} reshard_transfer_request;
+
+/* The plan. Copies use reshard_copy with the source in place of the
+ * stored page: page_index is the source's ordinal (into `sources`),
+ * part_index the region's index in that source's pool, part_offset the
+ * offset in that region; region_index and region_offset are the
+ * target's. Every batch reads one source (batch_source). Arrays live in
+ * the arena given to reshard_plan_transfer. */
+typedef struct reshard_transfer_plan {
+  size_t *sources; /* indices into request.pools, by participant id */
+  size_t source_count;
+  reshard_copy *copies; /* in batch order */
+  size_t copy_count;
+  reshard_batch *batches;
+  size_t batch_count;
+  size_t *batch_source; /* per batch: the source ordinal */
+  uint64_t operations;  /* copy_count */
+  uint64_t bytes;
+  uint64_t copies_before_coalescing;
+  reshard_runs runs; /* with request.runs; all zero otherwise */
+  const reshard_placement_part *participant; /* the target's part */
+} reshard_transfer_plan;
+
+/* Plans a transfer. Errors (SPEC §2.6): FAILED_PRECONDITION when the
+ * descriptors differ (naming the field) or a source participant the plan
+ * reads has no pool (naming it); INVALID_ARGUMENT for a pool of a
+ * participant outside the source placement, two pools of one participant,
+ * pools read with different block sizes (naming the pool), a bad source
+ * block table, a target participant outside the target placement or its
+ * DP rank, a bad target binding; RESOURCE_EXHAUSTED naming the limit
+ * (max_operations and max_bytes are checked on counts, before any copy is
+ * written); DEADLINE_EXCEEDED when should_stop says so. Nothing is
+ * returned on failure (*out zeroed). */
+reshard_status reshard_plan_transfer(const reshard_transfer_request *request,
+                                     reshard_arena *arena,
+                                     reshard_transfer_plan *out,
+                                     reshard_error *err);
+
+#endif

@@ -1,0 +1,723 @@
+/* Transfer plans (SPEC §2.6) through reshard_plan_transfer, proven by
+ * executing them: source pools filled with the logical value of every
+ * (token, layer, head, component, element) at its block position, target
+ * memory zeroed, the plan's copies run batch by batch between real
+ * buffers, and every target byte of tokens below token_count checked to
+ * hold its value and to have been written exactly once, with no other byte
+ * written. Random shapes over every TP/PP/DP/replica change on either side,
+ * MLA, block sizes that differ both ways, vLLM NHD, FlashInfer HND and
+ * page-first pools on either side, a target given as a pool and as the
+ * explicit binding it stands for (the same plan); the replica spreading
+ * rule; every refusal §2.6 names. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reshard/arena.h"
+#include "reshard/placement.h"
+#include "reshard/pool.h"
+#include "reshard/transfer.h"
+
+#include "assert_error.h"
+#include "oracle.h"
+
+#define K RESHARD_COMPONENT_KEY
+#define V RESHARD_COMPONENT_VALUE
+
+typedef enum pool_style {
+  POOL_VLLM,       /* per layer [2, blocks, block, heads, dim], NHD */
+  POOL_FLASHINFER, /* per layer [blocks, 2, heads, block, dim], HND */
+  POOL_PAGE_FIRST, /* one region [blocks, layers, 2, block, heads, dim] */
+  POOL_STYLES
+} pool_style;
+
+/* A pool of `style` for `part`; regions get fake aligned addresses from
+ * `base` up (each participant's memory is its own). */
+static void build_pool(reshard_arena *a, const reshard_descriptor *d,
+                       const reshard_placement_part *part, pool_style style,
+                       uint64_t block_size, uint64_t num_blocks, uint64_t base,
+                       reshard_pool *out) {
+  unsigned components = reshard_component_count(d);
+  uint64_t slot = reshard_head_bytes(d, K);
+  if (components == 2 && reshard_head_bytes(d, V) > slot) {
+    slot = reshard_head_bytes(d, V);
+  }
+  uint64_t heads = part->head_count;
+  uint64_t component_block = block_size * heads * slot;
+  size_t layers = part->layer_count;
+  size_t region_count = style == POOL_PAGE_FIRST ? 1 : layers;
+  reshard_region *regions =
+      RESHARD_ARENA_NEW(a, reshard_region, region_count + 1);
+  reshard_pool_tensor *tensors =
+      RESHARD_ARENA_NEW(a, reshard_pool_tensor, layers * components + 1);
+  uint64_t layer_bytes = num_blocks * components * component_block;
+  for (size_t r = 0; r < region_count; r++) {
+    char *id = reshard_arena_alloc(a, 32, 1);
+    snprintf(id, 32, "%s-r%zu", part->participant_id, r);
+    uint64_t bytes =
+        style == POOL_PAGE_FIRST ? layer_bytes * layers : layer_bytes;
+    regions[r] = (reshard_region){id, base + ((uint64_t)r << 32), bytes};
+  }
+  size_t n = 0;
+  for (size_t l = 0; l < layers; l++) {
+    for (unsigned comp = 0; comp < components; comp++) {
+      reshard_pool_tensor *t = &tensors[n++];
+      t->global_layer_id = part->layer_ids[l];
+      t->component = comp == 0 ? K : V;
+      t->region_id = regions[style == POOL_PAGE_FIRST ? 0 : l].region_id;
+      if (style == POOL_VLLM) {
+        t->offset_bytes = comp * num_blocks * component_block;
+        t->block_stride_bytes = component_block;
+        t->token_stride_bytes = heads * slot;
+        t->head_stride_bytes = slot;
+      } else if (style == POOL_FLASHINFER) {
+        t->offset_bytes = comp * component_block;
+        t->block_stride_bytes = components * component_block;
+        t->token_stride_bytes = slot;
+        t->head_stride_bytes = block_size * slot;
+      } else {
+        t->offset_bytes = (l * components + comp) * component_block;
+        t->block_stride_bytes = layers * components * component_block;
+        t->token_stride_bytes = heads * slot;
+        t->head_stride_bytes = slot;
+      }
+    }
+  }
+  *out = (reshard_pool){part->participant_id, "peer",     regions, region_count,
+                        block_size,           num_blocks, tensors, n};
+}
+
+/* The region offset of (token, head) of the pool's tensor of (layer,
+ * component), under `table`. */
+static bool pool_offset(const reshard_pool *pool,
+                        const reshard_placement_part *part,
+                        const uint32_t *table, uint64_t layer,
+                        reshard_component component, uint64_t token,
+                        uint64_t head, size_t *region, uint64_t *offset) {
+  for (size_t i = 0; i < pool->tensor_count; i++) {
+    const reshard_pool_tensor *t = &pool->tensors[i];
+    if (t->global_layer_id != layer || t->component != component) {
+      continue;
+    }
+    for (size_t r = 0; r < pool->region_count; r++) {
+      if (strcmp(pool->regions[r].region_id, t->region_id) == 0) {
+        *region = r;
+      }
+    }
+    uint64_t block = table[token / pool->block_size];
+    *offset = t->offset_bytes + block * t->block_stride_bytes +
+              (token % pool->block_size) * t->token_stride_bytes +
+              (head - part->head_start) * t->head_stride_bytes;
+    return true;
+  }
+  return false;
+}
+
+static uint8_t value_byte(uint64_t token, uint64_t layer, uint64_t head,
+                          reshard_component component, uint64_t element,
+                          uint64_t k) {
+  uint64_t hash =
+      oracle_element_hash(0, token, layer, head, component, element);
+  return (uint8_t)(hash >> (8 * (k % 8)));
+}
+
+/* Host buffers for a pool's regions. */
+typedef struct buffers {
+  uint8_t **bytes;
+  uint8_t **written;
+  size_t count;
+} buffers;
+
+static void buffers_make(const reshard_pool *pool, buffers *out) {
+  out->count = pool->region_count;
+  out->bytes = calloc(out->count, sizeof *out->bytes);
+  out->written = calloc(out->count, sizeof *out->written);
+  for (size_t r = 0; r < out->count; r++) {
+    out->bytes[r] = calloc(1, pool->regions[r].nbytes);
+    out->written[r] = calloc(1, pool->regions[r].nbytes);
+    cr_assert(out->bytes[r] != NULL && out->written[r] != NULL);
+  }
+}
+
+static void buffers_free(buffers *b) {
+  for (size_t r = 0; r < b->count; r++) {
+    free(b->bytes[r]);
+    free(b->written[r]);
+  }
+  free(b->bytes);
+  free(b->written);
+}
+
+/* Writes every logical value of tokens [0, tokens) that `part` holds. */
+static void fill_source(const reshard_descriptor *d,
+                        const reshard_placement_part *part,
+                        const reshard_pool *pool, const uint32_t *table,
+                        uint64_t tokens, buffers *b) {
+  for (uint64_t t = 0; t < tokens; t++) {
+    for (size_t l = 0; l < part->layer_count; l++) {
+      for (unsigned c = 1; c <= reshard_component_count(d); c++) {
+        uint64_t hb = reshard_head_bytes(d, (reshard_component)c);
+        for (uint64_t h = part->head_start;
+             h < part->head_start + part->head_count; h++) {
+          size_t region = 0;
+          uint64_t at = 0;
+          cr_assert(pool_offset(pool, part, table, part->layer_ids[l],
+                                (reshard_component)c, t, h, &region, &at));
+          for (uint64_t k = 0; k < hb; k++) {
+            b->bytes[region][at + k] =
+                value_byte(t, part->layer_ids[l], h, (reshard_component)c,
+                           k / d->itemsize, k % d->itemsize);
+          }
+        }
+      }
+    }
+  }
+}
+
+/* One random case: the placements, the pools, the tables. */
+typedef struct transfer_case {
+  reshard_arena arena;
+  reshard_descriptor descriptor;
+  reshard_placement source, target;
+  const reshard_placement_part *reader;
+  reshard_pool *source_pools;
+  reshard_bound_pool *source_bound;
+  reshard_transfer_pool *pools;
+  size_t pool_count;
+  uint32_t *source_table;
+  size_t source_table_count;
+  reshard_pool target_pool;
+  reshard_bound_pool target_bound;
+  uint32_t *target_table;
+  size_t target_table_count;
+  uint64_t tokens;
+  uint64_t source_dp;
+  char description[512];
+} transfer_case;
+
+static uint32_t *random_table(oracle_rng *rng, reshard_arena *a,
+                              uint64_t num_blocks, uint64_t needed,
+                              size_t *count) {
+  uint32_t *ids = RESHARD_ARENA_NEW(a, uint32_t, num_blocks + 1);
+  for (uint64_t b = 0; b < num_blocks; b++) {
+    ids[b] = (uint32_t)b;
+  }
+  oracle_rng_shuffle(rng, ids, num_blocks, sizeof *ids);
+  *count = (size_t)oracle_rng_between(rng, needed, num_blocks);
+  return ids;
+}
+
+static uint64_t pick_block(oracle_rng *rng, uint64_t page) {
+  uint64_t choices[] = {page, page > 1 ? page / 2 : 1, 2 * page,
+                        oracle_rng_between(rng, 1, 3 * page)};
+  return choices[oracle_rng_between(rng, 0, 3)];
+}
+
+static void case_build(transfer_case *c, uint64_t seed,
+                       const oracle_topology *source_topology,
+                       const oracle_topology *target_topology) {
+  oracle_rng rng;
+  oracle_rng_seed(&rng, seed);
+  reshard_arena_init(&c->arena, 0);
+  reshard_arena *a = &c->arena;
+  reshard_error err;
+  oracle_random_descriptor(&rng, a, oracle_rng_chance(&rng, 20),
+                           &c->descriptor);
+  oracle_topology st, tt;
+  if (source_topology) {
+    st = *source_topology;
+  } else {
+    oracle_random_topology(&rng, &c->descriptor, &st);
+  }
+  if (target_topology) {
+    tt = *target_topology;
+  } else {
+    oracle_random_topology(&rng, &c->descriptor, &tt);
+  }
+  reshard_descriptor sd = oracle_descriptor_clone(a, &rng, &c->descriptor);
+  reshard_descriptor td = oracle_descriptor_clone(a, &rng, &c->descriptor);
+  oracle_build_placement(a, &rng, &sd, &st, "p", &c->source);
+  oracle_build_placement(a, &rng, &td, &tt, "d", &c->target);
+  cr_assert_eq(reshard_placement_normalize(&c->source, a, &err), RESHARD_OK,
+               "%s", err.message);
+  cr_assert_eq(reshard_placement_normalize(&c->target, a, &err), RESHARD_OK,
+               "%s", err.message);
+  const reshard_descriptor *d = &c->source.descriptor;
+  uint64_t page = d->page_size;
+  c->tokens = oracle_rng_between(&rng, 1, 3 * page + 5);
+  c->source_dp = oracle_rng_between(&rng, 0, st.dp - 1);
+  /* A reader with layers (a pipeline stage may have none). */
+  do {
+    c->reader =
+        &c->target.parts[oracle_rng_between(&rng, 0, c->target.part_count - 1)];
+  } while (c->reader->layer_count == 0);
+
+  uint64_t source_block = pick_block(&rng, page);
+  uint64_t needed = (c->tokens + source_block - 1) / source_block;
+  uint64_t num_blocks = needed + oracle_rng_between(&rng, 0, 6);
+  c->source_table =
+      random_table(&rng, a, num_blocks, needed, &c->source_table_count);
+  c->pool_count = c->source.part_count;
+  c->source_pools = RESHARD_ARENA_NEW(a, reshard_pool, c->pool_count + 1);
+  c->source_bound = RESHARD_ARENA_NEW(a, reshard_bound_pool, c->pool_count + 1);
+  c->pools = RESHARD_ARENA_NEW(a, reshard_transfer_pool, c->pool_count + 1);
+  reshard_limits limits = reshard_limits_default();
+  size_t n = 0;
+  for (size_t p = 0; p < c->source.part_count; p++) {
+    const reshard_placement_part *part = &c->source.parts[p];
+    if (part->layer_count == 0) {
+      continue; /* a stage without layers has no KV memory */
+    }
+    pool_style style = (pool_style)oracle_rng_between(&rng, 0, POOL_STYLES - 1);
+    build_pool(a, d, part, style, source_block, num_blocks,
+               (uint64_t)(p + 1) << 44, &c->source_pools[n]);
+    cr_assert_eq(reshard_pool_validate(&c->source_pools[n], d, part, &limits,
+                                       "pool", a, &c->source_bound[n], &err),
+                 RESHARD_OK, "%s", err.message);
+    c->pools[n] = (reshard_transfer_pool){
+        part->participant_id, &c->source_pools[n], &c->source_bound[n]};
+    n++;
+  }
+  c->pool_count = n;
+  oracle_rng_shuffle(&rng, c->pools, n, sizeof *c->pools);
+
+  uint64_t target_block = pick_block(&rng, page);
+  uint64_t target_needed = (c->tokens + target_block - 1) / target_block;
+  uint64_t target_blocks = target_needed + oracle_rng_between(&rng, 0, 6);
+  c->target_table = random_table(&rng, a, target_blocks, target_needed,
+                                 &c->target_table_count);
+  pool_style target_style =
+      (pool_style)oracle_rng_between(&rng, 0, POOL_STYLES - 1);
+  build_pool(a, d, c->reader, target_style, target_block, target_blocks,
+             (uint64_t)1 << 60, &c->target_pool);
+  cr_assert_eq(reshard_pool_validate(&c->target_pool, d, c->reader, &limits,
+                                     "pool", a, &c->target_bound, &err),
+               RESHARD_OK, "%s", err.message);
+  snprintf(c->description, sizeof c->description,
+           "seed %llu: source tp%llu pp%llu dp%llu, target tp%llu pp%llu "
+           "dp%llu reader %s, %llu tokens, blocks %llu -> %llu, target "
+           "style %d, %zu layers, %llu heads, dims %llu/%llu",
+           (unsigned long long)seed, (unsigned long long)st.tp,
+           (unsigned long long)st.pp, (unsigned long long)st.dp,
+           (unsigned long long)tt.tp, (unsigned long long)tt.pp,
+           (unsigned long long)tt.dp, c->reader->participant_id,
+           (unsigned long long)c->tokens, (unsigned long long)source_block,
+           (unsigned long long)target_block, target_style, d->layer_count,
+           (unsigned long long)d->total_kv_heads,
+           (unsigned long long)d->key_head_dim,
+           (unsigned long long)d->value_head_dim);
+}
+
+static reshard_transfer_request case_request(transfer_case *c,
+                                             reshard_binding *binding,
+                                             reshard_bound_binding *bound) {
+  *binding = (reshard_binding){
+      c->reader->participant_id,   "peer", c->target_pool.regions,
+      c->target_pool.region_count, NULL,   0};
+  return (reshard_transfer_request){
+      .source_placement = &c->source,
+      .has_source_dp_rank = true,
+      .source_dp_rank = c->source_dp,
+      .pools = c->pools,
+      .pool_count = c->pool_count,
+      .source_block_ids = c->source_table,
+      .source_block_count = c->source_table_count,
+      .token_count = c->tokens,
+      .target_placement = &c->target,
+      .has_target_dp_rank = true,
+      .target_dp_rank = c->reader->rank.dp,
+      .binding = binding,
+      .bound_binding = bound,
+      .limits = reshard_limits_default(),
+  };
+}
+
+/* Runs the plan and checks every target byte. */
+static void execute_and_check(transfer_case *c,
+                              const reshard_transfer_plan *plan) {
+  const reshard_descriptor *d = &c->source.descriptor;
+  buffers *sources = calloc(c->pool_count, sizeof *sources);
+  for (size_t i = 0; i < c->pool_count; i++) {
+    buffers_make(c->pools[i].pool, &sources[i]);
+    const reshard_placement_part *part = reshard_placement_find_part(
+        &c->source, c->pools[i].pool->participant_id);
+    fill_source(d, part, c->pools[i].pool, c->source_table, c->tokens,
+                &sources[i]);
+  }
+  buffers target;
+  buffers_make(&c->target_pool, &target);
+  for (size_t b = 0; b < plan->batch_count; b++) {
+    const reshard_batch *batch = &plan->batches[b];
+    uint64_t bytes = 0;
+    for (size_t i = batch->first; i < batch->first + batch->count; i++) {
+      const reshard_copy *copy = &plan->copies[i];
+      cr_assert_eq(copy->page_index, plan->batch_source[b],
+                   "batch %zu mixes sources: %s", b, c->description);
+      size_t pool = plan->sources[copy->page_index];
+      const reshard_pool *source = c->pools[pool].pool;
+      cr_assert_lt(copy->part_index, source->region_count);
+      cr_assert_lt(copy->region_index, c->target_pool.region_count);
+      cr_assert_leq(copy->part_offset + copy->nbytes,
+                    source->regions[copy->part_index].nbytes, "%s",
+                    c->description);
+      cr_assert_leq(copy->region_offset + copy->nbytes,
+                    c->target_pool.regions[copy->region_index].nbytes, "%s",
+                    c->description);
+      memcpy(target.bytes[copy->region_index] + copy->region_offset,
+             sources[pool].bytes[copy->part_index] + copy->part_offset,
+             copy->nbytes);
+      for (uint64_t k = 0; k < copy->nbytes; k++) {
+        target.written[copy->region_index][copy->region_offset + k]++;
+      }
+      bytes += copy->nbytes;
+    }
+    cr_assert_eq(bytes, batch->bytes);
+  }
+  uint64_t expected = 0;
+  const reshard_placement_part *reader = c->reader;
+  for (uint64_t t = 0; t < c->tokens; t++) {
+    for (size_t l = 0; l < reader->layer_count; l++) {
+      for (unsigned comp = 1; comp <= reshard_component_count(d); comp++) {
+        uint64_t hb = reshard_head_bytes(d, (reshard_component)comp);
+        for (uint64_t h = reader->head_start;
+             h < reader->head_start + reader->head_count; h++) {
+          size_t region = 0;
+          uint64_t at = 0;
+          cr_assert(pool_offset(&c->target_pool, reader, c->target_table,
+                                reader->layer_ids[l], (reshard_component)comp,
+                                t, h, &region, &at));
+          for (uint64_t k = 0; k < hb; k++) {
+            uint8_t want =
+                value_byte(t, reader->layer_ids[l], h, (reshard_component)comp,
+                           k / d->itemsize, k % d->itemsize);
+            cr_assert_eq(target.bytes[region][at + k], want,
+                         "token %llu layer %llu head %llu comp %u byte %llu: "
+                         "%s",
+                         (unsigned long long)t,
+                         (unsigned long long)reader->layer_ids[l],
+                         (unsigned long long)h, comp, (unsigned long long)k,
+                         c->description);
+            cr_assert_eq(target.written[region][at + k], 1, "%s",
+                         c->description);
+          }
+          expected += hb;
+        }
+      }
+    }
+  }
+  /* Each expected byte written once and nothing more: no other byte. */
+  cr_assert_eq(plan->bytes, expected, "%s", c->description);
+  for (size_t i = 0; i < c->pool_count; i++) {
+    buffers_free(&sources[i]);
+  }
+  free(sources);
+  buffers_free(&target);
+}
+
+/* The explicit binding a target pool stands for over [0, tokens). */
+static void explicit_target(transfer_case *c, reshard_binding *out) {
+  reshard_bound_binding bound;
+  reshard_error err;
+  reshard_limits limits = reshard_limits_default();
+  cr_assert_eq(reshard_pool_bind(&c->target_bound, c->target_table,
+                                 c->target_table_count, c->tokens, &limits,
+                                 "pooled", &c->arena, &bound, &err),
+               RESHARD_OK, "%s", err.message);
+  reshard_binding_range *ranges = RESHARD_ARENA_NEW(
+      &c->arena, reshard_binding_range, bound.range_count + 1);
+  for (size_t i = 0; i < bound.range_count; i++) {
+    const reshard_bound_range *r = &bound.ranges[i];
+    ranges[i] = (reshard_binding_range){
+        .global_layer_id = c->reader->layer_ids[r->layer_index],
+        .component = r->component,
+        .token_start = r->token_start,
+        .token_count = r->token_end - r->token_start,
+        .head_start = r->head_start,
+        .head_count = r->head_end - r->head_start,
+        .region_id = c->target_pool.regions[r->region_index].region_id,
+        .offset_bytes = r->region_offset,
+        .token_stride_bytes = r->token_stride,
+        .head_stride_bytes = r->head_stride,
+    };
+  }
+  *out = (reshard_binding){
+      c->reader->participant_id,   "peer", c->target_pool.regions,
+      c->target_pool.region_count, ranges, bound.range_count};
+}
+
+static int compare_copies(const void *a, const void *b) {
+  const reshard_copy *x = a, *y = b;
+  const uint64_t kx[5] = {x->page_index, x->part_index, x->part_offset,
+                          x->region_index, x->region_offset};
+  const uint64_t ky[5] = {y->page_index, y->part_index, y->part_offset,
+                          y->region_index, y->region_offset};
+  for (int i = 0; i < 5; i++) {
+    if (kx[i] != ky[i]) {
+      return kx[i] < ky[i] ? -1 : 1;
+    }
+  }
+  return 0;
+}
+
+static void run_case(uint64_t seed, const oracle_topology *source,
+                     const oracle_topology *target) {
+  transfer_case c;
+  case_build(&c, seed, source, target);
+  reshard_error err;
+  reshard_binding binding;
+  reshard_bound_binding bound;
+  reshard_limits limits = reshard_limits_default();
+  cr_assert_eq(reshard_pool_bind(&c.target_bound, c.target_table,
+                                 c.target_table_count, c.tokens, &limits,
+                                 "pooled", &c.arena, &bound, &err),
+               RESHARD_OK, "%s", err.message);
+  reshard_transfer_request request = case_request(&c, &binding, &bound);
+  reshard_transfer_plan pooled;
+  cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &pooled, &err),
+               RESHARD_OK, "%s: %s", c.description, err.message);
+  execute_and_check(&c, &pooled);
+
+  /* The explicit binding of the same memory plans the same copies. */
+  reshard_binding explicit_binding;
+  explicit_target(&c, &explicit_binding);
+  request.binding = &explicit_binding;
+  request.bound_binding = NULL;
+  reshard_transfer_plan explicit_plan;
+  cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &explicit_plan, &err),
+               RESHARD_OK, "%s: %s", c.description, err.message);
+  cr_assert_eq(explicit_plan.copy_count, pooled.copy_count, "%s",
+               c.description);
+  cr_assert(memcmp(explicit_plan.copies, pooled.copies,
+                   pooled.copy_count * sizeof *pooled.copies) == 0,
+            "%s", c.description);
+
+  /* Runs expand to the explicit batches: a batch's entries, expanded and
+   * sorted by the explicit key, are exactly its copies. */
+  request.runs = true;
+  reshard_transfer_plan with_runs;
+  cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &with_runs, &err),
+               RESHARD_OK, "%s", err.message);
+  cr_assert_eq(with_runs.runs.batch_count, with_runs.batch_count);
+  reshard_copy *expanded =
+      RESHARD_ARENA_ARRAY(&c.arena, reshard_copy, with_runs.copy_count + 1);
+  for (size_t b = 0; b < with_runs.batch_count; b++) {
+    const reshard_batch *batch = &with_runs.batches[b];
+    size_t n = 0;
+    for (size_t r = with_runs.runs.batch_first[b];
+         r < with_runs.runs.batch_first[b + 1]; r++) {
+      const reshard_run *run = &with_runs.runs.runs[r];
+      for (uint64_t k = 0; k < run->count; k++) {
+        cr_assert_lt(n, batch->count, "%s", c.description);
+        expanded[n++] = reshard_run_copy(run, k);
+      }
+    }
+    cr_assert_eq(n, batch->count, "%s", c.description);
+    qsort(expanded, n, sizeof *expanded, compare_copies);
+    cr_assert(memcmp(expanded, with_runs.copies + batch->first,
+                     n * sizeof *expanded) == 0,
+              "batch %zu: %s", b, c.description);
+  }
+  reshard_arena_destroy(&c.arena);
+}
+
+Test(transfer, random_shapes_execute_exactly) {
+  uint64_t base = oracle_base_seed();
+  for (uint64_t i = 0; i < 150; i++) {
+    run_case(oracle_case_seed(base, 0x7a5f, i), NULL, NULL);
+  }
+}
+
+Test(transfer, the_layout_changes_engines_need) {
+  /* TP up, TP down, PP on the source, the target and both, replicas on
+   * either side, DP choice. */
+  const oracle_topology shapes[][2] = {
+      {{1, 1, 1, 0}, {1, 1, 2, 0}},  {{1, 1, 8, 0}, {1, 2, 4, 0}},
+      {{1, 2, 4, 0}, {1, 4, 8, 0}},  {{1, 1, 4, 0}, {1, 1, 16, 0}},
+      {{1, 1, 16, 0}, {1, 1, 4, 0}}, {{2, 1, 2, 0}, {1, 2, 1, 0}},
+      {{1, 3, 2, 0}, {2, 1, 3, 0}},
+  };
+  uint64_t base = oracle_base_seed();
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    for (uint64_t i = 0; i < 12; i++) {
+      run_case(oracle_case_seed(base, 0x7a60 + s, i), &shapes[s][0],
+               &shapes[s][1]);
+    }
+  }
+}
+
+/* ---- A fixed shape for the rules ---- */
+
+static struct {
+  transfer_case c;
+  reshard_binding binding;
+  reshard_bound_binding bound;
+  reshard_transfer_request request;
+  reshard_transfer_plan plan;
+  reshard_error err;
+} fx;
+
+/* Source TP8 over 4 heads (replicas of 2), target TP4 over 4 heads (one
+ * each): target replica ordinals are all 0... use target TP8 too for the
+ * spreading rule. */
+static void fixed_setup(uint64_t source_tp, uint64_t target_tp) {
+  memset(&fx, 0, sizeof fx);
+  transfer_case *c = &fx.c;
+  reshard_arena_init(&c->arena, 0);
+  reshard_arena *a = &c->arena;
+  oracle_fixed_descriptor(a, 2, "bf16", 2, 4, 4, 4, 4, &c->descriptor);
+  oracle_topology st = {1, 1, source_tp, 0}, tt = {1, 1, target_tp, 0};
+  oracle_build_placement(a, NULL, &c->descriptor, &st, "p", &c->source);
+  oracle_build_placement(a, NULL, &c->descriptor, &tt, "d", &c->target);
+  cr_assert_eq(reshard_placement_normalize(&c->source, a, &fx.err), RESHARD_OK);
+  cr_assert_eq(reshard_placement_normalize(&c->target, a, &fx.err), RESHARD_OK);
+  c->tokens = 10;
+  c->reader = &c->target.parts[c->target.part_count - 1];
+  static uint32_t table[] = {3, 0, 2, 1};
+  c->source_table = table;
+  c->source_table_count = 3; /* 3 blocks of 4 tokens */
+  c->pool_count = c->source.part_count;
+  c->source_pools = RESHARD_ARENA_NEW(a, reshard_pool, c->pool_count);
+  c->source_bound = RESHARD_ARENA_NEW(a, reshard_bound_pool, c->pool_count);
+  c->pools = RESHARD_ARENA_NEW(a, reshard_transfer_pool, c->pool_count);
+  reshard_limits limits = reshard_limits_default();
+  for (size_t p = 0; p < c->pool_count; p++) {
+    const reshard_placement_part *part = &c->source.parts[p];
+    build_pool(a, &c->descriptor, part, POOL_VLLM, 4, 4, (p + 1) << 40,
+               &c->source_pools[p]);
+    cr_assert_eq(reshard_pool_validate(&c->source_pools[p], &c->descriptor,
+                                       part, &limits, "pool", a,
+                                       &c->source_bound[p], &fx.err),
+                 RESHARD_OK, "%s", fx.err.message);
+    c->pools[p] = (reshard_transfer_pool){
+        part->participant_id, &c->source_pools[p], &c->source_bound[p]};
+  }
+  static uint32_t target_table[] = {1, 0, 2};
+  c->target_table = target_table;
+  c->target_table_count = 3;
+  build_pool(a, &c->descriptor, c->reader, POOL_VLLM, 4, 3, 1ull << 60,
+             &c->target_pool);
+  cr_assert_eq(reshard_pool_validate(&c->target_pool, &c->descriptor, c->reader,
+                                     &limits, "pool", a, &c->target_bound,
+                                     &fx.err),
+               RESHARD_OK);
+  cr_assert_eq(reshard_pool_bind(&c->target_bound, target_table, 3, 10, &limits,
+                                 "pooled", a, &fx.bound, &fx.err),
+               RESHARD_OK);
+  fx.request = case_request(c, &fx.binding, &fx.bound);
+  fx.request.has_source_dp_rank = false;
+}
+
+static void fixed_teardown(void) {
+  reshard_arena_destroy(&fx.c.arena);
+}
+
+static reshard_status plan_fixed(void) {
+  return reshard_plan_transfer(&fx.request, &fx.c.arena, &fx.plan, &fx.err);
+}
+
+TestSuite(transfer_rules, .fini = fixed_teardown);
+
+Test(transfer_rules, replicas_spread_by_target_ordinal) {
+  /* Source TP8 and target TP8 over 4 heads: replicas of 2 on both sides;
+   * each target replica reads the source replica of its ordinal. */
+  fixed_setup(8, 8);
+  for (size_t p = 0; p < fx.c.target.part_count; p++) {
+    const reshard_placement_part *reader = &fx.c.target.parts[p];
+    fx.binding.participant_id = reader->participant_id;
+    reshard_limits limits = reshard_limits_default();
+    reshard_bound_pool bound_pool;
+    reshard_pool pool;
+    build_pool(&fx.c.arena, &fx.c.descriptor, reader, POOL_VLLM, 4, 3,
+               1ull << 60, &pool);
+    cr_assert_eq(reshard_pool_validate(&pool, &fx.c.descriptor, reader, &limits,
+                                       "pool", &fx.c.arena, &bound_pool,
+                                       &fx.err),
+                 RESHARD_OK);
+    cr_assert_eq(reshard_pool_bind(&bound_pool, fx.c.target_table, 3, 10,
+                                   &limits, "pooled", &fx.c.arena, &fx.bound,
+                                   &fx.err),
+                 RESHARD_OK);
+    fx.binding.regions = pool.regions;
+    cr_assert_eq(plan_fixed(), RESHARD_OK, "%s", fx.err.message);
+    cr_assert_eq(fx.plan.source_count, 1);
+    const reshard_placement_part *source = reshard_placement_find_part(
+        &fx.c.source, fx.c.pools[fx.plan.sources[0]].pool->participant_id);
+    cr_assert_eq(source->head_start, reader->head_start);
+    cr_assert_eq(source->replica_ordinal, reader->replica_ordinal,
+                 "reader %s read %s", reader->participant_id,
+                 source->participant_id);
+  }
+}
+
+Test(transfer_rules, refusals) {
+  fixed_setup(2, 4);
+  cr_assert_eq(plan_fixed(), RESHARD_OK, "%s", fx.err.message);
+  execute_and_check(&fx.c, &fx.plan);
+
+  fx.c.pools[0].pool = fx.c.pools[1].pool; /* two pools of one participant */
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_INVALID_ARGUMENT,
+               "source_memory_ids[1]", "a second pool of participant");
+  fixed_teardown();
+
+  fixed_setup(2, 4);
+  /* The reader (the last of TP4) reads the second source: leave it out. */
+  fx.request.pool_count = 1;
+  const char *missing = fx.c.pools[1].pool->participant_id;
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_FAILED_PRECONDITION,
+               "source participant", missing, "has no pool");
+  fixed_teardown();
+
+  fixed_setup(2, 4);
+  reshard_pool foreign = *fx.c.pools[0].pool;
+  foreign.participant_id = "elsewhere";
+  fx.c.pools[0].pool = &foreign;
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_INVALID_ARGUMENT,
+               "source_memory_ids[0]", "\"elsewhere\" is not in the source");
+  fixed_teardown();
+
+  fixed_setup(2, 1); /* the reader holds every head: both sources */
+  reshard_bound_pool other = *fx.c.pools[1].bound;
+  other.block_size = 8;
+  fx.c.pools[1].bound = &other;
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_INVALID_ARGUMENT,
+               "block_size 8 differs");
+  fixed_teardown();
+
+  fixed_setup(2, 4);
+  fx.request.source_block_count = 2; /* 8 tokens of 10 */
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_INVALID_ARGUMENT,
+               "source_block_ids: 2 blocks of 4 tokens", "3 blocks needed");
+  fx.request.source_block_count = 4;
+  ((uint32_t *)fx.c.source_table)[3] = 9; /* past the span, still checked */
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_INVALID_ARGUMENT,
+               "source_block_ids[3]: block 9 is not below num_blocks 4");
+  ((uint32_t *)fx.c.source_table)[3] = 1;
+  fixed_teardown();
+
+  fixed_setup(2, 4);
+  fx.request.token_count = 0;
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_INVALID_ARGUMENT, "token_count");
+  fx.request.token_count = 10;
+  fx.request.target_dp_rank = 1;
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_INVALID_ARGUMENT,
+               "target_dp_rank");
+  fx.request.target_dp_rank = 0;
+  fx.request.source_dp_rank = 3;
+  fx.request.has_source_dp_rank = true;
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_INVALID_ARGUMENT,
+               "source_dp_rank");
+  fixed_teardown();
+
+  fixed_setup(2, 4);
+  reshard_placement other_target = fx.c.target;
+  other_target.descriptor.key_head_dim = 8;
+  fx.request.target_placement = &other_target;
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_FAILED_PRECONDITION,
+               "descriptor differs", "key_head_dim");
+  fx.request.target_placement = &fx.c.target;
+  fx.request.limits.max_operations = 1;
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_RESOURCE_EXHAUSTED,
+               "max_operations 1");
+}
