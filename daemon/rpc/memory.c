@@ -318,6 +318,16 @@ reshard_status reshard__pooled_check(const Reshard__V1__PooledMemory *pb,
   }
 }
 
+const char *
+reshard__pooled_participant_field(const Reshard__V1__PooledMemory *pb) {
+  if (pb == NULL) {
+    return NULL; /* an explicit binding: the library's default */
+  }
+  return pb->pool_case == RESHARD__V1__POOLED_MEMORY__POOL_INLINE_POOL
+             ? "pooled.inline_pool.participant_id"
+             : "pooled.memory_id (its pool's participant_id)";
+}
+
 /* What a resolution waiting on the catalog needs afterwards. */
 typedef struct pooled_resolution {
   reshard_planner *planner;

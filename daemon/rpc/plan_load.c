@@ -290,6 +290,8 @@ void reshard__load_plan(load_ctx *ctx) {
       .preferred_layout_ids =
           (const char *const *)ctx->request->preferred_layout_ids,
       .preferred_count = ctx->request->n_preferred_layout_ids,
+      .participant_field =
+          reshard__pooled_participant_field(ctx->request->pooled),
       .limits = ctx->limits,
       .runs = ctx->request->runs,
       .omit_copies = true, /* the response is the runs or the columns */

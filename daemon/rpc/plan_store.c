@@ -204,6 +204,8 @@ static void store_plan(store_ctx *ctx) {
       .varint_columns = !ctx->request->runs,
       .omit_copies = true,
       .bound_binding = ctx->pooled.bound_ready ? &ctx->pooled.bound : NULL,
+      .participant_field =
+          reshard__pooled_participant_field(ctx->request->pooled),
   };
   /* The plan's memory is asked from --max-inflight-bytes before it is
    * spent, as for loads. */

@@ -228,6 +228,11 @@ void reshard__pooled_resolve(reshard_planner *planner, reshard_call *call,
                              const reshard_limits *limits, reshard__pooled *out,
                              reshard__pooled_done *done, void *data);
 
+/* The field naming the participant of a plan whose memory is `pb` (NULL:
+ * a binding), for the planner's messages. */
+const char *
+reshard__pooled_participant_field(const Reshard__V1__PooledMemory *pb);
+
 /* Drops what `pooled` holds; safe on one never resolved. */
 void reshard__pooled_release(reshard__pooled *pooled);
 

@@ -19,6 +19,12 @@ reshard_status reshard__plan_deadline(reshard__planner *plan) {
                            "plan: abandoned, the call's deadline passed");
 }
 
+/* The field that names the memory's participant, for messages. */
+static const char *participant_field(const reshard_load_request *request) {
+  return request->participant_field != NULL ? request->participant_field
+                                            : "binding.participant_id";
+}
+
 static reshard_status check_request(reshard__planner *plan) {
   const reshard_load_request *request = plan->request;
   const reshard_placement *placement = request->placement;
@@ -37,14 +43,15 @@ static reshard_status check_request(reshard__planner *plan) {
   const char *participant = request->binding->participant_id;
   if (participant == NULL || participant[0] == '\0') {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "binding.participant_id: must not be empty");
+                             "%s: must not be empty",
+                             participant_field(request));
   }
   plan->part = reshard_placement_find_part(placement, participant);
   if (plan->part == NULL) {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "binding.participant_id: \"%s\" is not a "
+                             "%s: \"%s\" is not a "
                              "participant of the target placement",
-                             participant);
+                             participant_field(request), participant);
   }
   uint64_t dp = request->has_dp_rank ? request->dp_rank
                                      : reshard_placement_lowest_dp(placement);
@@ -55,12 +62,12 @@ static reshard_status check_request(reshard__planner *plan) {
                              (unsigned long long)dp);
   }
   if (plan->part->rank.dp != dp) {
-    return reshard_error_set(
-        err, RESHARD_INVALID_ARGUMENT,
-        "binding.participant_id: participant \"%s\" has dp rank %llu, not the "
-        "target dp rank %llu",
-        participant, (unsigned long long)plan->part->rank.dp,
-        (unsigned long long)dp);
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "%s: participant \"%s\" has dp rank %llu, not the "
+                             "target dp rank %llu",
+                             participant_field(request), participant,
+                             (unsigned long long)plan->part->rank.dp,
+                             (unsigned long long)dp);
   }
   return RESHARD_OK;
 }

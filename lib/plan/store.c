@@ -33,6 +33,12 @@ static size_t written_shard(const reshard_layout *layout,
   return SIZE_MAX;
 }
 
+/* The field that names the memory's participant, for messages. */
+static const char *participant_field(const reshard_store_request *request) {
+  return request->participant_field != NULL ? request->participant_field
+                                            : "binding.participant_id";
+}
+
 static reshard_status check_request(const reshard_store_request *request,
                                     const reshard_placement_part **out,
                                     reshard_error *err) {
@@ -61,15 +67,16 @@ static reshard_status check_request(const reshard_store_request *request,
   const char *participant = request->binding->participant_id;
   if (participant == NULL || participant[0] == '\0') {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "binding.participant_id: must not be empty");
+                             "%s: must not be empty",
+                             participant_field(request));
   }
   const reshard_placement_part *part =
       reshard_placement_find_part(placement, participant);
   if (part == NULL) {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "binding.participant_id: \"%s\" is not a "
+                             "%s: \"%s\" is not a "
                              "participant of the placement",
-                             participant);
+                             participant_field(request), participant);
   }
   uint64_t dp = request->has_dp_rank ? request->dp_rank
                                      : reshard_placement_lowest_dp(placement);
@@ -80,11 +87,12 @@ static reshard_status check_request(const reshard_store_request *request,
                              (unsigned long long)dp);
   }
   if (part->rank.dp != dp) {
-    return reshard_error_set(
-        err, RESHARD_INVALID_ARGUMENT,
-        "binding.participant_id: participant \"%s\" has dp rank %llu, not the "
-        "writing dp rank %llu",
-        participant, (unsigned long long)part->rank.dp, (unsigned long long)dp);
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "%s: participant \"%s\" has dp rank %llu, not the "
+                             "writing dp rank %llu",
+                             participant_field(request), participant,
+                             (unsigned long long)part->rank.dp,
+                             (unsigned long long)dp);
   }
   const char *field;
   if (!reshard_descriptor_equal(&request->layout->descriptor,
@@ -166,6 +174,7 @@ reshard_status reshard_plan_store(const reshard_store_request *request,
       .dp_rank = part->rank.dp,
       .binding = request->binding,
       .bound_binding = request->bound_binding,
+      .participant_field = request->participant_field,
       .page_count = request->page_count,
       .sources = &source,
       .source_count = 1,

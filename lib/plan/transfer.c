@@ -71,6 +71,12 @@ static ptrdiff_t layer_index(const reshard_placement_part *part,
              : -1;
 }
 
+/* The field that names the memory's participant, for messages. */
+static const char *participant_field(const reshard_transfer_request *request) {
+  return request->participant_field != NULL ? request->participant_field
+                                            : "binding.participant_id";
+}
+
 static reshard_status check_target(transfer *t) {
   const reshard_transfer_request *request = t->request;
   const reshard_placement *placement = request->target_placement;
@@ -91,14 +97,15 @@ static reshard_status check_target(transfer *t) {
   const char *participant = request->binding->participant_id;
   if (participant == NULL || participant[0] == '\0') {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "binding.participant_id: must not be empty");
+                             "%s: must not be empty",
+                             participant_field(request));
   }
   t->target = reshard_placement_find_part(placement, participant);
   if (t->target == NULL) {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "binding.participant_id: \"%s\" is not a "
+                             "%s: \"%s\" is not a "
                              "participant of the target placement",
-                             participant);
+                             participant_field(request), participant);
   }
   uint64_t dp = request->has_target_dp_rank
                     ? request->target_dp_rank
@@ -111,9 +118,9 @@ static reshard_status check_target(transfer *t) {
   }
   if (t->target->rank.dp != dp) {
     return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
-                             "binding.participant_id: participant \"%s\" has "
+                             "%s: participant \"%s\" has "
                              "dp rank %llu, not the target dp rank %llu",
-                             participant,
+                             participant_field(request), participant,
                              (unsigned long long)t->target->rank.dp,
                              (unsigned long long)dp);
   }

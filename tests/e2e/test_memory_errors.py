@@ -299,15 +299,18 @@ class MemoryRefusalTests(DaemonTestCase):
         binding = expand(pool, world.desc, part, self.table, world.tokens)
         why = ('participant "%s" has dp rank 1, not the target dp rank 0'
                % part.participant_id)
-        for memory in (dict(binding=binding),
-                       dict(pooled=pooled(mid, self.table)),
-                       dict(pooled=pooled(inline_pool=pool,
-                                          block_ids=self.table))):
+        # Each form names its own field for the participant.
+        for memory, field in (
+                (dict(binding=binding), "binding.participant_id: "),
+                (dict(pooled=pooled(mid, self.table)),
+                 "pooled.memory_id (its pool's participant_id): "),
+                (dict(pooled=pooled(inline_pool=pool, block_ids=self.table)),
+                 "pooled.inline_pool.participant_id: ")):
             for dp in (None, 0):
                 req = world.load_request(**memory)
                 if dp is not None:
                     req.target_dp_rank.value = dp
-                self.plan_refused(Code.INVALID_ARGUMENT, req, why)
+                self.plan_refused(Code.INVALID_ARGUMENT, req, field + why)
             req.target_dp_rank.value = 1
             self.assertEqual(self.planner.PlanLoad(req, timeout=30).hit_pages,
                              len(world.keys))

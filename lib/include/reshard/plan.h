@@ -63,6 +63,10 @@ typedef struct reshard_load_request {
    * skips validation and only reads it, so one may serve concurrent
    * plans. NULL: the planner validates `binding`. */
   const reshard_bound_binding *bound_binding;
+  /* Optional: the request field that names the participant, for
+   * messages ("pooled.inline_pool.participant_id"); NULL reads as
+   * "binding.participant_id". */
+  const char *participant_field;
   /* Optional: polled between pages; when it returns true the planner
    * abandons the work and fails with DEADLINE_EXCEEDED. Called on the
    * planning thread. */

@@ -42,6 +42,10 @@ typedef struct reshard_store_request {
    * validated, or bound from a memory pool (reshard_pool_bind), for this
    * participant, page_count and limits; the planner only reads it. */
   const reshard_bound_binding *bound_binding;
+  /* Optional: the request field that names the participant, for
+   * messages ("pooled.inline_pool.participant_id"); NULL reads as
+   * "binding.participant_id". */
+  const char *participant_field;
   /* Optional, as for reshard_load_request. */
   bool (*should_stop)(void *context);
   void *should_stop_context;

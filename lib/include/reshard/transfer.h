@@ -51,6 +51,10 @@ typedef struct reshard_transfer_request {
    * pooled target bound by reshard_pool_bind over that span). */
   const reshard_binding *binding;
   const reshard_bound_binding *bound_binding;
+  /* Optional: the request field that names the participant, for
+   * messages ("pooled.inline_pool.participant_id"); NULL reads as
+   * "binding.participant_id". */
+  const char *participant_field;
   reshard_limits limits; /* already clamped to the server caps */
   bool runs;             /* also fold each batch into strided runs */
   bool (*should_stop)(void *context);
