@@ -297,6 +297,29 @@ class ReshardctlTests(unittest.TestCase):
                                   "--pooled", example(name))
                     self.assertEqual(got, want, name)
 
+    def test_transfer_example(self):
+        # docs/clients.md's P/D example: the prefill rank's pool and the
+        # reader's, then the transfer printed exactly as the docs show it.
+        self.register_example_pool()
+        registered = parse_kv(self.ok("register-memory",
+                                      example("transfer-pool.json")))
+        self.assertIn(registered["created"], ("true", "false"))
+        table = self.ok("transfer", example("transfer.json"))
+        with open(os.path.join(os.path.dirname(example("transfer.json")),
+                               "..", "..", "docs", "clients.md")) as f:
+            docs = f.read()
+        start = docs.index("Table, `reshardctl transfer "
+                           "clients/examples/transfer.json`:")
+        block = docs[docs.index("```\n", start) + 4:]
+        self.assertEqual(table, block[:block.index("```")])
+        self.assertIn("memory_id=" + registered["memory_id"], table)
+        # Runs and the same target given inline plan the same bytes.
+        runs = self.ok("transfer", example("transfer.json"), "--runs")
+        self.assertIn("runs=2", runs)
+        self.assertEqual(
+            self.ok("transfer", example("transfer.json"), "--pooled",
+                    example("pooled-inline.json")), table)
+
     def test_forget_memory_example(self):
         mid = self.example_memory_id()
         self.plan_example()
