@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/keyed_sort.h"
 #include "plan/plan_internal.h"
 #include "reshard/checked.h"
 #include "reshard/join.h"
@@ -513,13 +514,73 @@ static int compare_copies(const void *a, const void *b) {
   return 0;
 }
 
-/* SPEC §2.2 step 4 in the transfer's order: sorted, then each copy merged
- * into the previous one when both its ends continue it. */
-static size_t coalesce(reshard_copy *copies, size_t count) {
-  qsort(copies, count, sizeof *copies, compare_copies);
-  size_t n = 0;
-  for (size_t i = 0; i < count; i++) {
-    reshard_copy *last = n > 0 ? &copies[n - 1] : NULL;
+/* Where each read source region starts on one line through every source
+ * region in (source, region) order: a copy's place on it orders copies as
+ * (source, source region, source offset), and no two copies of one plan
+ * read the same byte, so it is a sort key without ties. False when the
+ * regions' sizes add up past 64 bits (then the copies are sorted by
+ * comparison). */
+static bool region_bases(const transfer *t, uint64_t **out) {
+  size_t regions = 0;
+  for (size_t o = 0; o < t->source_count; o++) {
+    regions += t->source_pool[o]->pool->region_count;
+  }
+  uint64_t *bases = RESHARD_ARENA_ARRAY(t->arena, uint64_t, regions + 1);
+  if (bases == NULL) {
+    return false;
+  }
+  uint64_t at = 0;
+  size_t i = 0;
+  for (size_t o = 0; o < t->source_count; o++) {
+    const reshard_pool *pool = t->source_pool[o]->pool;
+    for (size_t r = 0; r < pool->region_count; r++) {
+      bases[i++] = at;
+      if (!reshard_add(at, pool->regions[r].nbytes, &at)) {
+        return false;
+      }
+    }
+  }
+  *out = bases;
+  return true;
+}
+
+/* SPEC §2.2 step 4 in the transfer's order: sorted (the planner's radix
+ * sort on each copy's place among the source regions), then each copy
+ * merged into the previous one when both its ends continue it. Returns
+ * the coalesced copies, in the arena, and their count in *count. */
+static reshard_copy *coalesce(const transfer *t, reshard_copy *copies,
+                              size_t *count) {
+  size_t n = *count;
+  uint64_t *bases = NULL;
+  size_t *first_region =
+      RESHARD_ARENA_ARRAY(t->arena, size_t, t->source_count + 1);
+  reshard__keyed *keyed = RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, n + 1);
+  reshard__keyed *spare = RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, n + 1);
+  reshard_copy *sorted = RESHARD_ARENA_ARRAY(t->arena, reshard_copy, n + 1);
+  if (first_region != NULL && keyed != NULL && spare != NULL &&
+      sorted != NULL && region_bases(t, &bases)) {
+    size_t at = 0;
+    for (size_t o = 0; o < t->source_count; o++) {
+      first_region[o] = at;
+      at += t->source_pool[o]->pool->region_count;
+    }
+    for (size_t i = 0; i < n; i++) {
+      const reshard_copy *c = &copies[i];
+      keyed[i] = (reshard__keyed){
+          bases[first_region[c->page_index] + c->part_index] + c->part_offset,
+          i};
+    }
+    const reshard__keyed *order = reshard__sort_keyed(keyed, spare, n);
+    for (size_t i = 0; i < n; i++) {
+      sorted[i] = copies[order[i].index];
+    }
+    copies = sorted;
+  } else {
+    qsort(copies, n, sizeof *copies, compare_copies);
+  }
+  size_t merged = 0;
+  for (size_t i = 0; i < n; i++) {
+    reshard_copy *last = merged > 0 ? &copies[merged - 1] : NULL;
     const reshard_copy *c = &copies[i];
     if (last != NULL && last->page_index == c->page_index &&
         last->part_index == c->part_index &&
@@ -528,10 +589,11 @@ static size_t coalesce(reshard_copy *copies, size_t count) {
         last->region_offset + last->nbytes == c->region_offset) {
       last->nbytes += c->nbytes;
     } else {
-      copies[n++] = *c;
+      copies[merged++] = *c;
     }
   }
-  return n;
+  *count = merged;
+  return copies;
 }
 
 /* SPEC §2.2 step 5, a batch closed at every change of source. */
@@ -626,8 +688,9 @@ static reshard_status plan(transfer *t, reshard_transfer_plan *out) {
   if ((status = lower(t, &write))) {
     return status;
   }
-  size_t coalesced = coalesce(write.out, write.written);
-  if ((status = batch(t, write.out, coalesced, write.bytes, out))) {
+  size_t coalesced = write.written;
+  reshard_copy *ordered = coalesce(t, write.out, &coalesced);
+  if ((status = batch(t, ordered, coalesced, write.bytes, out))) {
     return status;
   }
   out->sources = RESHARD_ARENA_ARRAY(t->arena, size_t, t->source_count + 1);
