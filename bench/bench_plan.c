@@ -8,9 +8,12 @@
  * reader of SPEC §6 (bench/scenario.h) beside the explicit binding of the
  * same memory and block table: the PlanLoad request's bytes, the pool's
  * registration (decoded, validated: once), and per call the decoding, the
- * validation or the block table's binding, and the planning. Figures only,
- * except that a pooled plan whose copies differ from the explicit plan's
- * prints MISMATCH and fails the run (exit 1). */
+ * validation or the block table's binding, and the planning. Last, the
+ * transfer plans of §6's T rows (SPEC §2.6): copies, batches, sources
+ * read, bytes, cold and warm planning, with and without runs. Figures
+ * only, except that a pooled plan whose copies differ from the explicit
+ * plan's, or transfer runs that do not expand to the explicit transfer
+ * plan's copies, print MISMATCH and fail the run (exit 1). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -746,10 +749,150 @@ static int each_reader_memory(const char *only, uint64_t pages, int count,
 }
 #endif
 
+/* ---- Transfer plans (SPEC §2.6, the T rows of §6) ---- */
+
+typedef struct transfer_timing {
+  double cold_ns; /* the first call */
+  double warm_ns; /* median of the others */
+  size_t copies, before, batches, sources, runs, expanded;
+  uint64_t bytes;
+  bool runs_match; /* with runs: they expand to the explicit copies */
+} transfer_timing;
+
+/* Plans `t` `count` times, each call binding the target's block table
+ * over its pool (as the daemon does per call) and planning in a fresh
+ * arena; with `runs` the plan is folded into runs too. */
+static int time_transfer(transfer_scenario *t, bool runs, int count,
+                         transfer_timing *out) {
+  double *samples = malloc(sizeof(double) * (size_t)count);
+  if (samples == NULL) {
+    return -1;
+  }
+  memset(out, 0, sizeof *out);
+  out->runs_match = true;
+  t->request.runs = runs;
+  int failed = 0;
+  for (int r = 0; r < count && !failed; r++) {
+    reshard_arena arena;
+    reshard_arena_init(&arena, 0);
+    reshard_error err;
+    reshard_bound_binding bound;
+    reshard_transfer_plan plan;
+    double start = bench_now_ns();
+    reshard_status status = reshard_pool_bind(
+        &t->target_bound, t->target_pool.block_ids, t->target_pool.block_count,
+        t->tokens, &t->request.limits, "pooled", &arena, &bound, &err);
+    if (status == RESHARD_OK) {
+      t->request.bound_binding = &bound;
+      status = reshard_plan_transfer(&t->request, &arena, &plan, &err);
+    }
+    samples[r] = bench_now_ns() - start;
+    t->request.bound_binding = NULL;
+    if (status != RESHARD_OK) {
+      fprintf(stderr, "transfer plan failed: %s: %s\n",
+              reshard_status_name(status), err.message);
+      failed = 1;
+    } else if (r == 0) {
+      out->copies = plan.copy_count;
+      out->before = (size_t)plan.copies_before_coalescing;
+      out->batches = plan.batch_count;
+      out->sources = plan.source_count;
+      out->bytes = plan.bytes;
+      if (runs) {
+        /* Runs stand for exactly the explicit copies, batch by batch. */
+        out->runs = plan.runs.run_count;
+        out->runs_match = plan.runs.batch_count == plan.batch_count;
+        for (size_t b = 0; out->runs_match && b < plan.batch_count; b++) {
+          uint64_t n = 0;
+          for (size_t i = plan.runs.batch_first[b];
+               i < plan.runs.batch_first[b + 1]; i++) {
+            n += plan.runs.runs[i].count;
+          }
+          out->expanded += (size_t)n;
+          out->runs_match = n == plan.batches[b].count;
+        }
+        out->runs_match = out->runs_match && out->expanded == plan.copy_count;
+      }
+    }
+    reshard_arena_destroy(&arena);
+  }
+  t->request.runs = false;
+  if (!failed) {
+    out->cold_ns = samples[0];
+    bench_sort_samples(samples + 1, (size_t)(count - 1));
+    out->warm_ns = bench_median(samples + 1, (size_t)(count - 1));
+  }
+  free(samples);
+  return failed ? -1 : 0;
+}
+
+/* One row per selected T scenario: the explicit plan and the plan with
+ * runs. Returns the rows that failed; runs that do not expand to the
+ * explicit plan's copies print MISMATCH and fail. */
+static int transfer_table(const char *only, uint64_t tokens, int count) {
+  int failures = 0;
+  bool header = false;
+  for (size_t i = 0; i < sizeof transfer_specs / sizeof transfer_specs[0];
+       i++) {
+    const transfer_spec *spec = &transfer_specs[i];
+    if (!transfer_selected(spec, only)) {
+      continue;
+    }
+    if (!header) {
+      printf("\ntransfer plans (SPEC §2.6, §6 T rows: source pools of every "
+             "prefill participant, one shared scattered table; the first "
+             "decode participant's pool and table; per call the target table "
+             "bound, then the plan; fresh arena; cold = first call, warm = "
+             "median of the other %d): explicit | with runs\n",
+             count - 1);
+      printf("%-16s %6s %7s %5s %8s %8s %7s %12s | %9s %9s %7s | %7s %9s "
+             "%9s %7s %6s\n",
+             "scenario", "tokens", "pools", "read", "before", "after",
+             "batches", "bytes", "cold", "warm", "ns/cp", "runs", "cold",
+             "warm", "ns/run", "cp/run");
+      header = true;
+    }
+    reshard_arena arena;
+    reshard_arena_init(&arena, 0);
+    reshard_error err;
+    transfer_scenario t;
+    transfer_timing plain, runs;
+    if (transfer_scenario_build(spec, tokens, 42 + i, &arena, &t, &err)) {
+      fprintf(stderr, "%s: %s\n", spec->name, err.message);
+      failures++;
+    } else if (time_transfer(&t, false, count, &plain) ||
+               time_transfer(&t, true, count, &runs)) {
+      failures++;
+    } else {
+      bool same = runs.runs_match && runs.copies == plain.copies;
+      double copies = plain.copies ? (double)plain.copies : 1.0;
+      double entries = runs.runs ? (double)runs.runs : 1.0;
+      printf("%-16s %6llu %7zu %5zu %8zu %8zu %7zu %12llu | %7.1fus "
+             "%7.1fus %7.2f | %7zu %7.1fus %7.1fus %7.2f %6.1f%s\n",
+             spec->name, (unsigned long long)t.tokens, t.pool_count,
+             plain.sources, plain.before, plain.copies, plain.batches,
+             (unsigned long long)plain.bytes, plain.cold_ns / 1e3,
+             plain.warm_ns / 1e3, plain.warm_ns / copies, runs.runs,
+             runs.cold_ns / 1e3, runs.warm_ns / 1e3, runs.warm_ns / entries,
+             copies / entries, same ? "" : "  MISMATCH");
+      if (!same) {
+        fprintf(stderr,
+                "%s: MISMATCH: the runs expand to %zu copies, the explicit "
+                "plan has %zu\n",
+                spec->name, runs.expanded, plain.copies);
+        failures++;
+      }
+    }
+    reshard_arena_destroy(&arena);
+  }
+  return failures;
+}
+
 int main(int argc, char **argv) {
   /* reshard-bench [RUNS [SCENARIO [PAGES]]]: SCENARIO picks rows by name
-   * prefix, e.g. "S5"; PAGES plans that many pages instead of the spec's
-   * (8 is scripts/load.py's S1-8). */
+   * prefix, e.g. "S5" or "T1"; PAGES plans that many pages instead of the
+   * spec's (8 is scripts/load.py's S1-8), and for a T scenario that many
+   * tokens (128: scripts/load.py's T1-128). */
   int runs = argc > 1 ? atoi(argv[1]) : 50;
   const char *only = argc > 2 ? argv[2] : NULL;
   uint64_t pages = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
@@ -815,6 +958,8 @@ int main(int argc, char **argv) {
   failures += each_reader_memory(only, pages, runs, decode_row);
   failures += pooled_tables(only, pages, runs);
 #endif
+  failures +=
+      transfer_table(only, only != NULL && only[0] == 'T' ? pages : 0, runs);
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   printf("process peak RSS: %.1f MiB\n", (double)usage.ru_maxrss / 1024.0);

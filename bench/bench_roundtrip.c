@@ -20,7 +20,10 @@
  * with the daemon's response bytes, stored (bench/replay_server.c), and
  * that floor's ratio to the planning: what a round trip would cost if
  * the daemon took no time at all; and SPEC §7's ratio, round trip / (planning
- * + replay). The client process keeps its heap
+ * + replay). Then the T rows of §6 (SPEC §2.6): both placements and every
+ * pool registered once, then PlanTransfer by ids and block tables, with
+ * and without runs, beside the in-process transfer plan and the replay
+ * floor. The client process keeps its heap
  * (mallopt in main), so neither figure pays for glibc returning and
  * refaulting the client's response buffers. Figures only: it fails (exit 1)
  * when a call fails or the daemon's plan differs from the in-process one, never
@@ -321,6 +324,9 @@ static int set_up_pooled(reshard_client *client, const scenario_spec *spec,
 
 /* ---- One row ---- */
 
+static const char PLAN_LOAD[] = "/reshard.v1.Planner/PlanLoad";
+static const char PLAN_TRANSFER[] = "/reshard.v1.Planner/PlanTransfer";
+
 typedef struct row {
   uint64_t copies;
   size_t request_bytes;
@@ -335,21 +341,20 @@ typedef struct row {
 /* Median round trip of `runs` calls of `request` on `client` (after two
  * unmeasured ones); the last response is left in `response` for the
  * caller to free. Returns 0, or -1 after printing why a call failed. */
-static int time_calls(reshard_client *client, const scenario_spec *spec,
-                      const uint8_t *request, size_t length, int runs,
-                      double *samples, double *median, uint8_t **response,
-                      size_t *response_length) {
+static int time_calls(reshard_client *client, const char *name,
+                      const char *path, const uint8_t *request, size_t length,
+                      int runs, double *samples, double *median,
+                      uint8_t **response, size_t *response_length) {
   for (int r = -2; r < runs; r++) {
     reshard_client_status st;
     free(*response);
     *response = NULL;
     double start = bench_now_ns();
-    int code =
-        reshard_client_call_raw(client, "/reshard.v1.Planner/PlanLoad", request,
-                                length, 60000, response, response_length, &st);
+    int code = reshard_client_call_raw(client, path, request, length, 60000,
+                                       response, response_length, &st);
     double elapsed = bench_now_ns() - start;
     if (code != RESHARD_STATUS_OK) {
-      fprintf(stderr, "%s: PlanLoad: %s: %s\n", spec->name,
+      fprintf(stderr, "%s: %s: %s: %s\n", name, path,
               reshard_status_code_name(code), st.message);
       return -1;
     }
@@ -469,8 +474,8 @@ static int measure(reshard_client *client, reshard_client *replay_client,
    * the first request of a reader shape does. */
   uint8_t *response = NULL;
   size_t response_length = 0;
-  if (time_calls(client, spec, bytes, length, runs, samples, &out->round_ns,
-                 &response, &response_length) != 0) {
+  if (time_calls(client, spec->name, PLAN_LOAD, bytes, length, runs, samples,
+                 &out->round_ns, &response, &response_length) != 0) {
     free(response);
     goto done;
   }
@@ -491,8 +496,8 @@ static int measure(reshard_client *client, reshard_client *replay_client,
   replay_server_set_response(replay, response, response_length);
   free(response);
   response = NULL;
-  if (time_calls(replay_client, spec, bytes, length, runs, samples,
-                 &out->replay_ns, &response, &response_length) != 0) {
+  if (time_calls(replay_client, spec->name, PLAN_LOAD, bytes, length, runs,
+                 samples, &out->replay_ns, &response, &response_length) != 0) {
     free(response);
     goto done;
   }
@@ -511,10 +516,258 @@ done:
   return result;
 }
 
+/* ---- Transfer rows (SPEC §2.6, §6's T rows) ---- */
+
+static int register_placement(reshard_client *client, const char *name,
+                              const reshard_placement *placement,
+                              const char *want, reshard_arena *arena) {
+  Reshard__V1__RegisterPlacementRequest request =
+      RESHARD__V1__REGISTER_PLACEMENT_REQUEST__INIT;
+  request.placement = reshard_wire_placement_to_pb(placement, arena);
+  reshard_client_status st;
+  Reshard__V1__RegisterPlacementResponse *placed = NULL;
+  if (request.placement == NULL ||
+      reshard_client_register_placement(client, &request, 0, &placed, &st) !=
+          RESHARD_STATUS_OK) {
+    fprintf(stderr, "%s: RegisterPlacement: %s\n", name, st.message);
+    return -1;
+  }
+  bool same = strcmp(placed->placement_id, want) == 0;
+  reshard__v1__register_placement_response__free_unpacked(placed, NULL);
+  if (!same) {
+    fprintf(stderr, "%s: the daemon's placement id differs from %s\n", name,
+            want);
+  }
+  return same ? 0 : -1;
+}
+
+static int register_pool(reshard_client *client, const char *name,
+                         const reshard_pool *pool, const char *placement_id,
+                         const char *want, reshard_arena *arena) {
+  Reshard__V1__RegisterMemoryRequest request =
+      RESHARD__V1__REGISTER_MEMORY_REQUEST__INIT;
+  request.pool = reshard_wire_pool_to_pb(pool, arena);
+  request.target_case =
+      RESHARD__V1__REGISTER_MEMORY_REQUEST__TARGET_PLACEMENT_ID;
+  request.placement_id = (char *)placement_id;
+  reshard_client_status st;
+  Reshard__V1__RegisterMemoryResponse *registered = NULL;
+  if (request.pool == NULL ||
+      reshard_client_register_memory(client, &request, 0, &registered, &st) !=
+          RESHARD_STATUS_OK) {
+    fprintf(stderr, "%s: RegisterMemory: %s\n", name, st.message);
+    return -1;
+  }
+  bool same = strcmp(registered->memory_id, want) == 0;
+  reshard__v1__register_memory_response__free_unpacked(registered, NULL);
+  if (!same) {
+    fprintf(stderr, "%s: the daemon's memory id differs from %s\n", name, want);
+  }
+  return same ? 0 : -1;
+}
+
+/* Registers both placements and every pool of `t` once, then fills
+ * `request` as an engine sends it: placements and pools by id, the two
+ * block tables. */
+static int set_up_transfer(reshard_client *client, const char *name,
+                           transfer_scenario *t, reshard_arena *arena,
+                           Reshard__V1__PlanTransferRequest *request) {
+  if (register_placement(client, name, &t->source, t->source_placement_id,
+                         arena) != 0 ||
+      register_placement(client, name, &t->target, t->target_placement_id,
+                         arena) != 0) {
+    return -1;
+  }
+  char **memory_ids = RESHARD_ARENA_NEW(arena, char *, t->pool_count);
+  Reshard__V1__PooledMemory *pooled =
+      RESHARD_ARENA_NEW(arena, Reshard__V1__PooledMemory, 1);
+  if (memory_ids == NULL || pooled == NULL) {
+    return -1;
+  }
+  for (size_t p = 0; p < t->pool_count; p++) {
+    if (register_pool(client, name, &t->source_pools[p].pool,
+                      t->source_placement_id, t->memory_ids[p], arena) != 0) {
+      return -1;
+    }
+    memory_ids[p] = t->memory_ids[p];
+  }
+  if (register_pool(client, name, &t->target_pool.pool, t->target_placement_id,
+                    t->target_memory_id, arena) != 0) {
+    return -1;
+  }
+  reshard__v1__pooled_memory__init(pooled);
+  pooled->pool_case = RESHARD__V1__POOLED_MEMORY__POOL_MEMORY_ID;
+  pooled->memory_id = t->target_memory_id;
+  pooled->n_block_ids = t->target_pool.block_count;
+  pooled->block_ids = t->target_pool.block_ids;
+  reshard__v1__plan_transfer_request__init(request);
+  request->source_case =
+      RESHARD__V1__PLAN_TRANSFER_REQUEST__SOURCE_SOURCE_PLACEMENT_ID;
+  request->source_placement_id = t->source_placement_id;
+  request->n_source_memory_ids = t->pool_count;
+  request->source_memory_ids = memory_ids;
+  request->n_source_block_ids = t->source_block_count;
+  request->source_block_ids = (uint32_t *)t->source_block_ids;
+  request->token_count = t->tokens;
+  request->target_case =
+      RESHARD__V1__PLAN_TRANSFER_REQUEST__TARGET_TARGET_PLACEMENT_ID;
+  request->target_placement_id = t->target_placement_id;
+  request->pooled = pooled;
+  request->operation_id = "roundtrip-transfer";
+  return 0;
+}
+
+/* Median in-process planning of `t` (the target table bound over its
+ * validated pool, then the plan, as the daemon does per call; arena chunks
+ * from a pool): copies and runs of the last plan in `copies` and
+ * `entries`. */
+static int plan_transfer_locally(transfer_scenario *t, bool runs, int count,
+                                 double *samples, double *median,
+                                 uint64_t *copies, uint64_t *entries) {
+  reshard_chunk_pool *pool = reshard_chunk_pool_create(16u << 20);
+  if (pool == NULL) {
+    return -1;
+  }
+  t->request.runs = runs;
+  int failed = 0;
+  for (int r = 0; r < count && !failed; r++) {
+    reshard_arena scratch;
+    reshard_arena_init_from(&scratch, 64 * 1024,
+                            reshard_chunk_pool_source(pool));
+    reshard_error err;
+    reshard_bound_binding bound;
+    reshard_transfer_plan plan;
+    double start = bench_now_ns();
+    reshard_status status = reshard_pool_bind(
+        &t->target_bound, t->target_pool.block_ids, t->target_pool.block_count,
+        t->tokens, &t->request.limits, "pooled", &scratch, &bound, &err);
+    if (status == RESHARD_OK) {
+      t->request.bound_binding = &bound;
+      status = reshard_plan_transfer(&t->request, &scratch, &plan, &err);
+    }
+    samples[r] = bench_now_ns() - start;
+    t->request.bound_binding = NULL;
+    if (status != RESHARD_OK) {
+      fprintf(stderr, "transfer plan: %s\n", err.message);
+      failed = 1;
+    } else {
+      *copies = plan.operations;
+      *entries = runs ? plan.runs.run_count : 0;
+    }
+    reshard_arena_destroy(&scratch);
+  }
+  t->request.runs = false;
+  reshard_chunk_pool_free(pool);
+  if (!failed) {
+    bench_sort_samples(samples, (size_t)count);
+    *median = bench_median(samples, (size_t)count);
+  }
+  return failed ? -1 : 0;
+}
+
+/* The two rows of one T scenario, explicit copies and runs, after one
+ * registration. */
+static int measure_transfer(reshard_client *client,
+                            reshard_client *replay_client,
+                            replay_server *replay, const transfer_spec *spec,
+                            uint64_t tokens, int runs, row out[2]) {
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_error err;
+  transfer_scenario t;
+  Reshard__V1__PlanTransferRequest request;
+  int result = -1;
+  double *samples = malloc(sizeof(double) * (size_t)runs);
+  if (samples == NULL || transfer_scenario_build(spec, tokens, 42, &arena, &t,
+                                                 &err) != RESHARD_OK) {
+    fprintf(stderr, "%s: %s\n", spec->name,
+            samples == NULL ? "out of memory" : err.message);
+    goto done;
+  }
+  if (set_up_transfer(client, spec->name, &t, &arena, &request) != 0) {
+    goto done;
+  }
+  for (int with_runs = 0; with_runs < 2; with_runs++) {
+    row *o = &out[with_runs];
+    uint64_t entries = 0;
+    if (plan_transfer_locally(&t, with_runs, runs, samples, &o->plan_ns,
+                              &o->copies, &entries) != 0) {
+      goto done;
+    }
+    request.runs = with_runs;
+    size_t length = protobuf_c_message_get_packed_size(&request.base);
+    uint8_t *bytes = reshard_arena_alloc(&arena, length + 1, 16);
+    if (bytes == NULL) {
+      goto done;
+    }
+    protobuf_c_message_pack(&request.base, bytes);
+    o->request_bytes = length;
+    uint8_t *response = NULL;
+    size_t response_length = 0;
+    if (time_calls(client, spec->name, PLAN_TRANSFER, bytes, length, runs,
+                   samples, &o->round_ns, &response, &response_length) != 0) {
+      free(response);
+      goto done;
+    }
+    Reshard__V1__PlanTransferResponse *decoded =
+        reshard__v1__plan_transfer_response__unpack(NULL, response_length,
+                                                    response);
+    bool same = decoded != NULL && decoded->stats != NULL &&
+                decoded->stats->operations == o->copies &&
+                decoded->stats->runs == entries;
+    if (decoded != NULL) {
+      reshard__v1__plan_transfer_response__free_unpacked(decoded, NULL);
+    }
+    if (!same) {
+      fprintf(stderr,
+              "%s: the daemon's transfer plan differs from the local "
+              "one\n",
+              spec->name);
+      free(response);
+      goto done;
+    }
+    o->response_bytes = response_length;
+    replay_server_set_response(replay, response, response_length);
+    free(response);
+    response = NULL;
+    if (time_calls(replay_client, spec->name, PLAN_TRANSFER, bytes, length,
+                   runs, samples, &o->replay_ns, &response,
+                   &response_length) != 0) {
+      free(response);
+      goto done;
+    }
+    free(response);
+    if (response_length != o->response_bytes) {
+      fprintf(stderr, "%s: the replay server answered %zu bytes, not %zu\n",
+              spec->name, response_length, o->response_bytes);
+      goto done;
+    }
+  }
+  result = 0;
+done:
+  free(samples);
+  reshard_arena_destroy(&arena);
+  return result;
+}
+
+static void print_row(const char *name, const char *reader, const row *r) {
+  double copies = r->copies ? (double)r->copies : 1.0;
+  printf("%-16s %-10s %9llu %9.1fKB %9.1fKB | %8.1fus %8.1f | %8.1fus "
+         "%8.1f | %6.2f | %8.1fus %6.2f | %8.2f\n",
+         name, reader, (unsigned long long)r->copies,
+         (double)r->request_bytes / 1e3, (double)r->response_bytes / 1e3,
+         r->plan_ns / 1e3, r->plan_ns / copies, r->round_ns / 1e3,
+         r->round_ns / copies, r->round_ns / r->plan_ns, r->replay_ns / 1e3,
+         r->replay_ns / r->plan_ns, r->round_ns / (r->plan_ns + r->replay_ns));
+  fflush(stdout);
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: reshard-roundtrip [--daemon PATH] [--runs N] [--pages N] "
-          "[--scenario PREFIX] [--unix] [--short]\n"
+          "[--scenario PREFIX] [--tokens N] [--unix] [--short]\n"
+          "  --scenario: rows whose name starts with PREFIX (S1, T, T5...)\n"
+          "  --tokens: tokens of the T (PlanTransfer) rows\n"
           "  --unix: the daemon and the replay server on Unix sockets\n"
           "  --short: 3 runs, 4 pages per scenario (CI keeps it running)\n");
 }
@@ -531,6 +784,7 @@ int main(int argc, char **argv) {
   const char *only = NULL;
   int runs = 30;
   uint64_t pages = 0;
+  uint64_t tokens_flag = 0; /* T rows: tokens moved (0: the spec's) */
   bool unix_socket = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--unix") == 0) {
@@ -544,6 +798,8 @@ int main(int argc, char **argv) {
       runs = atoi(argv[++i]);
     } else if (i + 1 < argc && strcmp(argv[i], "--pages") == 0) {
       pages = strtoull(argv[++i], NULL, 10);
+    } else if (i + 1 < argc && strcmp(argv[i], "--tokens") == 0) {
+      tokens_flag = strtoull(argv[++i], NULL, 10);
     } else if (i + 1 < argc && strcmp(argv[i], "--scenario") == 0) {
       only = argv[++i];
     } else {
@@ -594,16 +850,29 @@ int main(int argc, char **argv) {
         failures++;
         continue;
       }
-      double copies = r.copies ? (double)r.copies : 1.0;
-      printf("%-16s %-10s %9llu %9.1fKB %9.1fKB | %8.1fus %8.1f | %8.1fus "
-             "%8.1f | %6.2f | %8.1fus %6.2f | %8.2f\n",
-             spec->name, reader_names[m], (unsigned long long)r.copies,
-             (double)r.request_bytes / 1e3, (double)r.response_bytes / 1e3,
-             r.plan_ns / 1e3, r.plan_ns / copies, r.round_ns / 1e3,
-             r.round_ns / copies, r.round_ns / r.plan_ns, r.replay_ns / 1e3,
-             r.replay_ns / r.plan_ns, r.round_ns / (r.plan_ns + r.replay_ns));
-      fflush(stdout);
+      print_row(spec->name, reader_names[m], &r);
     }
+  }
+  for (size_t i = 0; client != NULL && replay_client != NULL &&
+                     i < sizeof transfer_specs / sizeof transfer_specs[0];
+       i++) {
+    const transfer_spec *spec = &transfer_specs[i];
+    if (!transfer_selected(spec, only)) {
+      continue;
+    }
+    /* --pages N: N pages of the shape's page size (--short: 4). */
+    uint64_t tokens = pages * scenario_specs[spec->shape].page_size;
+    if (tokens_flag != 0) {
+      tokens = tokens_flag;
+    }
+    row r[2] = {{0}};
+    if (measure_transfer(client, replay_client, replay, spec, tokens, runs,
+                         r) != 0) {
+      failures++;
+      continue;
+    }
+    print_row(spec->name, "transfer", &r[0]);
+    print_row(spec->name, "xfer runs", &r[1]);
   }
   reshard_client_close(replay_client);
   replay_server_stop(replay);

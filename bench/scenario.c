@@ -442,3 +442,132 @@ reshard_status scenario_build_pool(const scenario_spec *spec, const scenario *s,
   };
   return pool_binding(spec, part, out, tokens, arena, err);
 }
+
+const transfer_spec transfer_specs[5] = {
+    {"T1 llama3-8b", 0, 1, 1, 16, SCENARIO_MEMORY_NHD, 2, 1, 16,
+     SCENARIO_MEMORY_NHD, 2048},
+    {"T2 llama3-70b", 1, 8, 1, 16, SCENARIO_MEMORY_NHD, 4, 2, 64,
+     SCENARIO_MEMORY_NHD, 4096},
+    {"T3 qwen2.5-72b", 2, 4, 1, 16, SCENARIO_MEMORY_HND, 16, 1, 32,
+     SCENARIO_MEMORY_NHD, 4096},
+    {"T4 deepseek-v3", 3, 8, 1, 64, SCENARIO_MEMORY_NHD, 4, 2, 64,
+     SCENARIO_MEMORY_NHD, 4096},
+    {"T5 llama3-405b", 4, 8, 2, 128, SCENARIO_MEMORY_NHD, 8, 4, 128,
+     SCENARIO_MEMORY_NHD, 32768},
+};
+
+/* scenario_build_pool for `participant` of `placement`: it reads only the
+ * reader placement, the participant and the page count of the scenario it
+ * is given, and the block size and memory style of the spec. */
+static reshard_status side_pool(const scenario_spec *shape, uint64_t block,
+                                scenario_memory memory,
+                                const reshard_placement *placement,
+                                const char *participant, uint64_t pages,
+                                uint64_t seed, reshard_arena *arena,
+                                scenario_pool *out, reshard_error *err) {
+  scenario_spec spec = *shape;
+  spec.block_tokens = block;
+  spec.memory = memory;
+  scenario s;
+  memset(&s, 0, sizeof s);
+  s.reader = *placement;
+  s.binding.participant_id = participant;
+  s.request.page_count = pages;
+  return scenario_build_pool(&spec, &s, seed, arena, out, err);
+}
+
+reshard_status transfer_scenario_build(const transfer_spec *spec,
+                                       uint64_t tokens, uint64_t seed,
+                                       reshard_arena *arena,
+                                       transfer_scenario *out,
+                                       reshard_error *err) {
+  memset(out, 0, sizeof *out);
+  const scenario_spec *shape = &scenario_specs[spec->shape];
+  if (tokens == 0) {
+    tokens = spec->tokens;
+  }
+  if (tokens % shape->page_size != 0) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "scenario: %llu tokens are not whole %llu-token "
+                             "pages",
+                             (unsigned long long)tokens,
+                             (unsigned long long)shape->page_size);
+  }
+  uint64_t pages = tokens / shape->page_size;
+  out->tokens = tokens;
+  out->shape = *shape;
+  out->shape.block_tokens = spec->source_block;
+  out->shape.memory = spec->source_memory;
+  reshard_status status;
+  if ((status = build_placement(shape, spec->source_tp, spec->source_pp, arena,
+                                &out->source, err)) ||
+      (status = build_placement(shape, spec->target_tp, spec->target_pp, arena,
+                                &out->target, err)) ||
+      (status =
+           reshard_placement_id(&out->source, out->source_placement_id, err)) ||
+      (status =
+           reshard_placement_id(&out->target, out->target_placement_id, err))) {
+    return status;
+  }
+  reshard_limits limits = reshard_limits_default();
+  size_t n = out->source.part_count;
+  out->source_pools = RESHARD_ARENA_NEW(arena, scenario_pool, n);
+  out->source_bound = RESHARD_ARENA_NEW(arena, reshard_bound_pool, n);
+  out->pools = RESHARD_ARENA_NEW(arena, reshard_transfer_pool, n);
+  out->memory_ids = reshard_arena_alloc(arena, n * RESHARD_ID_SIZE, 8);
+  if (out->source_pools == NULL || out->source_bound == NULL ||
+      out->pools == NULL || out->memory_ids == NULL) {
+    return out_of_memory(err);
+  }
+  /* Every source pool has the same blocks and the same seed: the same
+   * scattered table, the one the replica's ranks share. */
+  for (size_t p = 0; p < n; p++) {
+    const reshard_placement_part *part = &out->source.parts[p];
+    if ((status = side_pool(shape, spec->source_block, spec->source_memory,
+                            &out->source, part->participant_id, pages, seed,
+                            arena, &out->source_pools[p], err)) ||
+        (status = reshard_pool_validate(
+             &out->source_pools[p].pool, &out->source.descriptor, part, &limits,
+             "pool", arena, &out->source_bound[p], err)) ||
+        (status = reshard_memory_id(&out->source_pools[p].pool,
+                                    out->source_placement_id,
+                                    out->memory_ids[p], err))) {
+      return status;
+    }
+    out->pools[p] = (reshard_transfer_pool){
+        out->memory_ids[p], &out->source_pools[p].pool, &out->source_bound[p]};
+  }
+  out->pool_count = n;
+  out->source_block_ids = out->source_pools[0].block_ids;
+  out->source_block_count = out->source_pools[0].block_count;
+  const reshard_placement_part *reader = &out->target.parts[0];
+  if ((status = side_pool(shape, spec->target_block, spec->target_memory,
+                          &out->target, reader->participant_id, pages, seed + 1,
+                          arena, &out->target_pool, err)) ||
+      (status = reshard_pool_validate(
+           &out->target_pool.pool, &out->target.descriptor, reader, &limits,
+           "pool", arena, &out->target_bound, err)) ||
+      (status =
+           reshard_memory_id(&out->target_pool.pool, out->target_placement_id,
+                             out->target_memory_id, err))) {
+    return status;
+  }
+  out->target_shell = (reshard_binding){
+      .participant_id = out->target_pool.pool.participant_id,
+      .endpoint = out->target_pool.pool.endpoint,
+      .regions = out->target_pool.pool.regions,
+      .region_count = out->target_pool.pool.region_count,
+  };
+  out->request = (reshard_transfer_request){
+      .source_placement = &out->source,
+      .pools = out->pools,
+      .pool_count = n,
+      .source_block_ids = out->source_block_ids,
+      .source_block_count = out->source_block_count,
+      .token_count = tokens,
+      .target_placement = &out->target,
+      .binding = &out->target_shell,
+      .limits = limits,
+  };
+  return RESHARD_OK;
+}

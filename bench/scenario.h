@@ -9,9 +9,11 @@
 #include <string.h>
 
 #include "reshard/arena.h"
+#include "reshard/identity.h"
 #include "reshard/plan.h"
 #include "reshard/pool.h"
 #include "reshard/store.h"
+#include "reshard/transfer.h"
 #include "reshard/upload.h"
 
 typedef enum scenario_memory {
@@ -107,5 +109,64 @@ typedef struct scenario_pool {
 reshard_status scenario_build_pool(const scenario_spec *spec, const scenario *s,
                                    uint64_t seed, reshard_arena *arena,
                                    scenario_pool *out, reshard_error *err);
+
+/* The P/D transfer scenarios of SPEC §6 (PlanTransfer, §2.6): an S shape,
+ * a prefill (source) and a decode (target) layout with their block sizes
+ * and memory styles, and the tokens moved. Both sides pooled as
+ * scenario_build_pool lays them out, block tables scattered. */
+typedef struct transfer_spec {
+  const char *name;
+  size_t shape; /* index into scenario_specs */
+  uint64_t source_tp, source_pp, source_block;
+  scenario_memory source_memory;
+  uint64_t target_tp, target_pp, target_block;
+  scenario_memory target_memory;
+  uint64_t tokens;
+} transfer_spec;
+
+/* T1..T5 of SPEC §6. */
+extern const transfer_spec transfer_specs[5];
+
+static inline bool transfer_selected(const transfer_spec *spec,
+                                     const char *only) {
+  return only == NULL || strncmp(spec->name, only, strlen(only)) == 0;
+}
+
+/* A built transfer scenario: the source placement and one pool per source
+ * participant (canonical order, each registered against the source
+ * placement: `memory_ids`), sharing one scattered block table; the target
+ * placement and its first participant's pool with its own table. `request`
+ * names the pools and the target by `target_shell` (regions, no ranges)
+ * with bound_binding NULL: a caller binds the target table per call
+ * (reshard_pool_bind over [0, tokens) into `target_bound`), or plans the
+ * explicit binding `target_pool.binding` instead. */
+typedef struct transfer_scenario {
+  scenario_spec shape; /* the S shape with the source block and memory */
+  reshard_placement source;
+  reshard_placement target;
+  char source_placement_id[RESHARD_ID_SIZE];
+  char target_placement_id[RESHARD_ID_SIZE];
+  size_t pool_count;
+  scenario_pool *source_pools;
+  reshard_bound_pool *source_bound;
+  reshard_transfer_pool *pools; /* name: the memory id */
+  char (*memory_ids)[RESHARD_ID_SIZE];
+  const uint32_t *source_block_ids;
+  size_t source_block_count;
+  scenario_pool target_pool;
+  reshard_bound_pool target_bound;
+  char target_memory_id[RESHARD_ID_SIZE];
+  reshard_binding target_shell;
+  uint64_t tokens;
+  reshard_transfer_request request;
+} transfer_scenario;
+
+/* Builds `spec` with `tokens` tokens (0: the spec's count), source blocks
+ * scattered by `seed`, target blocks by seed + 1, in `arena`. */
+reshard_status transfer_scenario_build(const transfer_spec *spec,
+                                       uint64_t tokens, uint64_t seed,
+                                       reshard_arena *arena,
+                                       transfer_scenario *out,
+                                       reshard_error *err);
 
 #endif

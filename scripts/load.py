@@ -15,6 +15,14 @@ the block table, as SPEC §7's "S1 with 8 pages and a pooled reader" asks
 (with --runs: the same with strided runs). --mix-pooled does the same for
 the --mix scenario.
 
+--method PlanTransfer: a P/D transfer scenario of SPEC §6 (deploy/ghz/
+transfer_scenarios.py, the requests of deploy/ghz's transfer steps;
+--scenario T1-128 by default: T1 with 128 tokens, SPEC §7's "PlanTransfer
+T1 with 128 tokens"): the set-up registers both placements
+(RegisterPlacement), every source pool and the target pool (RegisterMemory)
+once, and every PlanTransfer then names them by id and carries the two
+block tables (with --runs: the same with strided runs).
+
 The ceiling (SPEC §7): in the same run, at the same concurrency, the
 daemon's own grpc.health.v1.Health/Check is loaded the same way just
 before each PlanLoad run; PlanLoad's share is its rate over the Check rate
@@ -55,13 +63,15 @@ Usage:
   scripts/load.py --daemon build/daemon/reshardd --scenario S1-1 --mix S5
   scripts/load.py --daemon build/daemon/reshardd --pooled [--runs]  # S1-8
   scripts/load.py --daemon build/daemon/reshardd --scenario S5 --pooled
-Options: --scenario S1-8 (default; any of S1..S5 or S1-N), --requests 5000,
+  scripts/load.py --daemon build/daemon/reshardd --method PlanTransfer --runs
+Options: --scenario S1-8 (default; any of S1..S5 or S1-N; with --method
+PlanTransfer T1-128, any of T1..T5 or T1-N tokens), --requests 5000,
 --warmup 1000, --clients 4 --streams 16 (64 concurrent streams),
 --repeat 1, --no-ceiling, --ceiling-requests 20000, --mix SCENARIO
 (--mix-requests 200, --mix-clients 1, --mix-streams 4, --mix-method
 PlanLoad or PlanStore), --short (a quick
-smoke run for CI), --method PlanLoad (default) or PlanStore (the scenario's
-writer), --runs (ask for strided runs, SPEC §2.2 step 7), --pooled and
+smoke run for CI), --method PlanLoad (default), PlanStore (the scenario's
+writer) or PlanTransfer (a T scenario), --runs (ask for strided runs, SPEC §2.2 step 7), --pooled and
 --mix-pooled (the pooled reader: memory id + block table), --unix (over a
 Unix socket).
 Exit status: 0 when every call succeeded and memory stayed flat, 1 otherwise,
@@ -93,7 +103,8 @@ GHZ = os.path.join(REPO, "deploy", "ghz")  # pooled_scenarios.py
 PLAN_LOAD_PATH = "/reshard.v1.Planner/PlanLoad"
 HEALTH_CHECK_PATH = "/grpc.health.v1.Health/Check"
 # --method: the RPC under load and the scenario request it sends.
-METHODS = {"PlanLoad": "plan_load", "PlanStore": "plan_store"}
+METHODS = {"PlanLoad": "plan_load", "PlanStore": "plan_store",
+           "PlanTransfer": "plan_transfer"}
 HEALTH_CHECK_OK = "grpc.health.v1.Health/Check OK"
 SAMPLE_RE = re.compile(r'^reshard_requests_total\{service="([^"]*)",'
                        r'method="([^"]*)",code="([^"]*)"\} (\d+)$')
@@ -377,6 +388,54 @@ def set_up(target, requests, timeout=120, method="PlanLoad", tls_ca=None,
         channel.close()
 
 
+def set_up_transfer(target, requests, message, timeout=120, tls_ca=None):
+    """The transfer set-up with grpcio: both placements and every pool
+    registered (the daemon's ids checked against the computed ones), then
+    one `message` (a PlanTransfer) to check it plans. Returns its stats
+    and response size."""
+    import grpc
+    import reshard_e2e as e
+    from reshard_e2e import pb
+    options = [("grpc.max_receive_message_length", -1),
+               ("grpc.max_send_message_length", -1)]
+    if tls_ca:
+        with open(tls_ca, "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        channel = grpc.secure_channel(target, creds, options=options)
+    else:
+        channel = grpc.insecure_channel(target, options=options)
+    try:
+        planner = e.Planner(channel)
+        for want, request in (
+                (requests.source_placement_id,
+                 requests.register_source_placement),
+                (requests.target_placement_id,
+                 requests.register_target_placement)):
+            placed = planner.RegisterPlacement(request, timeout=timeout)
+            if placed.placement_id != want:
+                raise LoadError("the daemon's placement id %s differs from %s"
+                                % (placed.placement_id, want))
+        pools = list(zip(requests.source_memory_ids,
+                         requests.register_source_memory))
+        pools.append((requests.target_memory_id,
+                      requests.register_target_memory))
+        for want, request in pools:
+            memory = planner.RegisterMemory(request, timeout=timeout)
+            if memory.memory_id != want:
+                raise LoadError("the daemon's memory id %s differs from %s"
+                                % (memory.memory_id, want))
+        plan_transfer = channel.unary_unary(
+            "/reshard.v1.Planner/PlanTransfer",
+            request_serializer=pb.PlanTransferRequest.SerializeToString,
+            response_deserializer=pb.PlanTransferResponse.FromString)
+        resp = plan_transfer(message, timeout=timeout)
+        if resp.stats.operations == 0:
+            raise LoadError("the PlanTransfer plans no copies")
+        return resp.stats, resp.ByteSize()
+    finally:
+        channel.close()
+
+
 class RssSampler:
     """Samples the daemon's resident set every 10 ms while runs go on and
     keeps the peak."""
@@ -506,16 +565,30 @@ def run(args):
             sys.path.insert(0, path)
     import pooled_scenarios
     import reshard_scenarios as scenarios
+    import transfer_scenarios as transfers
 
-    requests = scenarios.build(*scenarios.parse_variant(args.scenario))
+    transfer = args.method == "PlanTransfer"
+    try:
+        if transfer:
+            requests = transfers.build(*transfers.parse_variant(
+                args.scenario))
+        else:
+            requests = scenarios.build(*scenarios.parse_variant(
+                args.scenario))
+    except (KeyError, ValueError) as exc:
+        raise LoadError("--scenario %s: %s" % (args.scenario, exc))
     mix = (scenarios.build(*scenarios.parse_variant(args.mix))
            if args.mix else None)
-    requests.plan_load.runs = args.runs
-    requests.plan_store.runs = args.runs
+    if not transfer:
+        requests.plan_load.runs = args.runs
+        requests.plan_store.runs = args.runs
     pooled = pooled_scenarios.build(requests) if args.pooled else None
     mix_pooled = (pooled_scenarios.build(mix)
                   if mix is not None and args.mix_pooled else None)
-    if pooled is not None:
+    if transfer:
+        message = (requests.plan_transfer_runs if args.runs
+                   else requests.plan_transfer)
+    elif pooled is not None:
         message = pooled.plan_load_runs if args.runs else pooled.plan_load
     else:
         message = getattr(requests, METHODS[args.method])
@@ -525,6 +598,7 @@ def run(args):
     streams = args.clients * args.streams
     result = {"scenario": requests.name, "method": args.method,
               "runs": args.runs, "pooled": args.pooled,
+              "transfer": transfer,
               "request_bytes": message.ByteSize(), "requests": args.requests,
               "warmup": args.warmup, "clients": args.clients,
               "streams_per_client": args.streams,
@@ -539,13 +613,21 @@ def run(args):
             for m in ("RegisterPlacement", "RegisterMemory"):
                 key = "reshard.v1.Planner/%s OK" % m
                 registered[key] = registered.get(key, 0) + 1
+    if transfer:
+        for m, _ in requests.registrations():
+            key = "reshard.v1.Planner/%s OK" % m
+            registered[key] = registered.get(key, 0) + 1
     if mix is not None:
         sent[mix_ok] = 0
     try:
-        stats, response_bytes = set_up(target.grpc, requests,
-                                       method=args.method, tls_ca=args.tls_ca,
-                                       pooled=pooled, plan_load=message
-                                       if pooled is not None else None)
+        if transfer:
+            stats, response_bytes = set_up_transfer(
+                target.grpc, requests, message, tls_ca=args.tls_ca)
+        else:
+            stats, response_bytes = set_up(
+                target.grpc, requests, method=args.method,
+                tls_ca=args.tls_ca, pooled=pooled,
+                plan_load=message if pooled is not None else None)
         result["plan"] = {"copies": stats.operations, "bytes": stats.bytes,
                           "copies_before_coalescing":
                               stats.copies_before_coalescing,
@@ -724,7 +806,10 @@ def report(r, out=sys.stdout):
           "(%d connections x %d%s)"
           % (r["scenario"], r["method"],
              ", pooled reader (memory id + block table, %d-byte request)"
-             % r["request_bytes"] if r.get("pooled") else "",
+             % r["request_bytes"] if r.get("pooled") else
+             ", pooled source and target (memory ids + block tables, "
+             "%d-byte request)" % r["request_bytes"]
+             if r.get("transfer") else "",
              " with runs (%d runs)" % r["plan"]["runs"] if r["runs"] else "",
              r["plan"]["copies"], r["plan"]["bytes"],
              r["plan"]["response_bytes"], r["requests"],
@@ -826,10 +911,13 @@ def main(argv=None):
                         "(with --target)")
     parser.add_argument("--daemon-flag", action="append", default=[],
                         help="extra flag for the started daemon (repeat)")
-    parser.add_argument("--scenario", default="S1-8")
+    parser.add_argument("--scenario", default=None,
+                        help="S1-8 by default; with --method PlanTransfer "
+                             "a T scenario, T1-128 by default")
     parser.add_argument("--method", default="PlanLoad", choices=sorted(METHODS),
                         help="the RPC under load: the scenario's reader "
-                             "PlanLoad or its writer's PlanStore")
+                             "PlanLoad, its writer's PlanStore, or a T "
+                             "scenario's PlanTransfer")
     parser.add_argument("--runs", action="store_true",
                         help="ask for strided runs (SPEC §2.2 step 7)")
     parser.add_argument("--pooled", action="store_true",
@@ -856,7 +944,7 @@ def main(argv=None):
                         "on its own connections during a second run of "
                         "--scenario")
     parser.add_argument("--mix-method", default="PlanLoad",
-                        choices=sorted(METHODS),
+                        choices=["PlanLoad", "PlanStore"],
                         help="the RPC of the --mix scenario: its reader's "
                              "PlanLoad or its writer's PlanStore")
     parser.add_argument("--mix-pooled", action="store_true",
@@ -887,6 +975,8 @@ def main(argv=None):
         args.mix = args.mix or "S5"
         args.mix_requests = 40
         args.rss_growth_mib = 0
+    if args.scenario is None:
+        args.scenario = "T1-128" if args.method == "PlanTransfer" else "S1-8"
     if args.target and not args.metrics:
         parser.error("--target needs --metrics (the daemon's counters decide "
                      "success)")

@@ -14,6 +14,15 @@ a block table) it writes into --out:
   index.json              what each file claims to be: call and message type
                           (pooled steps: also the placement and memory ids)
 
+Then the P/D transfer scenarios of SPEC §6 that SPEC §7 loads (T1-128: T1
+with 128 tokens, and T5; transfer_scenarios.py): register-source-placement,
+register-target-placement, register-source-memory (one RegisterMemory per
+source pool: the .json is an array that ghz sends round-robin, one message
+per call, total = the pool count; the .bin holds the messages
+length-delimited, as ghz's count-prefixed binary data), register-target-
+memory, then plantransfer and plantransfer-runs, which name both
+placements and every pool by id and carry the two block tables.
+
 and with --configs DIR the ghz configurations {variant}.{step}.ghz.json,
 whose paths are relative to deploy/ghz/ (run ghz from there). The committed
 configurations in deploy/ghz/ are exactly what `generate.py --configs
@@ -31,6 +40,10 @@ Usage (from the repository root, after a build):
   ghz --config S1-8.register-placement.ghz.json \
       && ghz --config S1-8.register-memory.ghz.json \
       && ghz --config S1-8.planload-pooled.ghz.json
+  # a transfer: both placements and every pool once, then PlanTransfer
+  for s in register-source-placement register-target-placement \
+      register-source-memory register-target-memory plantransfer-runs; do
+    ghz --config T1-128.$s.ghz.json || break; done
 """
 
 import argparse
@@ -44,7 +57,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 E2E = os.path.join(REPO, "tests", "e2e")
 
 # How hard each step's ghz configuration pushes. Set-up steps run once.
-LOAD_TOTALS = {"S1-8": 20000}
+LOAD_TOTALS = {"S1-8": 20000, "T1-128": 20000}
 DEFAULT_LOAD_TOTAL = 2000
 # The variants that also ship the pooled reader's requests (SPEC §7's
 # throughput goal is S1-8 pooled; S5 is the large plan beside it).
@@ -75,10 +88,17 @@ def setup_imports(pygen):
 
 # What a PlanLoad step's configuration name says besides the method.
 STEP_NOTES = {"planload-runs": " (runs)", "planload-pooled": " (pooled)",
-              "planload-pooled-runs": " (pooled, runs)"}
+              "planload-pooled-runs": " (pooled, runs)",
+              "plantransfer-runs": " (runs)",
+              "register-source-placement": " (source)",
+              "register-target-placement": " (target)",
+              "register-source-memory": " (source pools)",
+              "register-target-memory": " (target pool)"}
+# The steps loaded many times (the others are set-up, run once per message).
+LOAD_STEPS = ("planload", "planstore", "plantransfer")
 
 
-def ghz_config(variant, step, method, host, data_dir_rel):
+def ghz_config(variant, step, method, host, data_dir_rel, messages=1):
     call = "reshard.v1.Planner." + method
     config = {
         "name": "reshardd %s %s%s" % (variant, method,
@@ -90,7 +110,7 @@ def ghz_config(variant, step, method, host, data_dir_rel):
         "insecure": True,
         "timeout": "20s",
     }
-    if step.startswith("planload") or step == "planstore":
+    if step.startswith(LOAD_STEPS):
         config.update({
             "binary-file": "%s/%s.%s.bin" % (data_dir_rel, variant, step),
             "total": LOAD_TOTALS.get(variant, DEFAULT_LOAD_TOTAL),
@@ -100,7 +120,7 @@ def ghz_config(variant, step, method, host, data_dir_rel):
     else:
         config.update({
             "data-file": "%s/%s.%s.json" % (data_dir_rel, variant, step),
-            "total": 1,
+            "total": messages,
             "concurrency": 1,
         })
     return config
@@ -112,17 +132,30 @@ def write_json(path, obj):
         f.write("\n")
 
 
+def delimited(messages):
+    """Messages behind their varint lengths (ghz's count-prefixed binary
+    data)."""
+    from google.protobuf.internal import encoder
+    out = b""
+    for m in messages:
+        data = m.SerializeToString()
+        out += encoder._VarintBytes(len(data)) + data
+    return out
+
+
 def generate(out, configs=None, host="127.0.0.1:50051", data_dir_rel="data"):
     """Writes every data file into ``out`` (and configurations into
     ``configs``); returns the index entries."""
     import pooled_scenarios
     import reshard_scenarios as scenarios
+    import transfer_scenarios as transfers
     from google.protobuf import json_format
 
     os.makedirs(out, exist_ok=True)
     if configs:
         os.makedirs(configs, exist_ok=True)
     index = []
+    sets = []
     for name, pages in scenarios.variants():
         req = scenarios.build(name, pages)
         steps = [(step, method, message, {})
@@ -133,31 +166,49 @@ def generate(out, configs=None, host="127.0.0.1:50051", data_dir_rel="data"):
                    "memory_id": pooled.memory_id}
             steps += [(step, method, message, ids)
                       for step, method, message in pooled.steps()]
+        common = {"manifest_key": req.manifest_key,
+                  "model_domain": req.model_domain, "pages": req.pages}
+        sets.append((req.name, common, steps))
+    for name, tokens in transfers.variants():
+        t = transfers.build(name, tokens)
+        common = {"tokens": t.tokens,
+                  "source_placement_id": t.source_placement_id,
+                  "target_placement_id": t.target_placement_id,
+                  "source_memory_ids": t.source_memory_ids,
+                  "target_memory_id": t.target_memory_id}
+        sets.append((t.name, common, [(step, method, message, {})
+                                      for step, method, message
+                                      in t.steps()]))
+    for variant, common, steps in sets:
         for step, method, message, extra in steps:
-            stem = "%s.%s" % (req.name, step)
-            doc = json_format.MessageToDict(message,
-                                            preserving_proto_field_name=True)
-            write_json(os.path.join(out, stem + ".json"), doc)
+            stem = "%s.%s" % (variant, step)
+            many = isinstance(message, list)
+            messages = message if many else [message]
+            docs = [json_format.MessageToDict(
+                m, preserving_proto_field_name=True) for m in messages]
+            write_json(os.path.join(out, stem + ".json"),
+                       docs if many else docs[0])
             with open(os.path.join(out, stem + ".bin"), "wb") as f:
-                f.write(message.SerializeToString())
+                f.write(delimited(messages) if many
+                        else message.SerializeToString())
             entry = {
-                "variant": req.name,
+                "variant": variant,
                 "step": step,
                 "call": "reshard.v1.Planner." + method,
                 "path": "/reshard.v1.Planner/" + method,
-                "message": message.DESCRIPTOR.full_name,
+                "message": messages[0].DESCRIPTOR.full_name,
                 "json": stem + ".json",
                 "binary": stem + ".bin",
-                "manifest_key": req.manifest_key,
-                "model_domain": req.model_domain,
-                "pages": req.pages,
             }
+            if many:
+                entry["messages"] = len(messages)
+            entry.update(common)
             entry.update(extra)
             index.append(entry)
             if configs:
                 write_json(os.path.join(configs, stem + ".ghz.json"),
-                           ghz_config(req.name, step, method, host,
-                                      data_dir_rel))
+                           ghz_config(variant, step, method, host,
+                                      data_dir_rel, len(messages)))
     write_json(os.path.join(out, "index.json"), index)
     return index
 

@@ -50,12 +50,11 @@ def memory_id(pool, placement_id):
                         t.global_layer_id, t.component))]})
 
 
-def build_pool(req, endpoint=None):
-    """The MemoryPool of scenario requests ``req``'s reader participant
-    (see the module docstring) and the blocks its span needs."""
-    spec, desc, part = req.spec, req.descriptor, req.participant
-    block = spec.block
-    span = req.pages * desc.page_size
+def make_pool(desc, part, block, order, span, endpoint):
+    """A MemoryPool of ``block``-token blocks for ``part`` laid out as the
+    module docstring says (``order`` "HND": FlashInfer, else vLLM or, for
+    MLA, K only), twice the blocks a span of ``span`` tokens needs, and
+    that number of blocks."""
     needed = -(-span // block)
     num_blocks = 2 * needed
     heads = part.head_count
@@ -71,7 +70,7 @@ def build_pool(req, endpoint=None):
                                  nbytes=layer_bytes))
         address += e._round_up(layer_bytes + (1 << 20), 1 << 20)
         for c, (comp, _) in enumerate(widths):
-            if spec.order == "HND":  # FlashInfer [blocks, 2, heads, block, dim]
+            if order == "HND":  # FlashInfer [blocks, 2, heads, block, dim]
                 strides = dict(offset_bytes=c * component_block,
                                block_stride_bytes=len(widths)
                                * component_block,
@@ -86,11 +85,19 @@ def build_pool(req, endpoint=None):
                                          component=comp, region_id=rid,
                                          **strides))
     pool = pb.MemoryPool(
-        participant_id=part.participant_id,
-        endpoint=endpoint or "%s-reader-memory" % spec.name,
+        participant_id=part.participant_id, endpoint=endpoint,
         regions=regions, block_size=block, num_blocks=num_blocks,
         tensors=tensors)
     return pool, needed
+
+
+def build_pool(req, endpoint=None):
+    """The MemoryPool of scenario requests ``req``'s reader participant
+    (see the module docstring) and the blocks its span needs."""
+    spec = req.spec
+    return make_pool(req.descriptor, req.participant, spec.block, spec.order,
+                     req.pages * req.descriptor.page_size,
+                     endpoint or "%s-reader-memory" % spec.name)
 
 
 def expand(pool, desc, part, block_ids, span):

@@ -4,11 +4,14 @@
   generate.py writes, every request file parses as the message its call
   takes (json_format.ParseDict, and the binary twin), and the set-up and
   PlanLoad requests work against a daemon; the pooled PlanLoads (S1-8, S5)
-  plan what the explicit binding of the same pool and block table plans.
+  plan what the explicit binding of the same pool and block table plans;
+  the transfer sets (T1-128, T5) register their placements and pools and
+  their PlanTransfers plan what the explicit target binding plans.
 * ScenarioCommandTests — scripts/scenario.py prints a plan and its figures.
 * LoadSmokeTests — scripts/load.py: thousands of h2load requests at 64
   concurrent streams, zero failures by the daemon's own counters, flat
-  memory; the pooled reader (--pooled) too.
+  memory; the pooled reader (--pooled) and PlanTransfer of T1-128
+  (--method PlanTransfer) too.
 
 Environment (tests/deploy/CMakeLists.txt): RESHARD_E2E_DAEMON,
 RESHARD_E2E_RESHARDCTL, RESHARD_E2E_PYGEN, RESHARD_SANITIZED (1 in the
@@ -45,6 +48,37 @@ GHZ_KEYS = {"proto", "protoset", "call", "cacert", "cert", "key", "skipTLS",
             "duration-stop", "debug"}
 
 
+def read_delimited(data, cls):
+    """The messages of a length-delimited (count-prefixed) stream."""
+    from google.protobuf.internal import decoder
+    out, at = [], 0
+    while at < len(data):
+        length, at = decoder._DecodeVarint(data, at)
+        out.append(cls.FromString(data[at:at + length]))
+        at += length
+    return out
+
+
+# The planner's methods and message names; PlanTransfer added where the e2e
+# helpers do not list it yet.
+PLANNER_METHODS = dict(e.PLANNER_METHODS)
+PLANNER_METHODS.setdefault("PlanTransfer", ("PlanTransferRequest",
+                                            "PlanTransferResponse"))
+
+
+def plan_transfer(planner, request, timeout=120):
+    call = planner.channel.unary_unary(
+        "/reshard.v1.Planner/PlanTransfer",
+        request_serializer=pb.PlanTransferRequest.SerializeToString,
+        response_deserializer=pb.PlanTransferResponse.FromString)
+    return call(request, timeout=timeout)
+
+
+TRANSFER_STEPS = ["register-source-placement", "register-target-placement",
+                  "register-source-memory", "register-target-memory",
+                  "plantransfer", "plantransfer-runs"]
+
+
 class GhzDataTests(unittest.TestCase):
     """deploy/ghz: configurations and request data."""
 
@@ -67,11 +101,15 @@ class GhzDataTests(unittest.TestCase):
 
     def test_every_scenario_has_its_requests(self):
         variants = {x["variant"] for x in self.index}
-        self.assertEqual(variants, {"S1-8", "S1", "S2", "S3", "S4", "S5"})
+        self.assertEqual(variants, {"S1-8", "S1", "S2", "S3", "S4", "S5",
+                                    "T1-128", "T5"})
         pooled = ["register-placement", "register-memory",
                   "planload-pooled", "planload-pooled-runs"]
         for v in variants:
             steps = [x["step"] for x in self.index if x["variant"] == v]
+            if v.startswith("T"):
+                self.assertEqual(steps, TRANSFER_STEPS)
+                continue
             self.assertEqual(steps, ["publish", "register", "planload",
                                      "planload-runs", "planstore"]
                              + (pooled if v in ("S1-8", "S5") else []))
@@ -130,12 +168,47 @@ class GhzDataTests(unittest.TestCase):
                     service.methods_by_name[method].input_type.full_name,
                     x["message"])
                 cls = self.message_class(x["message"])
+                if "messages" in x:
+                    # An array for ghz (round-robin), delimited binary.
+                    with open(os.path.join(self.data, x["json"])) as f:
+                        docs = json.load(f)
+                    self.assertIsInstance(docs, list)
+                    self.assertEqual(len(docs), x["messages"])
+                    with open(os.path.join(self.data, x["binary"]),
+                              "rb") as f:
+                        binary = read_delimited(f.read(), cls)
+                    self.assertEqual(
+                        [json_format.ParseDict(d, cls()) for d in docs],
+                        binary)
+                    self.assertEqual(x["step"], "register-source-memory")
+                    self.assertEqual(len(binary),
+                                     len(x["source_memory_ids"]))
+                    for m in binary:
+                        self.assertEqual(m.placement_id,
+                                         x["source_placement_id"])
+                    continue
                 with open(os.path.join(self.data, x["json"])) as f:
                     from_json = json_format.ParseDict(json.load(f), cls())
                 with open(os.path.join(self.data, x["binary"]), "rb") as f:
                     from_binary = cls.FromString(f.read())
                 self.assertEqual(from_json, from_binary)
-                if x["step"].startswith("planload"):
+                if x["step"].startswith("plantransfer"):
+                    self.assertEqual(from_json.runs,
+                                     x["step"].endswith("-runs"))
+                    self.assertEqual(from_json.token_count, x["tokens"])
+                    self.assertEqual(from_json.source_placement_id,
+                                     x["source_placement_id"])
+                    self.assertEqual(from_json.target_placement_id,
+                                     x["target_placement_id"])
+                    self.assertEqual(list(from_json.source_memory_ids),
+                                     x["source_memory_ids"])
+                    self.assertEqual(from_json.pooled.memory_id,
+                                     x["target_memory_id"])
+                    self.assertGreater(len(from_json.source_block_ids), 0)
+                elif x["step"] == "register-target-memory":
+                    self.assertEqual(from_json.placement_id,
+                                     x["target_placement_id"])
+                elif x["step"].startswith("planload"):
                     self.assertEqual(from_json.runs,
                                      x["step"].endswith("-runs"))
                     self.assertEqual(len(from_json.page_keys), x["pages"])
@@ -165,6 +238,7 @@ class GhzDataTests(unittest.TestCase):
         table gets."""
         import pooled_scenarios
         import reshard_scenarios as scenarios
+        import transfer_scenarios as transfers
         with e.Daemon() as daemon:
             channel = daemon.channel()
             planner = e.Planner(channel)
@@ -176,10 +250,39 @@ class GhzDataTests(unittest.TestCase):
                                   "rb") as f:
                             raw = f.read()
                         method = x["call"].rpartition(".")[2]
+                        resp_cls = getattr(pb, PLANNER_METHODS[method][1])
+                        if "messages" in x:
+                            # One call per message, as ghz sends them.
+                            req_cls = self.message_class(x["message"])
+                            ids = [resp_cls.FromString(planner.raw(method)(
+                                m.SerializeToString(), timeout=120)).memory_id
+                                for m in read_delimited(raw, req_cls)]
+                            self.assertEqual(ids, x["source_memory_ids"])
+                            continue
                         reply = planner.raw(method)(raw, timeout=120)
-                        resp_cls = getattr(pb, e.PLANNER_METHODS[method][1])
                         resp = resp_cls.FromString(reply)
-                        if x["step"] == "publish":
+                        if x["step"] == "register-source-placement":
+                            self.assertEqual(resp.placement_id,
+                                             x["source_placement_id"])
+                        elif x["step"] == "register-target-placement":
+                            self.assertEqual(resp.placement_id,
+                                             x["target_placement_id"])
+                        elif x["step"] == "register-target-memory":
+                            self.assertEqual(resp.memory_id,
+                                             x["target_memory_id"])
+                        elif x["step"].startswith("plantransfer"):
+                            runs = x["step"].endswith("-runs")
+                            self.assertGreater(resp.stats.operations, 0)
+                            self.assertEqual(resp.stats.runs > 0, runs)
+                            self.assertEqual(resp.source_placement_id,
+                                             x["source_placement_id"])
+                            name, tokens = transfers.parse_variant(
+                                x["variant"])
+                            explicit = transfers.build(
+                                name, tokens).explicit_plan_transfer(runs)
+                            want = plan_transfer(planner, explicit)
+                            self.assertEqual(resp, want)
+                        elif x["step"] == "publish":
                             self.assertEqual(resp.manifest_key,
                                              x["manifest_key"])
                             self.assertEqual(resp.model_domain,
@@ -325,6 +428,32 @@ class LoadSmokeTests(unittest.TestCase):
         self.assertEqual(
             result["daemon_counter_deltas"],
             {"reshard.v1.Planner/PlanLoad OK": 500 + 100 + 500 + 20,
+             "grpc.health.v1.Health/Check OK": 1000})
+        self.assertGreater(result["share"], 0)
+
+    def test_h2load_transfer_smoke(self):
+        """--method PlanTransfer: T1-128's placements and pools registered
+        first, then PlanTransfer by memory ids and block tables, with
+        runs; every call OK."""
+        import load
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "load.json")
+            code = load.main([
+                "--daemon", e.DAEMON, "--pygen", e.PYGEN, "--method",
+                "PlanTransfer", "--runs", "--requests", "500", "--warmup",
+                "100", "--ceiling-requests", "1000", "--time-limit", "240",
+                "--rss-growth-mib", "0", "--json", out])
+            self.assertEqual(code, 0, "scripts/load.py --method PlanTransfer "
+                             "failed")
+            with open(out) as f:
+                result = json.load(f)
+        self.assertEqual(result["scenario"], "T1-128")
+        self.assertTrue(result["transfer"])
+        self.assertEqual(result["problems"], [])
+        self.assertGreater(result["plan"]["runs"], 0)
+        self.assertEqual(
+            result["daemon_counter_deltas"],
+            {"reshard.v1.Planner/PlanTransfer OK": 600,
              "grpc.health.v1.Health/Check OK": 1000})
         self.assertGreater(result["share"], 0)
 
