@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uv.h>
 
 /* Objects are small; big layer lists get chunks of their own. */
 enum { SHARED_ARENA_CHUNK = 1024 };
@@ -240,6 +241,7 @@ reshard_shared_pool_create(const reshard_pool *pool, const char *memory_id,
     return NULL;
   }
   p->base.bytes = sizeof *p + p->arena.total_bytes;
+  p->read_ns = uv_hrtime();
   return p;
 }
 

@@ -71,6 +71,7 @@ typedef struct reshard_shared_pool {
   char memory_id[RESHARD_ID_SIZE];
   reshard_shared_placement *placement; /* a reference */
   reshard_bound_pool bound;            /* in `arena`, its part in `placement` */
+  uint64_t read_ns; /* uv_hrtime when its record was written or read */
   reshard_arena arena;
 } reshard_shared_pool;
 

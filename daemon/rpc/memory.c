@@ -305,6 +305,21 @@ void reshard__handle_forget_memory(reshard_planner *planner, reshard_call *call,
 
 /* ---- A plan's pooled memory ---- */
 
+/* A pool cached in front of a catalog that other daemons share is read
+ * again this long after it was last read, so a ForgetMemory through
+ * another daemon reaches this one's plans within it: an engine that
+ * restarted may have given the forgotten pool's memory to something
+ * else. One read a second per pool in use costs the fleet's catalog
+ * little. A catalog of this machine only is this daemon's own, and its
+ * ForgetMemory drops the cache entry at once. */
+enum { POOL_RECHECK_NS = 1000 * 1000 * 1000 };
+
+bool reshard__planner_pool_current(const reshard_planner *planner,
+                                   const reshard_shared_pool *pool) {
+  return planner->catalog->vtable->lookups_are_local ||
+         uv_hrtime() - pool->read_ns < POOL_RECHECK_NS;
+}
+
 reshard_status reshard__pooled_check(const Reshard__V1__PooledMemory *pb,
                                      reshard_error *err) {
   switch (pb->pool_case) {
@@ -399,6 +414,8 @@ static void on_pool_fetched(void *data, const reshard_error *err,
   reshard_error failure;
   const char *id = r->pb->memory_id;
   if (count != 1 || !records[0].found) {
+    reshard_cache_remove(r->planner->cache, RESHARD_CACHE_MEMORY_POOL, id,
+                         strlen(id));
     reshard_error_set(&failure, RESHARD_NOT_FOUND,
                       "pooled.memory_id %s: not registered (call "
                       "RegisterMemory first, again after ForgetMemory)",
@@ -469,10 +486,12 @@ void reshard__pooled_resolve(reshard_planner *planner, reshard_call *call,
   const char *id = pb->memory_id;
   reshard_shared *hit = reshard_cache_get(
       planner->cache, RESHARD_CACHE_MEMORY_POOL, id, strlen(id));
-  if (hit != NULL) {
+  if (hit != NULL &&
+      reshard__planner_pool_current(planner, (reshard_shared_pool *)hit)) {
     use_shared(r, (reshard_shared_pool *)hit);
     return;
   }
+  reshard_shared_unref(hit); /* read again: it may have been forgotten */
   const char *ids[1] = {id};
   planner->catalog->vtable->get_objects(planner->catalog,
                                         RESHARD_CATALOG_OBJECT_MEMORY_POOL, ids,

@@ -344,6 +344,8 @@ static void on_pools_fetched(void *data, const reshard_error *err,
     const char *id = ctx->missing_ids[m];
     reshard_error failure;
     if (!records[m].found) {
+      reshard_cache_remove(ctx->planner->cache, RESHARD_CACHE_MEMORY_POOL, id,
+                           strlen(id));
       reshard_error_set(&failure, RESHARD_NOT_FOUND,
                         "source_memory_ids[%zu] %s: not registered (call "
                         "RegisterMemory first)",
@@ -383,9 +385,11 @@ static void resolve_pools(transfer_ctx *ctx) {
     const char *id = request->source_memory_ids[i];
     reshard_shared *hit = reshard_cache_get(
         ctx->planner->cache, RESHARD_CACHE_MEMORY_POOL, id, strlen(id));
-    if (hit != NULL) {
+    if (hit != NULL && reshard__planner_pool_current(
+                           ctx->planner, (reshard_shared_pool *)hit)) {
       ctx->pools[i] = (reshard_shared_pool *)hit;
     } else {
+      reshard_shared_unref(hit); /* read again: it may have been forgotten */
       ctx->missing_ids[ctx->missing] = id;
       ctx->missing_index[ctx->missing++] = i;
     }

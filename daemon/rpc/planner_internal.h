@@ -209,6 +209,13 @@ reshard_shared_pool *reshard__planner_pool_from_record(reshard_planner *planner,
                                                        size_t length,
                                                        reshard_error *err);
 
+/* Whether a cached pool may be used without reading its record again:
+ * always in front of a catalog of this machine only, else for a second
+ * after the record was last read (a ForgetMemory through another daemon
+ * of the fleet reaches this one's plans within that). */
+bool reshard__planner_pool_current(const reshard_planner *planner,
+                                   const reshard_shared_pool *pool);
+
 /* Runs once the memory is resolved: `err` NULL when it is. */
 typedef void reshard__pooled_done(void *data, const reshard_error *err);
 
