@@ -431,21 +431,14 @@ static int measure(reshard_client *client, reshard_client *replay_client,
     reshard_arena_init_from(&scratch, 64 * 1024,
                             reshard_chunk_pool_source(pool));
     reshard_load_plan plan;
-    reshard_bound_binding bound;
+    reshard_pooled_memory pooled = {&bound_pool, sp.block_ids, sp.block_count};
+    /* As the daemon plans a pooled call: the pool and the table. */
+    s.request.pooled = memory == READER_POOLED ? &pooled : NULL;
     double start = bench_now_ns();
-    reshard_status status = RESHARD_OK;
-    if (memory == READER_POOLED) {
-      status = reshard_pool_bind(&bound_pool, sp.block_ids, sp.block_count,
-                                 s.request.page_count * spec->page_size,
-                                 &s.request.limits, "pooled", &scratch, &bound,
-                                 &err);
-      s.request.bound_binding = &bound;
-    }
-    if (status == RESHARD_OK) {
-      status = reshard_plan_load(&s.request, &scratch, &plan, &err);
-    }
+    reshard_status status =
+        reshard_plan_load(&s.request, &scratch, &plan, &err);
     samples[r] = bench_now_ns() - start;
-    s.request.bound_binding = NULL;
+    s.request.pooled = NULL;
     if (status == RESHARD_OK) {
       out->copies = plan.operations;
     }
@@ -635,18 +628,15 @@ static int plan_transfer_locally(transfer_scenario *t, bool runs, int count,
     reshard_arena_init_from(&scratch, 64 * 1024,
                             reshard_chunk_pool_source(pool));
     reshard_error err;
-    reshard_bound_binding bound;
     reshard_transfer_plan plan;
+    reshard_pooled_memory target = {&t->target_bound, t->target_pool.block_ids,
+                                    t->target_pool.block_count};
+    t->request.pooled = &target; /* as the daemon gives it */
     double start = bench_now_ns();
-    reshard_status status = reshard_pool_bind(
-        &t->target_bound, t->target_pool.block_ids, t->target_pool.block_count,
-        t->tokens, &t->request.limits, "pooled", &scratch, &bound, &err);
-    if (status == RESHARD_OK) {
-      t->request.bound_binding = &bound;
-      status = reshard_plan_transfer(&t->request, &scratch, &plan, &err);
-    }
+    reshard_status status =
+        reshard_plan_transfer(&t->request, &scratch, &plan, &err);
     samples[r] = bench_now_ns() - start;
-    t->request.bound_binding = NULL;
+    t->request.pooled = NULL;
     if (status != RESHARD_OK) {
       fprintf(stderr, "transfer plan: %s\n", err.message);
       failed = 1;

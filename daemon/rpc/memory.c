@@ -356,34 +356,25 @@ typedef struct pooled_resolution {
   void *data;
 } pooled_resolution;
 
-/* Binds the block table over a validated pool and finishes. */
-static void bind_table(const pooled_resolution *r, const reshard_pool *pool,
-                       const reshard_bound_pool *bound) {
+/* Hands the validated pool and the request's block table to the plan,
+ * which checks the table and reads each page's ranges from it: the pool
+ * is never expanded into one range per block. */
+static void use_table(const pooled_resolution *r, const reshard_pool *pool,
+                      const reshard_bound_pool *bound) {
   reshard__pooled *out = r->out;
-  reshard_error err;
-  if (reshard_pool_bind(bound, r->pb->block_ids, r->pb->n_block_ids,
-                        r->token_span, r->limits, "pooled",
-                        reshard_call_arena(r->call), &out->bound,
-                        &err) != RESHARD_OK) {
-    r->done(r->data, &err);
-    return;
-  }
-  out->bound_ready = true;
+  out->memory = (reshard_pooled_memory){
+      .pool = bound,
+      .block_ids = r->pb->block_ids,
+      .block_count = r->pb->n_block_ids,
+  };
+  out->ready = true;
   out->binding = (reshard_binding){
       .participant_id = pool->participant_id,
       .endpoint = pool->endpoint,
       .regions = pool->regions,
       .region_count = pool->region_count,
   };
-  /* As reshard_binding_values counts: the values the ranges hold. */
-  uint64_t values = 0;
-  for (size_t i = 0; i < out->bound.range_count; i++) {
-    const reshard_bound_range *range = &out->bound.ranges[i];
-    uint64_t cells = (range->token_end - range->token_start) *
-                     (range->head_end - range->head_start);
-    values = values + cells < values ? UINT64_MAX : values + cells;
-  }
-  out->values = values;
+  out->values = reshard_pool_values(bound, r->token_span);
   r->done(r->data, NULL);
 }
 
@@ -400,7 +391,7 @@ static void use_shared(const pooled_resolution *r, reshard_shared_pool *pool) {
     r->done(r->data, &err);
     return;
   }
-  bind_table(r, &pool->pool, &pool->bound);
+  use_table(r, &pool->pool, &pool->bound);
 }
 
 static void on_pool_fetched(void *data, const reshard_error *err,
@@ -480,7 +471,7 @@ void reshard__pooled_resolve(reshard_planner *planner, reshard_call *call,
       done(data, &err);
       return;
     }
-    bind_table(r, pool, bound);
+    use_table(r, pool, bound);
     return;
   }
   const char *id = pb->memory_id;

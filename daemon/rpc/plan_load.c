@@ -297,9 +297,8 @@ void reshard__load_plan(load_ctx *ctx) {
       .omit_copies = true, /* the response is the runs or the columns */
       /* Without runs the response is the copies' varint columns. */
       .varint_columns = !ctx->request->runs,
-      .bound_binding = ctx->binding_ref          ? &ctx->binding_ref->bound
-                       : ctx->pooled.bound_ready ? &ctx->pooled.bound
-                                                 : NULL,
+      .bound_binding = ctx->binding_ref ? &ctx->binding_ref->bound : NULL,
+      .pooled = ctx->pooled.ready ? &ctx->pooled.memory : NULL,
   };
   if (reshard_call_expired(ctx->call)) {
     reshard__load_fail_code(ctx, RESHARD_DEADLINE_EXCEEDED,

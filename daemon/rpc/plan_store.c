@@ -203,7 +203,7 @@ static void store_plan(store_ctx *ctx) {
       /* The response is the runs or the columns, as for loads. */
       .varint_columns = !ctx->request->runs,
       .omit_copies = true,
-      .bound_binding = ctx->pooled.bound_ready ? &ctx->pooled.bound : NULL,
+      .pooled = ctx->pooled.ready ? &ctx->pooled.memory : NULL,
       .participant_field =
           reshard__pooled_participant_field(ctx->request->pooled),
   };

@@ -297,7 +297,7 @@ static void transfer_plan(transfer_ctx *ctx) {
       .target_dp_rank =
           request->target_dp_rank ? request->target_dp_rank->value : 0,
       .binding = &ctx->binding,
-      .bound_binding = ctx->pooled.bound_ready ? &ctx->pooled.bound : NULL,
+      .pooled = ctx->pooled.ready ? &ctx->pooled.memory : NULL,
       .participant_field = reshard__pooled_participant_field(request->pooled),
       .limits = ctx->limits,
       .runs = request->runs,

@@ -186,11 +186,12 @@ uint64_t reshard__target_dp_rank(const reshard__target *target,
 /* A plan's memory given as a pool and a block table (SPEC §1.5a). */
 typedef struct reshard__pooled {
   reshard_shared_pool *ref; /* held when named by memory id */
-  /* What the planner reads of the memory besides the bound ranges: the
-   * participant, the endpoint and the pool's regions, in its order. */
+  /* What the planner reads of the memory besides the pool and the
+   * table: the participant, the endpoint and the pool's regions, in its
+   * order. */
   reshard_binding binding;
-  reshard_bound_binding bound; /* in the call's arena */
-  bool bound_ready;
+  reshard_pooled_memory memory; /* the pool and the request's table */
+  bool ready;
   uint64_t values; /* bound values, as reshard_binding_values counts them */
 } reshard__pooled;
 

@@ -673,6 +673,95 @@ reshard_status reshard_block_table_check(
   return RESHARD_OK;
 }
 
+reshard_status reshard_pooled_check(const reshard_pooled_memory *pooled,
+                                    uint64_t page_count, uint64_t page_size,
+                                    const reshard_limits *limits,
+                                    reshard_arena *scratch,
+                                    reshard_error *err) {
+  uint64_t token_span;
+  if (!reshard_mul(page_count, page_size, &token_span)) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "page_keys: %llu pages of %llu tokens overflow",
+                             (unsigned long long)page_count,
+                             (unsigned long long)page_size);
+  }
+  const reshard_bound_pool *pool = pooled->pool;
+  return reshard_block_table_check(pool->block_size, pool->num_blocks,
+                                   pooled->block_ids, pooled->block_count,
+                                   token_span, limits, "pooled.block_ids",
+                                   scratch, err);
+}
+
+size_t reshard_pool_ranges_per_block(const reshard_bound_pool *pool,
+                                     size_t group) {
+  const reshard_pool_group *g = &pool->groups[group];
+  if (!g->present) {
+    return 0;
+  }
+  return group_split_heads(pool, g) ? (size_t)pool->part->head_count : 1;
+}
+
+size_t reshard_pool_window_ranges(const reshard_bound_pool *pool, size_t group,
+                                  const uint32_t *block_ids,
+                                  uint64_t window_start, uint64_t window_end,
+                                  reshard_bound_range *out) {
+  const reshard_pool_group *g = &pool->groups[group];
+  if (!g->present || window_start >= window_end) {
+    return 0;
+  }
+  const reshard_placement_part *part = pool->part;
+  /* A group whose head axis is outside its token axis (HND) stands for
+   * one range per block and head, as SPEC §1.5 writes such memory: a
+   * range's token stride spans its head row. */
+  bool split = group_split_heads(pool, g);
+  uint64_t heads = split ? part->head_count : 1;
+  uint64_t head_bytes = split ? g->head_bytes : g->head_stride;
+  uint64_t block_size = pool->block_size;
+  size_t written = 0;
+  for (uint64_t block = window_start / block_size;
+       block * block_size < window_end; block++) {
+    uint64_t block_start = block * block_size;
+    uint64_t token_start =
+        block_start > window_start ? block_start : window_start;
+    uint64_t token_end = window_end - block_start > block_size
+                             ? block_start + block_size
+                             : window_end;
+    /* The pool's bounds check covered every block below num_blocks. */
+    uint64_t offset = g->offset + (uint64_t)block_ids[block] * g->block_stride +
+                      (token_start - block_start) * g->token_stride;
+    for (uint64_t h = 0; h < heads; h++) {
+      out[written++] = (reshard_bound_range){
+          .layer_index = group / 2,
+          .component = (reshard_component)(group % 2 + 1),
+          .token_start = token_start,
+          .token_end = token_end,
+          .head_start = part->head_start + (split ? h : 0),
+          .head_end = split ? part->head_start + h + 1
+                            : part->head_start + part->head_count,
+          .region_index = g->region_index,
+          .region_offset = offset + h * g->head_stride,
+          .token_stride = g->token_stride,
+          .head_stride = head_bytes,
+      };
+    }
+  }
+  return written;
+}
+
+uint64_t reshard_pool_values(const reshard_bound_pool *pool,
+                             uint64_t token_span) {
+  uint64_t groups = 0;
+  for (size_t g = 0; g < pool->group_count; g++) {
+    groups += pool->groups[g].present;
+  }
+  uint64_t values;
+  if (!reshard_mul(token_span, pool->part->head_count, &values) ||
+      !reshard_mul(values, groups, &values)) {
+    return UINT64_MAX;
+  }
+  return values;
+}
+
 reshard_status reshard_pool_bind(
     const reshard_bound_pool *pool, const uint32_t *block_ids, size_t count,
     uint64_t token_span, const reshard_limits *limits, const char *path,
@@ -687,16 +776,9 @@ reshard_status reshard_pool_bind(
   }
   uint64_t needed = token_span / pool->block_size +
                     (token_span % pool->block_size != 0 ? 1 : 0);
-  const reshard_placement_part *part = pool->part;
-  /* A group whose head axis is outside its token axis (HND) stands for
-   * one range per block and head, as SPEC §1.5 writes such memory: a
-   * range's token stride spans its head row. */
   uint64_t ranges_per_block = 0;
   for (size_t g = 0; g < pool->group_count; g++) {
-    const reshard_pool_group *group = &pool->groups[g];
-    if (group->present) {
-      ranges_per_block += group_split_heads(pool, group) ? part->head_count : 1;
-    }
+    ranges_per_block += reshard_pool_ranges_per_block(pool, g);
   }
   /* Each range the table stands for is a unit of work and of memory, as a
    * binding range is: held to the same bound before they are written. */
@@ -721,41 +803,19 @@ reshard_status reshard_pool_bind(
   size_t written = 0;
   for (size_t g = 0; g < pool->group_count; g++) {
     group_start[g] = written;
-    const reshard_pool_group *group = &pool->groups[g];
-    if (!group->present) {
-      continue;
-    }
-    bool split = group_split_heads(pool, group);
-    uint64_t heads = split ? part->head_count : 1;
-    uint64_t head_bytes = split ? group->head_bytes : group->head_stride;
+    /* Block by block, so each range is its block's, cut at the span. */
     for (uint64_t i = 0; i < needed; i++) {
-      uint64_t token_start = i * pool->block_size; /* below token_span */
-      uint64_t token_end = token_span - token_start > pool->block_size
-                               ? token_start + pool->block_size
-                               : token_span;
-      /* The pool's bounds check covered every block below num_blocks. */
-      uint64_t block_offset =
-          group->offset + (uint64_t)block_ids[i] * group->block_stride;
-      for (uint64_t h = 0; h < heads; h++) {
-        ranges[written++] = (reshard_bound_range){
-            .layer_index = g / 2,
-            .component = (reshard_component)(g % 2 + 1),
-            .token_start = token_start,
-            .token_end = token_end,
-            .head_start = part->head_start + (split ? h : 0),
-            .head_end = split ? part->head_start + h + 1
-                              : part->head_start + part->head_count,
-            .region_index = group->region_index,
-            .region_offset = block_offset + h * group->head_stride,
-            .token_stride = group->token_stride,
-            .head_stride = head_bytes,
-        };
-      }
+      uint64_t start = i * pool->block_size; /* below token_span */
+      uint64_t end = token_span - start > pool->block_size
+                         ? start + pool->block_size
+                         : token_span;
+      written += reshard_pool_window_ranges(pool, g, block_ids, start, end,
+                                            ranges + written);
     }
   }
   group_start[pool->group_count] = written;
   *out = (reshard_bound_binding){
-      .part = part,
+      .part = pool->part,
       .token_span = token_span,
       .ranges = ranges,
       .range_count = written,

@@ -3,11 +3,12 @@
 #include <string.h>
 
 #include "plan/plan_internal.h"
+#include "reshard/checked.h"
 
 reshard_status reshard__cursor_init(reshard__range_cursor *cursor,
                                     const reshard_bound_binding *binding,
                                     reshard_arena *arena, reshard_error *err) {
-  cursor->binding = binding;
+  *cursor = (reshard__range_cursor){.binding = binding};
   cursor->next = RESHARD_ARENA_NEW(arena, size_t, binding->group_count + 1);
   cursor->open_count =
       RESHARD_ARENA_NEW(arena, size_t, binding->group_count + 1);
@@ -21,16 +22,88 @@ reshard_status reshard__cursor_init(reshard__range_cursor *cursor,
   return RESHARD_OK;
 }
 
+reshard_status reshard__cursor_init_pooled(
+    reshard__range_cursor *cursor, const reshard_pooled_memory *pooled,
+    const reshard_placement_part *part, uint64_t token_span, uint64_t page_size,
+    reshard_arena *arena, reshard_error *err) {
+  const reshard_bound_pool *pool = pooled->pool;
+  size_t groups = pool->group_count;
+  /* A window of page_size tokens meets at most this many blocks. */
+  uint64_t blocks = (page_size - 1) / pool->block_size + 2;
+  *cursor = (reshard__range_cursor){
+      .binding = &cursor->page_binding,
+      .pooled = pooled,
+      .next = RESHARD_ARENA_NEW(arena, size_t, groups + 1),
+      .open_count = RESHARD_ARENA_NEW(arena, size_t, groups + 1),
+  };
+  size_t *group_start = RESHARD_ARENA_ARRAY(arena, size_t, groups + 1);
+  if (cursor->next == NULL || cursor->open_count == NULL ||
+      group_start == NULL) {
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "plan: out of memory for the range cursor");
+  }
+  uint64_t room = 0;
+  for (size_t g = 0; g < groups; g++) {
+    group_start[g] = (size_t)room;
+    uint64_t group_room;
+    if (!reshard_mul(blocks, reshard_pool_ranges_per_block(pool, g),
+                     &group_room) ||
+        !reshard_add(room, group_room, &room) || room > SIZE_MAX / 2) {
+      return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                               "plan: a page's pool ranges overflow");
+    }
+  }
+  group_start[groups] = (size_t)room;
+  reshard_bound_range *ranges =
+      RESHARD_ARENA_ARRAY(arena, reshard_bound_range, (size_t)room + 1);
+  cursor->open = RESHARD_ARENA_ARRAY(arena, size_t, (size_t)room + 1);
+  if (ranges == NULL || cursor->open == NULL) {
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "plan: out of memory for the range cursor");
+  }
+  /* Each group's ranges are its open ones, in place. */
+  for (size_t i = 0; i < (size_t)room; i++) {
+    cursor->open[i] = i;
+  }
+  cursor->page_binding = (reshard_bound_binding){
+      .part = part,
+      .token_span = token_span,
+      .ranges = ranges,
+      .range_count = (size_t)room,
+      .group_start = group_start,
+      .group_count = groups,
+  };
+  return RESHARD_OK;
+}
+
+void reshard__cursor_write_pooled(reshard__range_cursor *cursor) {
+  const reshard_pooled_memory *pooled = cursor->pooled;
+  reshard_bound_binding *binding = &cursor->page_binding;
+  for (size_t g = 0; g < binding->group_count; g++) {
+    cursor->open_count[g] = reshard_pool_window_ranges(
+        pooled->pool, g, pooled->block_ids, cursor->window_start,
+        cursor->window_end, binding->ranges + binding->group_start[g]);
+  }
+  cursor->stale = false;
+}
+
 void reshard__cursor_reset(reshard__range_cursor *cursor) {
   const reshard_bound_binding *binding = cursor->binding;
   for (size_t g = 0; g < binding->group_count; g++) {
     cursor->next[g] = binding->group_start[g];
     cursor->open_count[g] = 0;
   }
+  cursor->stale = false;
 }
 
 void reshard__cursor_advance(reshard__range_cursor *cursor, uint64_t page_start,
                              uint64_t page_end) {
+  if (cursor->pooled != NULL) {
+    cursor->window_start = page_start;
+    cursor->window_end = page_end;
+    cursor->stale = true;
+    return;
+  }
   const reshard_bound_binding *binding = cursor->binding;
   const reshard_bound_range *ranges = binding->ranges;
   for (size_t g = 0; g < binding->group_count; g++) {
@@ -163,6 +236,7 @@ static void count_block(void *context, const reshard_join_entry *entry,
 }
 
 reshard__page_cost reshard__lower_count(const reshard__page_lowering *page) {
+  reshard__cursor_ranges(page->cursor);
   reshard__page_cost cost = {0, 0};
   for_each_block(page, count_block, &cost);
   return cost;
@@ -229,6 +303,7 @@ static void emit_block(void *context, const reshard_join_entry *entry,
 
 size_t reshard__lower_page(const reshard__page_lowering *page,
                            reshard_copy *out) {
+  reshard__cursor_ranges(page->cursor);
   emitter emit = {
       .out = out,
       .count = 0,
@@ -427,6 +502,55 @@ static void remember(const reshard__page_lowering *page,
   memo->join = memo->overflowed ? NULL : page->join;
   memo->page_start = page->page_index * page->page_size;
   memo->count = count;
+  if (page->cursor->pooled != NULL) {
+    uint64_t block_size = page->cursor->pooled->pool->block_size;
+    memo->first_block = memo->page_start / block_size;
+    memo->block_phase = memo->page_start % block_size;
+  }
+}
+
+/* For pooled memory: whether the page starts where the remembered one
+ * did in its block, and if so the shift of each of its ranges (by
+ * ordinal) from the block ids alone, none of its ranges written. */
+static bool pooled_shift(const reshard__page_lowering *page,
+                         reshard__sequence_memo *memo) {
+  const reshard_pooled_memory *pooled = page->cursor->pooled;
+  const reshard_bound_pool *pool = pooled->pool;
+  uint64_t page_start = page->page_index * page->page_size;
+  if (memo->join != page->join ||
+      page_start % pool->block_size != memo->block_phase) {
+    return false;
+  }
+  uint64_t first = page_start / pool->block_size;
+  uint64_t blocks =
+      (page_start + page->page_size - 1) / pool->block_size - first + 1;
+  const uint32_t *now = pooled->block_ids + first;
+  const uint32_t *then = pooled->block_ids + memo->first_block;
+  size_t groups = pool->group_count;
+  size_t ordinal = 0;
+  for (size_t i = 0; i < groups; i++) {
+    size_t g = visited_group(i, groups);
+    size_t per_block = reshard_pool_ranges_per_block(pool, g);
+    uint64_t stride = pool->groups[g].block_stride;
+    if (per_block == 0) {
+      continue;
+    }
+    if (ordinal + blocks * per_block > memo->range_count) {
+      return false; /* not the remembered shape after all */
+    }
+    for (uint64_t j = 0; j < blocks; j++) {
+      /* Modulo 2^64: the sum the caller forms is the block's offset. */
+      uint64_t shift = (uint64_t)now[j] * stride - (uint64_t)then[j] * stride;
+      for (size_t h = 0; h < per_block; h++) {
+        memo->shift[ordinal++] = shift;
+      }
+    }
+  }
+  if (ordinal != memo->range_count) {
+    return false;
+  }
+  memo->first_block = first;
+  return true;
 }
 
 size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
@@ -434,24 +558,31 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
                                      reshard__sequence_memo *memo,
                                      bool *reused) {
   *reused = false;
-  if (memo->join == page->join) {
+  bool same = false;
+  if (page->cursor->pooled != NULL) {
+    same = pooled_shift(page, memo);
+    if (!same) {
+      reshard__cursor_ranges(page->cursor);
+    }
+  } else if (memo->join == page->join) {
     memo_compare compare = {
         .ranges = page->cursor->binding->ranges,
         .memo = memo,
         .page_start = page->page_index * page->page_size,
     };
     size_t ranges = for_each_open_range(page->cursor, same_shape, &compare);
-    if (!compare.differs && ranges == memo->range_count) {
-      /* The same blocks: `out` still holds the remembered page's
-       * sequences (the caller keeps them), which become this page's. */
-      for (size_t i = 0; i < memo->count; i++) {
-        out[i].first.page_index = page->page_index;
-        out[i].first.region_offset += memo->shift[memo->origin[i]];
-      }
-      memo->page_start = compare.page_start;
-      *reused = true;
-      return memo->count;
+    same = !compare.differs && ranges == memo->range_count;
+  }
+  if (same) {
+    /* The same blocks: `out` still holds the remembered page's
+     * sequences (the caller keeps them), which become this page's. */
+    for (size_t i = 0; i < memo->count; i++) {
+      out[i].first.page_index = page->page_index;
+      out[i].first.region_offset += memo->shift[memo->origin[i]];
     }
+    memo->page_start = page->page_index * page->page_size;
+    *reused = true;
+    return memo->count;
   }
   sequencer seq = {
       .out = out,

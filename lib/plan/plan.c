@@ -8,6 +8,7 @@
 
 #include "plan/plan_internal.h"
 #include "reshard/arena.h"
+#include "reshard/checked.h"
 
 reshard_status reshard__plan_no_memory(reshard__planner *plan) {
   return reshard_error_set(plan->err, RESHARD_RESOURCE_EXHAUSTED,
@@ -381,6 +382,7 @@ static reshard_status lower_pages(reshard__planner *plan,
     reshard_status status;
     if (by_sequences) {
       out->sequence_pages++;
+      out->reused_pages += sequences.reused;
       status = batch_sequences(plan, &sequences, plan->page_bytes[page], &sinks,
                                coalesced);
     } else {
@@ -419,6 +421,32 @@ static reshard_status lower_pages(reshard__planner *plan,
   return RESHARD_OK;
 }
 
+/* Checks the block table of pooled memory and sets the cursor on it. */
+static reshard_status bind_pooled(reshard__planner *plan) {
+  const reshard_load_request *request = plan->request;
+  const reshard_pooled_memory *pooled = request->pooled;
+  const reshard_bound_pool *pool = pooled->pool;
+  if (strcmp(pool->part->participant_id, plan->part->participant_id) != 0 ||
+      pool->part->layer_count != plan->part->layer_count) {
+    return reshard_error_set(plan->err, RESHARD_INVALID_ARGUMENT,
+                             "pooled: the pool is participant \"%s\"'s, not "
+                             "\"%s\"'s",
+                             pool->part->participant_id,
+                             plan->part->participant_id);
+  }
+  uint64_t page_size = request->placement->descriptor.page_size;
+  reshard_status status =
+      reshard_pooled_check(pooled, request->page_count, page_size,
+                           &request->limits, plan->arena, plan->err);
+  if (status) {
+    return status;
+  }
+  uint64_t token_span = request->page_count * page_size; /* checked */
+  return reshard__cursor_init_pooled(&plan->cursor, pooled, plan->part,
+                                     token_span, page_size, plan->arena,
+                                     plan->err);
+}
+
 static reshard_status plan_load(reshard__planner *plan,
                                 reshard_load_plan *out) {
   const reshard_load_request *request = plan->request;
@@ -436,7 +464,12 @@ static reshard_status plan_load(reshard__planner *plan,
   const reshard_descriptor *descriptor = &request->placement->descriptor;
   plan->head_bytes[0] = reshard_head_bytes(descriptor, RESHARD_COMPONENT_KEY);
   plan->head_bytes[1] = reshard_head_bytes(descriptor, RESHARD_COMPONENT_VALUE);
-  if (request->bound_binding != NULL) {
+  if (request->pooled != NULL) {
+    status = bind_pooled(plan);
+    if (status) {
+      return status;
+    }
+  } else if (request->bound_binding != NULL) {
     plan->binding = *request->bound_binding;
     /* The same part, maybe in another copy of the same placement. */
     plan->binding.part = plan->part;
@@ -448,7 +481,8 @@ static reshard_status plan_load(reshard__planner *plan,
       return status;
     }
   }
-  if ((status = reshard__cursor_init(&plan->cursor, &plan->binding, plan->arena,
+  if (request->pooled == NULL &&
+      (status = reshard__cursor_init(&plan->cursor, &plan->binding, plan->arena,
                                      plan->err))) {
     return status;
   }

@@ -17,6 +17,7 @@
 #include "reshard/binding.h"
 #include "reshard/join.h"
 #include "reshard/plan.h"
+#include "reshard/pool.h"
 #include "reshard/runs.h"
 #include "reshard/varint_columns.h"
 
@@ -28,15 +29,38 @@ typedef struct reshard__range_cursor {
   size_t *next; /* per group: the next range not yet opened */
   size_t *open; /* per group g: open ranges in open[group_start[g]..] */
   size_t *open_count;
+  /* Pooled memory (SPEC §1.5a) has no bound binding: `binding` is
+   * `page_binding`, whose ranges are the current page's alone, written
+   * from the pool and the block table when a step needs them
+   * (reshard__cursor_ranges), so a page whose plan is a remembered
+   * page's with other blocks never writes them. */
+  const reshard_pooled_memory *pooled;
+  reshard_bound_binding page_binding;
+  uint64_t window_start, window_end;
+  bool stale; /* page_binding is not yet the window's */
 } reshard__range_cursor;
 
 reshard_status reshard__cursor_init(reshard__range_cursor *cursor,
                                     const reshard_bound_binding *binding,
                                     reshard_arena *arena, reshard_error *err);
+/* A cursor over pooled memory for pages of `page_size` tokens within
+ * [0, token_span); the block table must have been checked for that
+ * span. */
+reshard_status reshard__cursor_init_pooled(
+    reshard__range_cursor *cursor, const reshard_pooled_memory *pooled,
+    const reshard_placement_part *part, uint64_t token_span, uint64_t page_size,
+    reshard_arena *arena, reshard_error *err);
 void reshard__cursor_reset(reshard__range_cursor *cursor);
 /* Opens and closes ranges for the token window [page_start, page_end). */
 void reshard__cursor_advance(reshard__range_cursor *cursor, uint64_t page_start,
                              uint64_t page_end);
+/* Makes the open ranges the window's (pooled memory writes them now). */
+void reshard__cursor_write_pooled(reshard__range_cursor *cursor);
+static inline void reshard__cursor_ranges(reshard__range_cursor *cursor) {
+  if (cursor->stale) {
+    reshard__cursor_write_pooled(cursor);
+  }
+}
 
 /* What lowering one page produces, counted without producing it. */
 typedef struct reshard__page_cost {
@@ -47,7 +71,7 @@ typedef struct reshard__page_cost {
 /* Context shared by counting and lowering one page. */
 typedef struct reshard__page_lowering {
   const reshard_join *join;
-  const reshard__range_cursor *cursor;
+  reshard__range_cursor *cursor;
   uint64_t page_index;
   uint64_t page_size;
   uint64_t head_bytes[2]; /* by component - 1 */
@@ -68,6 +92,13 @@ size_t reshard__lower_page(const reshard__page_lowering *page,
 typedef struct reshard__sequence_memo {
   const reshard_join *join; /* the page's source; NULL: none remembered */
   uint64_t page_start;
+  /* Pooled memory: the remembered page's first block and where the page
+   * starts in it. A page that starts at the same place in its block meets
+   * its blocks as the remembered page met its own, so its sequences are
+   * the remembered ones with each block's region offsets moved by the
+   * difference of the two blocks' addresses. */
+  uint64_t first_block;
+  uint64_t block_phase;
   size_t count;       /* its sequences */
   size_t *origin;     /* per sequence: the ordinal of its range */
   size_t *ranges;     /* per ordinal: the range (index into the binding) */
@@ -101,6 +132,7 @@ typedef struct reshard__page_sequences {
   const size_t *group_ends;
   size_t group_count;
   uint64_t copies;
+  bool reused; /* the remembered page's sequences, shifted */
 } reshard__page_sequences;
 
 /* Scratch for reshard__page_sequences: `room` entries in each array.
@@ -274,8 +306,13 @@ reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
 typedef struct reshard__planner {
   const reshard_load_request *request;
   const reshard_placement_part *part;
-  reshard_bound_binding binding;
+  reshard_bound_binding binding; /* unused for pooled memory */
   reshard__range_cursor cursor;
+  /* The last page pass 1 counted over pooled memory: its source, where
+   * it starts in its block, and its cost. */
+  const reshard_join *counted_join;
+  uint64_t counted_phase;
+  reshard__page_cost counted;
   const reshard_join **joins; /* per source, built on first use */
   reshard_join **built;       /* per source, what this plan built */
   uint64_t head_bytes[2];
@@ -313,8 +350,8 @@ reshard__plan_stop_requested(const reshard_load_request *request) {
 /* Context for counting or lowering page `page` from the source `join`,
  * through the plan's cursor (the caller advanced it to that page). */
 static inline reshard__page_lowering
-reshard__plan_page_lowering(const reshard__planner *plan,
-                            const reshard_join *join, uint64_t page) {
+reshard__plan_page_lowering(reshard__planner *plan, const reshard_join *join,
+                            uint64_t page) {
   return (reshard__page_lowering){
       .join = join,
       .cursor = &plan->cursor,

@@ -152,6 +152,29 @@ static reshard_status choose_source(reshard__planner *plan, uint64_t page,
 
 /* Pass 1: the hit prefix, its sources, and what lowering it will cost, all
  * before any copy is materialised. */
+/* What lowering the page from `join` costs. Over pooled memory a page
+ * that starts where the last counted one did in its block costs what that
+ * one did, whatever its blocks: counted once per (source, place). */
+static reshard__page_cost page_cost(reshard__planner *plan,
+                                    const reshard_join *join, uint64_t page) {
+  const reshard_pooled_memory *pooled = plan->cursor.pooled;
+  uint64_t phase = 0;
+  if (pooled != NULL) {
+    uint64_t page_size = plan->request->placement->descriptor.page_size;
+    phase = page * page_size % pooled->pool->block_size;
+    if (plan->counted_join == join && plan->counted_phase == phase) {
+      return plan->counted;
+    }
+  }
+  reshard__page_lowering lowering =
+      reshard__plan_page_lowering(plan, join, page);
+  reshard__page_cost cost = reshard__lower_count(&lowering);
+  plan->counted_join = join;
+  plan->counted_phase = phase;
+  plan->counted = cost;
+  return cost;
+}
+
 reshard_status reshard__select_sources(reshard__planner *plan,
                                        reshard_load_plan *out,
                                        uint64_t *largest_page) {
@@ -181,9 +204,7 @@ reshard_status reshard__select_sources(reshard__planner *plan,
     if ((status = source_join(plan, source, &join))) {
       return status;
     }
-    reshard__page_lowering lowering =
-        reshard__plan_page_lowering(plan, join, page);
-    reshard__page_cost cost = reshard__lower_count(&lowering);
+    reshard__page_cost cost = page_cost(plan, join, page);
     if (!reshard_add(total_copies, cost.copies, &total_copies) ||
         total_copies > request->limits.max_operations) {
       return reshard_error_set(

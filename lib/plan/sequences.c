@@ -140,6 +140,7 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
       .group_ends = scratch->group_ends,
       .group_count = groups,
       .copies = copies,
+      .reused = reused,
   };
   return true;
 }

@@ -107,13 +107,14 @@ static reshard_status check_request(const reshard_store_request *request,
 }
 
 /* A participant that writes nothing still sends a binding; it is held to
- * the same rules, so a malformed request is never answered with a plan. */
+ * the same rules, so a malformed request is never answered with a plan
+ * (a pooled one's table was checked already). */
 static reshard_status plan_nothing(const reshard_store_request *request,
                                    const reshard_placement_part *part,
                                    reshard_arena *arena,
                                    reshard_store_plan *out,
                                    reshard_error *err) {
-  if (request->bound_binding == NULL) {
+  if (request->pooled == NULL && request->bound_binding == NULL) {
     reshard_bound_binding bound;
     reshard_status status = reshard_binding_validate(
         request->binding, &request->placement->descriptor, part,
@@ -133,6 +134,15 @@ reshard_status reshard_plan_store(const reshard_store_request *request,
   const reshard_placement_part *part = NULL;
   reshard_status status = check_request(request, &part, err);
   if (status) {
+    return status;
+  }
+  /* The table before the layout, as a binding is checked before it: a
+   * bad request is refused for its own fields first. (The load below
+   * checks it again, in O(blocks).) */
+  if (request->pooled != NULL &&
+      (status = reshard_pooled_check(request->pooled, request->page_count,
+                                     request->placement->descriptor.page_size,
+                                     &request->limits, arena, err))) {
     return status;
   }
   if (!is_writer(part)) {
@@ -174,6 +184,7 @@ reshard_status reshard_plan_store(const reshard_store_request *request,
       .dp_rank = part->rank.dp,
       .binding = request->binding,
       .bound_binding = request->bound_binding,
+      .pooled = request->pooled,
       .participant_field = request->participant_field,
       .page_count = request->page_count,
       .sources = &source,

@@ -637,6 +637,16 @@ static reshard_status batch(transfer *t, const reshard_copy *copies,
 
 static reshard_status bind_target(transfer *t) {
   const reshard_transfer_request *request = t->request;
+  if (request->pooled != NULL) {
+    /* The transfer lowers over bound ranges: one per block and group. */
+    const reshard_pooled_memory *pooled = request->pooled;
+    reshard_status status =
+        reshard_pool_bind(pooled->pool, pooled->block_ids, pooled->block_count,
+                          request->token_count, &request->limits, "pooled",
+                          t->arena, &t->bound, t->err);
+    t->bound.part = t->target;
+    return status;
+  }
   if (request->bound_binding != NULL) {
     t->bound = *request->bound_binding;
     t->bound.part = t->target;

@@ -14,9 +14,10 @@
  * trip with the same memory id; a valid pool with a valid block table
  * (reshard_pool_bind) must stand for exactly the explicit binding the
  * SPEC's formula gives (expand_pool below, independent of lib/model/
- * pool.c), which the binding rules of SPEC §1.5 must accept, and it must
- * plan like that binding. Pooled plans skip binding validation in the
- * daemon, so every copy of one is also checked to lie inside its region. */
+ * pool.c), which the binding rules of SPEC §1.5 must accept, and the pool
+ * with its table, planned as the daemon plans it (request.pooled), must
+ * plan like that binding. Pooled plans skip binding validation, so every
+ * copy of one is also checked to lie inside its region. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -372,7 +373,7 @@ typedef struct planned {
 
 static planned
 plan_memory(const reshard_placement *p, const reshard_upload_plan *upload,
-            const reshard_binding *memory, const reshard_bound_binding *bound,
+            const reshard_binding *memory, const reshard_pooled_memory *pooled,
             const reshard_limits *limits, bool has_dp_rank, uint64_t dp_rank,
             uint64_t page_count, bool store, reshard_arena *arena) {
   reshard_error err;
@@ -387,7 +388,7 @@ plan_memory(const reshard_placement *p, const reshard_upload_plan *upload,
         .layout = &upload->layout,
         .layout_id = upload->layout_id,
         .limits = *limits,
-        .bound_binding = bound,
+        .pooled = pooled,
     };
     reshard_store_plan plan;
     out.status = reshard_plan_store(&request, arena, &plan, &err);
@@ -419,7 +420,7 @@ plan_memory(const reshard_placement *p, const reshard_upload_plan *upload,
       .page_source_start = start,
       .page_sources = sources,
       .limits = *limits,
-      .bound_binding = bound,
+      .pooled = pooled,
   };
   reshard_load_plan plan;
   out.status = reshard_plan_load(&request, arena, &plan, &err);
@@ -545,11 +546,13 @@ static void pool_against_self(const reshard_placement *p,
                           &upload, &err) != RESHARD_OK) {
     return;
   }
-  /* As the daemon plans a pool: its regions, no ranges, the bound table. */
+  /* As the daemon plans a pool: its regions, no ranges, the pool and the
+   * table. */
   reshard_binding memory = explicit;
   memory.ranges = NULL;
   memory.range_count = 0;
-  planned a = plan_memory(p, &upload, &memory, &pooled, &limits, has_dp, dp,
+  reshard_pooled_memory table = {&bound, ids, id_count};
+  planned a = plan_memory(p, &upload, &memory, &table, &limits, has_dp, dp,
                           page_count, store, arena);
   if (a.status == RESHARD_OK) {
     check_copies(a.copies, a.copy_count, &memory);

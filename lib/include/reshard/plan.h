@@ -14,6 +14,7 @@
 #include "reshard/layout.h"
 #include "reshard/limits.h"
 #include "reshard/placement.h"
+#include "reshard/pool.h"
 #include "reshard/runs.h"
 #include "reshard/varint_columns.h"
 
@@ -63,6 +64,15 @@ typedef struct reshard_load_request {
    * skips validation and only reads it, so one may serve concurrent
    * plans. NULL: the planner validates `binding`. */
   const reshard_bound_binding *bound_binding;
+  /* Optional: the memory as a validated pool of `binding`'s participant
+   * and a block table (SPEC §1.5a) instead of `binding`'s ranges, which
+   * are then not read (`binding` still names the participant). The
+   * table is checked here (messages name "pooled.block_ids"); the pool
+   * is never expanded into a binding: each page's ranges are written
+   * from the table as lowering needs them, and a page that starts where
+   * an earlier one did in its block reuses that page's plan with only
+   * its blocks' addresses substituted. */
+  const reshard_pooled_memory *pooled;
   /* Optional: the request field that names the participant, for
    * messages ("pooled.inline_pool.participant_id"); NULL reads as
    * "binding.participant_id". */
@@ -90,6 +100,10 @@ typedef struct reshard_load_plan {
   /* Hit pages lowered as strided sequences rather than copy by copy (the
    * same plan either way; this says how often the faster path applied). */
   uint64_t sequence_pages;
+  /* Of those, pages planned as the page before them shifted: the same
+   * blocks but for their addresses (a pooled page that starts where the
+   * one before it did in its block, whatever its blocks). */
+  uint64_t reused_pages;
   reshard_join **built_joins; /* per source; non-NULL where built here */
   /* With request.runs: the batches folded into runs (runs.batch_count ==
    * batch_count, runs.batch_first non-NULL even for an empty plan); all

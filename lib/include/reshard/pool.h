@@ -102,6 +102,48 @@ reshard_status reshard_block_table_check(
     size_t count, uint64_t token_span, const reshard_limits *limits,
     const char *path, reshard_arena *scratch, reshard_error *err);
 
+/* A validated pool and a block table, as plan requests take memory that
+ * an engine holds as blocks (SPEC §1.5a): the planner reads the ranges
+ * the table stands for page by page (reshard_pool_window_ranges) rather
+ * than a bound binding of every block. The caller owns all three. */
+typedef struct reshard_pooled_memory {
+  const reshard_bound_pool *pool;
+  const uint32_t *block_ids;
+  size_t block_count;
+} reshard_pooled_memory;
+
+/* Checks `pooled`'s block table (reshard_block_table_check) for
+ * `page_count` pages of `page_size` tokens, naming "pooled.block_ids";
+ * INVALID_ARGUMENT when the span overflows. `scratch` holds the check's
+ * bitmap or sorted copy. */
+reshard_status reshard_pooled_check(const reshard_pooled_memory *pooled,
+                                    uint64_t page_count, uint64_t page_size,
+                                    const reshard_limits *limits,
+                                    reshard_arena *scratch, reshard_error *err);
+
+/* How many ranges one block of group `group` stands for: 0 for an absent
+ * group, one per head where the head axis lies outside the token axis
+ * (HND), else 1. */
+size_t reshard_pool_ranges_per_block(const reshard_bound_pool *pool,
+                                     size_t group);
+
+/* Writes to `out` the bound ranges group `group` of `pool` stands for in
+ * the token window [window_start, window_end), which must lie inside the
+ * span a checked block table covers: per block meeting the window its
+ * ranges (reshard_pool_ranges_per_block), cut to the window, in the
+ * order of reshard_bound_binding. Returns how many; `out` has room for
+ * that many (blocks the window meets × ranges a block). O(ranges). */
+size_t reshard_pool_window_ranges(const reshard_bound_pool *pool, size_t group,
+                                  const uint32_t *block_ids,
+                                  uint64_t window_start, uint64_t window_end,
+                                  reshard_bound_range *out);
+
+/* The (layer, component, token, head) values the pool's memory holds
+ * over [0, token_span): the span × the part's heads × the groups present,
+ * what a binding of the same memory would bind. UINT64_MAX on overflow. */
+uint64_t reshard_pool_values(const reshard_bound_pool *pool,
+                             uint64_t token_span);
+
 /* Checks a block table against a validated pool for the request's token
  * span [0, token_span) — every id below num_blocks and none repeated,
  * entries past the span included; at least ceil(token_span / block_size)

@@ -42,6 +42,9 @@ typedef struct reshard_store_request {
    * validated, or bound from a memory pool (reshard_pool_bind), for this
    * participant, page_count and limits; the planner only reads it. */
   const reshard_bound_binding *bound_binding;
+  /* Optional, as reshard_load_request.pooled: the memory as a validated
+   * pool and a block table, never expanded into a binding. */
+  const reshard_pooled_memory *pooled;
   /* Optional: the request field that names the participant, for
    * messages ("pooled.inline_pool.participant_id"); NULL reads as
    * "binding.participant_id". */

@@ -48,9 +48,11 @@ typedef struct reshard_transfer_request {
   uint64_t target_dp_rank;
   /* The target's memory: its participant and regions. Its ranges are
    * validated over [0, token_count) unless `bound_binding` is given (a
-   * pooled target bound by reshard_pool_bind over that span). */
+   * pooled target bound by reshard_pool_bind over that span), or
+   * `pooled` is (a validated pool and its block table, bound here). */
   const reshard_binding *binding;
   const reshard_bound_binding *bound_binding;
+  const reshard_pooled_memory *pooled;
   /* Optional: the request field that names the participant, for
    * messages ("pooled.inline_pool.participant_id"); NULL reads as
    * "binding.participant_id". */

@@ -3,8 +3,11 @@
  * it out (tests/support/pool_oracle.h: vLLM NHD, FlashInfer HND with K
  * and V interleaved per block, SGLang page-first, MLA latent), a
  * scattered block table is bound with reshard_pool_bind, and the load is
- * planned twice: with the pooled bound binding and with the explicit
- * binding the pool and the table stand for. The two plans must be equal
+ * planned three times: with the pooled bound binding, with the pool and
+ * the table themselves (request.pooled: no binding, each page's ranges
+ * written from the table, pages alike in their blocks planned from a
+ * remembered one), and with the explicit binding the pool and the table
+ * stand for. The plans must be equal
  * copy for copy, batch for batch and run for run (with request.runs), the
  * pooled bound binding must be the one the explicit binding validates to,
  * and the oracle executes both plans and checks every byte — the bytes of
@@ -183,6 +186,57 @@ static uint64_t block_size_for(oracle_rng *rng, uint64_t page,
   }
 }
 
+/* Plans the case's load with `memory` and expects it refused. */
+static void expect_refused(oracle_case *c, const reshard_pooled_memory *memory,
+                           const char *what, const char *fragment) {
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_load_plan plan;
+  reshard_error err;
+  reshard_error_clear(&err);
+  c->request.pooled = memory;
+  reshard_status status = reshard_plan_load(&c->request, &arena, &plan, &err);
+  cr_assert_eq(status, RESHARD_INVALID_ARGUMENT, "%s: status %s: %s", what,
+               reshard_status_name(status), err.message);
+  cr_assert(strstr(err.message, fragment) != NULL,
+            "%s: message lacks \"%s\": %s", what, fragment, err.message);
+  reshard_arena_destroy(&arena);
+}
+
+/* A block table the pool's rules refuse, and a pool of another
+ * participant, are refused by the plan itself, naming the entry. */
+static void refuse_bad_tables(oracle_case *c,
+                              const reshard_pooled_memory *memory,
+                              uint64_t needed, uint64_t num_blocks,
+                              const char *what) {
+  uint32_t *ids = RESHARD_ARENA_NEW(&c->arena, uint32_t, memory->block_count);
+  cr_assert_not_null(ids);
+  memcpy(ids, memory->block_ids, memory->block_count * sizeof *ids);
+  reshard_pooled_memory bad = *memory;
+  bad.block_ids = ids;
+  ids[0] = (uint32_t)num_blocks;
+  expect_refused(c, &bad, what, "pooled.block_ids[0]");
+  ids[0] = memory->block_ids[0];
+  if (needed > 1) {
+    ids[1] = ids[0];
+    expect_refused(c, &bad, what, "pooled.block_ids[1]");
+    ids[1] = memory->block_ids[1];
+  }
+  bad.block_count = (size_t)needed - 1;
+  expect_refused(c, &bad, what, "pooled.block_ids");
+  bad.block_count = memory->block_count;
+  for (size_t p = 0; p < c->reader.part_count; p++) {
+    const reshard_placement_part *other = &c->reader.parts[p];
+    if (other != c->participant && other->layer_count > 0) {
+      reshard_bound_pool foreign = *memory->pool;
+      foreign.part = other;
+      bad.pool = &foreign;
+      expect_refused(c, &bad, what, "pooled: the pool is participant");
+      break;
+    }
+  }
+}
+
 /* Builds, binds, plans both ways, executes and compares one case. */
 static void run_pool_case(const pool_spec *spec, uint64_t stream,
                           unsigned index, pool_result *result) {
@@ -283,6 +337,37 @@ static void run_pool_case(const pool_spec *spec, uint64_t stream,
   cr_assert(
       oracle_same_load_plans(&pooled_plan, &explicit_plan, msg, sizeof msg),
       "%s: pooled plan against explicit plan: %s", what, msg);
+  /* The pool and the table as the daemon gives them: never bound, each
+   * page's ranges written from the table, pages that start alike in
+   * their blocks planned from the remembered page. */
+  reshard_pooled_memory memory = {&bound, ids, table};
+  reshard_arena table_arena;
+  reshard_load_plan table_plan;
+  c.request.bound_binding = NULL;
+  c.request.pooled = &memory;
+  cr_assert(
+      oracle_case_run(&c, &table_arena, &table_plan, &stats, msg, sizeof msg),
+      "%s: plan from the pool and the table: %s", what, msg);
+  cr_assert(
+      oracle_same_load_plans(&table_plan, &explicit_plan, msg, sizeof msg),
+      "%s: plan from the pool and the table against the explicit plan: "
+      "%s",
+      what, msg);
+  /* A page that starts where the last did in its block is always the
+   * last one shifted, with or without a range cut where the span ends. */
+  cr_assert_geq(table_plan.reused_pages, explicit_plan.reused_pages,
+                "%s: pages planned as the page before them shifted", what);
+  if (block_size == page && spec->opts.max_sources == 1 &&
+      table_plan.sequence_pages == table_plan.hit_pages &&
+      table_plan.hit_pages > 1) {
+    cr_assert_eq(table_plan.reused_pages, table_plan.sequence_pages - 1,
+                 "%s: pages planned as the page before them shifted", what);
+  }
+  oracle_plan_release(&c, &table_arena, &table_plan);
+  if (index == 0) {
+    refuse_bad_tables(&c, &memory, needed, num_blocks, what);
+  }
+  c.request.pooled = NULL;
   if (spec->runs) {
     cr_assert_not_null(pooled_plan.runs.batch_first, "%s", what);
     cr_assert(oracle_check_runs_fold(pooled_plan.copies, pooled_plan.batches,

@@ -144,7 +144,9 @@ typedef struct pooled_memory {
   size_t table;
   uint64_t block_size;
   reshard_binding binding; /* the explicit form */
+  reshard_bound_pool bound_pool;
   reshard_bound_binding bound;
+  reshard_pooled_memory memory; /* the pool and the table, unbound */
   char what[160];
 } pooled_memory;
 
@@ -172,14 +174,14 @@ static void pooled_memory_build(pooled_case *w,
            part->participant_id, oracle_pool_style_name(style), num_blocks,
            m->block_size, m->table, needed);
   reshard_limits limits = reshard_limits_default();
-  reshard_bound_pool bound_pool;
   reshard_error err;
   reshard_error_clear(&err);
   cr_assert_eq(reshard_pool_validate(&m->pool, &w->descriptor, part, &limits,
-                                     "pool", &w->arena, &bound_pool, &err),
+                                     "pool", &w->arena, &m->bound_pool, &err),
                RESHARD_OK, "%s: %s [%s]", m->what, err.message, w->description);
-  cr_assert_eq(reshard_pool_bind(&bound_pool, m->ids, m->table, span, &limits,
-                                 "pooled", &w->arena, &m->bound, &err),
+  m->memory = (reshard_pooled_memory){&m->bound_pool, m->ids, m->table};
+  cr_assert_eq(reshard_pool_bind(&m->bound_pool, m->ids, m->table, span,
+                                 &limits, "pooled", &w->arena, &m->bound, &err),
                RESHARD_OK, "%s: %s [%s]", m->what, err.message, w->description);
   oracle_pool_binding(&m->pool, &w->descriptor, part, m->ids, span, &w->arena,
                       &m->binding);
@@ -254,7 +256,16 @@ static uint64_t store_all(pooled_case *w, oracle_store *store) {
     reshard_store_plan explicit_plan =
         store_once(w, &request, &memory, &explicit_store, &explicit_arena,
                    "explicit binding", m.what);
+    /* The bound pool, into a store of its own too. */
+    oracle_store bound_store;
+    oracle_store_init(&bound_store, &w->upload.layout, w->pages);
+    reshard_arena bound_arena;
     request.bound_binding = &m.bound;
+    reshard_store_plan bound_plan =
+        store_once(w, &request, &memory, &bound_store, &bound_arena,
+                   "pooled memory, bound", m.what);
+    request.bound_binding = NULL;
+    request.pooled = &m.memory;
     reshard_store_plan pooled_plan = store_once(
         w, &request, &memory, store, &pooled_arena, "pooled memory", m.what);
     char msg[ORACLE_MSG_SIZE];
@@ -262,6 +273,13 @@ static uint64_t store_all(pooled_case *w, oracle_store *store) {
         oracle_same_store_plans(&pooled_plan, &explicit_plan, msg, sizeof msg),
         "%s: pooled plan against explicit plan: %s [%s]", m.what, msg,
         w->description);
+    cr_assert(
+        oracle_same_store_plans(&bound_plan, &explicit_plan, msg, sizeof msg),
+        "%s: bound pooled plan against explicit plan: %s [%s]", m.what, msg,
+        w->description);
+    reshard_join_free(bound_plan.built_join);
+    reshard_arena_destroy(&bound_arena);
+    oracle_store_free(&bound_store);
     if (w->runs && pooled_plan.copy_count > 0) {
       cr_assert(oracle_check_runs_fold(pooled_plan.copies, pooled_plan.batches,
                                        pooled_plan.batch_count,
@@ -316,7 +334,7 @@ static void load_all(pooled_case *w, const oracle_topology *topology,
         .has_dp_rank = true,
         .dp_rank = part->rank.dp,
         .binding = &m.binding,
-        .bound_binding = &m.bound,
+        .pooled = &m.memory,
         .page_count = w->pages,
         .sources = &source,
         .source_count = 1,
