@@ -14,16 +14,14 @@
 #include "wire/decode.h"
 #include "wire/wire.h"
 
-/* Decodes and normalizes the request's placement into the call's arena. */
 reshard_status reshard__planner_decode_placement(
-    reshard_call *call, const Reshard__V1__Placement *pb,
-    reshard_placement *out, char id[RESHARD_ID_SIZE], reshard_error *err) {
-  reshard_arena *arena = reshard_call_arena(call);
+    const Reshard__V1__Placement *pb, const reshard_limits *caps,
+    reshard_arena *arena, reshard_placement *out, char id[RESHARD_ID_SIZE],
+    reshard_error *err) {
   reshard_status status =
       reshard_wire_placement_from_pb(pb, "placement", arena, out, err);
   if (status == RESHARD_OK) {
-    /* The caps the request was decoded under (the planner's). */
-    status = reshard_placement_check_limits(out, reshard_decode_caps(), err);
+    status = reshard_placement_check_limits(out, caps, err);
   }
   if (status == RESHARD_OK) {
     status = reshard_placement_normalize(out, arena, err);
@@ -72,12 +70,8 @@ reshard_shared_placement *reshard__planner_placement_from_pb(
   reshard_placement placement;
   char id[RESHARD_ID_SIZE];
   reshard_shared_placement *shared = NULL;
-  if (reshard_wire_placement_from_pb(pb, "placement", &scratch, &placement,
-                                     err) != RESHARD_OK ||
-      reshard_placement_check_limits(&placement, &planner->caps, err) !=
-          RESHARD_OK ||
-      reshard_placement_normalize(&placement, &scratch, err) != RESHARD_OK ||
-      reshard_placement_id(&placement, id, err) != RESHARD_OK) {
+  if (reshard__planner_decode_placement(pb, &planner->caps, &scratch,
+                                        &placement, id, err) != RESHARD_OK) {
     reshard_error_prefix(err, "%s", what);
     if (err != NULL) {
       err->code = RESHARD_INTERNAL;
@@ -138,9 +132,9 @@ void reshard__handle_register_placement(reshard_planner *planner,
   ctx->call = call;
   ctx->planner = planner;
   reshard_error err;
-  if (reshard__planner_decode_placement(call, request->placement,
-                                        &ctx->placement, ctx->id,
-                                        &err) != RESHARD_OK) {
+  if (reshard__planner_decode_placement(
+          request->placement, reshard_decode_caps(), reshard_call_arena(call),
+          &ctx->placement, ctx->id, &err) != RESHARD_OK) {
     reshard_call_fail(call, &err);
     return;
   }
@@ -166,8 +160,9 @@ void reshard__handle_plan_upload(reshard_planner *planner, reshard_call *call,
   reshard_placement placement;
   reshard_format format;
   reshard_upload_plan plan;
-  if (reshard__planner_decode_placement(call, request->placement, &placement,
-                                        NULL, &err) != RESHARD_OK ||
+  if (reshard__planner_decode_placement(request->placement,
+                                        reshard_decode_caps(), arena,
+                                        &placement, NULL, &err) != RESHARD_OK ||
       reshard_wire_format_from_pb(request->format, "format", &format, &err) !=
           RESHARD_OK ||
       reshard_plan_upload(&placement, format, request->dp_rank != NULL,
@@ -243,8 +238,9 @@ void reshard__target_resolve(reshard__target *target, reshard_planner *planner,
   reshard_error err;
   if (given_inline) {
     target->placement = &target->inline_placement;
-    if (reshard__planner_decode_placement(call, pb, &target->inline_placement,
-                                          target->id, &err) != RESHARD_OK) {
+    if (reshard__planner_decode_placement(
+            pb, reshard_decode_caps(), reshard_call_arena(call),
+            &target->inline_placement, target->id, &err) != RESHARD_OK) {
       done(data, &err);
       return;
     }

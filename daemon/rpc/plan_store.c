@@ -30,6 +30,7 @@ typedef struct store_ctx {
   reshard_binding binding;
   uint64_t binding_values; /* sum of token_count * head_count, saturated */
   reshard__pooled pooled;  /* the memory, when given as a pool */
+  reshard_limits limits;   /* the request's, clamped to the planner's caps */
 
   reshard_shared_manifest *manifest;
   reshard_shared_join *join; /* cached template, or NULL */
@@ -187,8 +188,6 @@ static void store_plan(store_ctx *ctx) {
                              ctx->effective_dp_rank,
                              ctx->binding.participant_id, &ctx->join);
   ctx->join_hit = ctx->join != NULL;
-  reshard_limits requested;
-  reshard_wire_limits_from_pb(ctx->request->limits, &requested);
   ctx->store = (reshard_store_request){
       .placement = ctx->target.placement,
       .has_dp_rank = ctx->request->dp_rank != NULL,
@@ -198,7 +197,7 @@ static void store_plan(store_ctx *ctx) {
       .layout = &manifest->manifest.layout,
       .layout_id = manifest->layout_id,
       .join = ctx->join ? ctx->join->join : NULL,
-      .limits = reshard_limits_clamp(&ctx->planner->caps, &requested),
+      .limits = ctx->limits,
       .runs = ctx->request->runs,
       /* The response is the runs or the columns, as for loads. */
       .varint_columns = !ctx->request->runs,
@@ -209,11 +208,10 @@ static void store_plan(store_ctx *ctx) {
   };
   /* The plan's memory is asked from --max-inflight-bytes before it is
    * spent, as for loads. */
-  reshard_call_reserve(
-      ctx->call,
-      reshard__planner_plan_reservation(ctx->binding_values,
-                                        ctx->store.limits.max_operations),
-      store_dispatch, ctx);
+  reshard_call_reserve(ctx->call,
+                       reshard__planner_plan_reservation(
+                           ctx->binding_values, ctx->limits.max_operations),
+                       store_dispatch, ctx);
 }
 
 /* Plans on the loop or the pool once the plan's memory is granted. */
@@ -263,6 +261,9 @@ static void decode_request(store_ctx *ctx) {
     ctx->status = ctx->err.code;
     return;
   }
+  reshard_limits requested;
+  reshard_wire_limits_from_pb(ctx->request->limits, &requested);
+  ctx->limits = reshard_limits_clamp(&ctx->planner->caps, &requested);
   /* Decoding first, so that a request over a decode cap is refused as
    * such whatever else is wrong with it. */
   bool has_binding = ctx->request->binding != NULL || ctx->binding_apart;
@@ -347,14 +348,11 @@ static void on_target(void *data, const reshard_error *err) {
       reshard__target_dp_rank(&ctx->target, request->dp_rank != NULL,
                               request->dp_rank ? request->dp_rank->value : 0);
   if (request->pooled != NULL) {
-    reshard_limits requested;
-    reshard_wire_limits_from_pb(request->limits, &requested);
-    ctx->store.limits = reshard_limits_clamp(&ctx->planner->caps, &requested);
     uint64_t span = (uint64_t)request->page_count *
                     ctx->target.placement->descriptor.page_size;
     reshard__pooled_resolve(ctx->planner, ctx->call, request->pooled,
-                            &ctx->target, span, &ctx->store.limits,
-                            &ctx->pooled, on_pooled, ctx);
+                            &ctx->target, span, &ctx->limits, &ctx->pooled,
+                            on_pooled, ctx);
     return;
   }
   fetch_manifest(ctx);

@@ -124,11 +124,18 @@ reshard__planner_manifest_found(reshard_planner *planner, const char *key,
 
 /* ---- Placements (placements.c) ---- */
 
-/* Decodes and normalizes a request's placement into the call's arena;
- * `id` (may be NULL) receives its placement_id. */
-reshard_status reshard__planner_decode_placement(
-    reshard_call *call, const Reshard__V1__Placement *pb,
-    reshard_placement *out, char id[RESHARD_ID_SIZE], reshard_error *err);
+/* Decodes placement message `pb` into `arena`, checks it against `caps`
+ * and normalizes it there; `id` (may be NULL) receives its placement_id.
+ * On failure `err` is what the failing step set (INVALID_ARGUMENT, or
+ * RESOURCE_EXHAUSTED over a cap; paths start at "placement"). Handlers
+ * pass the call's arena and the caps the request was decoded under
+ * (reshard_decode_caps); a catalog record is decoded into scratch under
+ * the planner's caps (reshard__planner_placement_from_pb, below). */
+reshard_status
+reshard__planner_decode_placement(const Reshard__V1__Placement *pb,
+                                  const reshard_limits *caps,
+                                  reshard_arena *arena, reshard_placement *out,
+                                  char id[RESHARD_ID_SIZE], reshard_error *err);
 
 /* The placement a plan (load or store) targets. */
 typedef struct reshard__target {

@@ -62,11 +62,11 @@ uint64_t oracle_pool_block_bytes(const reshard_descriptor *desc,
   return s.layers * s.components * per_tensor;
 }
 
-void oracle_build_pool(const reshard_descriptor *desc,
-                       const reshard_placement_part *part,
-                       oracle_pool_style style, uint64_t block_size,
-                       uint64_t num_blocks, reshard_arena *arena,
-                       reshard_pool *out) {
+void oracle_build_pool_at(const reshard_descriptor *desc,
+                          const reshard_placement_part *part,
+                          oracle_pool_style style, uint64_t block_size,
+                          uint64_t num_blocks, const oracle_pool_site *site,
+                          reshard_arena *arena, reshard_pool *out) {
   pool_shape s = shape_of(desc, part, block_size);
   bool per_layer = style == ORACLE_POOL_VLLM || style == ORACLE_POOL_FLASHINFER;
   size_t region_count = per_layer ? part->layer_count : 1;
@@ -77,8 +77,9 @@ void oracle_build_pool(const reshard_descriptor *desc,
     if (per_layer) {
       bytes /= s.layers;
     }
-    regions[r] = (reshard_region){aprintf(arena, "pool%zu", r),
-                                  (uint64_t)(r + 1) << 40, bytes};
+    regions[r] = (reshard_region){
+        aprintf(arena, "%s%zu", site->region_prefix, site->first_region + r),
+        site->address + (uint64_t)r * site->address_step, bytes};
   }
   size_t count = (size_t)(s.layers * s.components);
   reshard_pool_tensor *tensors = anew(arena, count, sizeof *tensors);
@@ -119,7 +120,7 @@ void oracle_build_pool(const reshard_descriptor *desc,
   }
   *out = (reshard_pool){
       .participant_id = part->participant_id,
-      .endpoint = "oracle://pool",
+      .endpoint = site->endpoint,
       .regions = regions,
       .region_count = region_count,
       .block_size = block_size,
@@ -127,6 +128,17 @@ void oracle_build_pool(const reshard_descriptor *desc,
       .tensors = tensors,
       .tensor_count = n,
   };
+}
+
+void oracle_build_pool(const reshard_descriptor *desc,
+                       const reshard_placement_part *part,
+                       oracle_pool_style style, uint64_t block_size,
+                       uint64_t num_blocks, reshard_arena *arena,
+                       reshard_pool *out) {
+  const oracle_pool_site site = {"oracle://pool", "pool", 0, UINT64_C(1) << 40,
+                                 UINT64_C(1) << 40};
+  oracle_build_pool_at(desc, part, style, block_size, num_blocks, &site, arena,
+                       out);
 }
 
 uint32_t *oracle_block_table(oracle_rng *rng, reshard_arena *arena,

@@ -46,11 +46,33 @@ uint64_t oracle_pool_block_bytes(const reshard_descriptor *desc,
                                  const reshard_placement_part *part,
                                  oracle_pool_style style, uint64_t block_size);
 
+/* Where a pool's memory sits: its endpoint, and region r (in the pool's
+ * order) named "{region_prefix}{first_region + r}" at the fake address
+ * address + r * address_step. The pool points at `endpoint`, which must
+ * outlive it; the region names are drawn from the arena. */
+typedef struct oracle_pool_site {
+  const char *endpoint;
+  const char *region_prefix;
+  size_t first_region;
+  uint64_t address;
+  uint64_t address_step;
+} oracle_pool_site;
+
 /* A pool of `style` for `part` (of a normalized placement of `desc`):
  * `num_blocks` blocks of `block_size` tokens, one tensor per owned
- * (layer, component), regions with fake aligned addresses sized to the
- * last block. Every slot of K and V is as wide as the wider of the two
- * heads, as engines that allocate one head size do. */
+ * (layer, component) in layer order, K before V, regions (one per owned
+ * layer, or one for the page-first and latent styles) sized to the last
+ * block, at `site`. Every slot of K and V is as wide as the wider of the
+ * two heads, as engines that allocate one head size do. Regions and
+ * tensors are drawn from `arena`. */
+void oracle_build_pool_at(const reshard_descriptor *desc,
+                          const reshard_placement_part *part,
+                          oracle_pool_style style, uint64_t block_size,
+                          uint64_t num_blocks, const oracle_pool_site *site,
+                          reshard_arena *arena, reshard_pool *out);
+
+/* oracle_build_pool_at at endpoint "oracle://pool", regions "pool0",
+ * "pool1", ... at 1 << 40, 2 << 40, ... */
 void oracle_build_pool(const reshard_descriptor *desc,
                        const reshard_placement_part *part,
                        oracle_pool_style style, uint64_t block_size,

@@ -10,7 +10,9 @@
  * K dim 4 (hb 8), V dim 4 (hb 8); participant "r1" owns layers [1, 2] and
  * heads [2, 4). vLLM's layout, one region per layer, [2, blocks, block,
  * heads, dim]: 8 blocks of 2 tokens, so a block is 2 * 2 * 8 = 32 bytes
- * and a component 256. */
+ * and a component 256. The pools are pool_oracle.h's, at endpoint
+ * "10.0.0.1:7000" with regions "layer1" and "layer2" (512 bytes each) at
+ * 0x10000 and 0x20000. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,8 +37,8 @@ static reshard_arena arena;
 static struct {
   reshard_descriptor descriptor;
   reshard_placement_part part;
-  reshard_region regions[4];
-  reshard_pool_tensor tensors[8];
+  reshard_region *regions;      /* fx.pool's, in the arena */
+  reshard_pool_tensor *tensors; /* fx.pool's, in the arena */
   reshard_pool pool;
   reshard_limits limits;
   reshard_bound_pool bound;
@@ -45,6 +47,16 @@ static struct {
 
 static uint64_t descriptor_layers[] = {0, 1, 2, 3};
 static uint64_t owned_layers[] = {1, 2};
+
+/* The fixed pool in `style` (a block of 2 tokens, 8 blocks). */
+static void build(oracle_pool_style style) {
+  static const oracle_pool_site site = {"10.0.0.1:7000", "layer", 1, 0x10000,
+                                        0x10000};
+  oracle_build_pool_at(&fx.descriptor, &fx.part, style, 2, 8, &site, &arena,
+                       &fx.pool);
+  fx.regions = fx.pool.regions;
+  fx.tensors = fx.pool.tensors;
+}
 
 static void setup(void) {
   reshard_arena_init(&arena, 0);
@@ -59,31 +71,7 @@ static void setup(void) {
       .head_count = 2,
       .replica_count = 1,
   };
-  fx.regions[0] = (reshard_region){"layer1", 0x10000, 512};
-  fx.regions[1] = (reshard_region){"layer2", 0x20000, 512};
-  for (int l = 0; l < 2; l++) {
-    for (int c = 0; c < 2; c++) {
-      fx.tensors[l * 2 + c] = (reshard_pool_tensor){
-          .global_layer_id = owned_layers[l],
-          .component = c == 0 ? K : V,
-          .region_id = fx.regions[l].region_id,
-          .offset_bytes = (uint64_t)c * 256,
-          .block_stride_bytes = 32,
-          .token_stride_bytes = 16,
-          .head_stride_bytes = 8,
-      };
-    }
-  }
-  fx.pool = (reshard_pool){
-      .participant_id = "r1",
-      .endpoint = "10.0.0.1:7000",
-      .regions = fx.regions,
-      .region_count = 2,
-      .block_size = 2,
-      .num_blocks = 8,
-      .tensors = fx.tensors,
-      .tensor_count = 4,
-  };
+  build(ORACLE_POOL_VLLM);
   fx.limits = reshard_limits_default();
 }
 
@@ -115,12 +103,7 @@ Test(pool, vllm_layout_is_valid) {
 Test(pool, flashinfer_interleaved_kv_is_valid) {
   /* [blocks, 2, heads, block, dim]: K and V of a block side by side, one
    * block 2 * 2 * 2 * 8 = 64 bytes; heads outside tokens (HND). */
-  for (int t = 0; t < 4; t++) {
-    fx.tensors[t].offset_bytes = t % 2 == 0 ? 0 : 32;
-    fx.tensors[t].block_stride_bytes = 64;
-    fx.tensors[t].head_stride_bytes = 16;
-    fx.tensors[t].token_stride_bytes = 8;
-  }
+  build(ORACLE_POOL_FLASHINFER);
   cr_assert_eq(validate(), RESHARD_OK, "%s", fx.err.message);
 }
 
@@ -348,12 +331,7 @@ Test(pool, binds_as_the_explicit_binding_validates) {
   for (int hnd = 0; hnd < 2; hnd++) {
     reset();
     if (hnd) {
-      for (int t = 0; t < 4; t++) {
-        fx.tensors[t].offset_bytes = t % 2 == 0 ? 0 : 32;
-        fx.tensors[t].block_stride_bytes = 64;
-        fx.tensors[t].head_stride_bytes = 16;
-        fx.tensors[t].token_stride_bytes = 8;
-      }
+      build(ORACLE_POOL_FLASHINFER);
     }
     cr_assert_eq(validate(), RESHARD_OK, "%s", fx.err.message);
     uint32_t ids[] = {6, 1, 4, 2, 7};

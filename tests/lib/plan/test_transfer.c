@@ -22,71 +22,26 @@
 
 #include "assert_error.h"
 #include "oracle.h"
+#include "pool_oracle.h"
 
 #define K RESHARD_COMPONENT_KEY
 #define V RESHARD_COMPONENT_VALUE
 
-typedef enum pool_style {
-  POOL_VLLM,       /* per layer [2, blocks, block, heads, dim], NHD */
-  POOL_FLASHINFER, /* per layer [blocks, 2, heads, block, dim], HND */
-  POOL_PAGE_FIRST, /* one region [blocks, layers, 2, block, heads, dim] */
-  POOL_STYLES
-} pool_style;
+/* The pools of the tests have the styles of the first three
+ * oracle_pool_style values (vLLM NHD, FlashInfer HND, page-first). */
+#define POOL_STYLES (ORACLE_POOL_PAGE_FIRST + 1)
 
-/* A pool of `style` for `part`; regions get fake aligned addresses from
- * `base` up (each participant's memory is its own). */
+/* A pool of `style` for `part` (pool_oracle.h) at endpoint "peer", its
+ * regions "{participant}-r0", "-r1", ... at fake aligned addresses from
+ * `base` up, 1 << 32 apart (each participant's memory is its own). */
 static void build_pool(reshard_arena *a, const reshard_descriptor *d,
-                       const reshard_placement_part *part, pool_style style,
-                       uint64_t block_size, uint64_t num_blocks, uint64_t base,
-                       reshard_pool *out) {
-  unsigned components = reshard_component_count(d);
-  uint64_t slot = reshard_head_bytes(d, K);
-  if (components == 2 && reshard_head_bytes(d, V) > slot) {
-    slot = reshard_head_bytes(d, V);
-  }
-  uint64_t heads = part->head_count;
-  uint64_t component_block = block_size * heads * slot;
-  size_t layers = part->layer_count;
-  size_t region_count = style == POOL_PAGE_FIRST ? 1 : layers;
-  reshard_region *regions =
-      RESHARD_ARENA_NEW(a, reshard_region, region_count + 1);
-  reshard_pool_tensor *tensors =
-      RESHARD_ARENA_NEW(a, reshard_pool_tensor, layers * components + 1);
-  uint64_t layer_bytes = num_blocks * components * component_block;
-  for (size_t r = 0; r < region_count; r++) {
-    char *id = reshard_arena_alloc(a, 32, 1);
-    snprintf(id, 32, "%s-r%zu", part->participant_id, r);
-    uint64_t bytes =
-        style == POOL_PAGE_FIRST ? layer_bytes * layers : layer_bytes;
-    regions[r] = (reshard_region){id, base + ((uint64_t)r << 32), bytes};
-  }
-  size_t n = 0;
-  for (size_t l = 0; l < layers; l++) {
-    for (unsigned comp = 0; comp < components; comp++) {
-      reshard_pool_tensor *t = &tensors[n++];
-      t->global_layer_id = part->layer_ids[l];
-      t->component = comp == 0 ? K : V;
-      t->region_id = regions[style == POOL_PAGE_FIRST ? 0 : l].region_id;
-      if (style == POOL_VLLM) {
-        t->offset_bytes = comp * num_blocks * component_block;
-        t->block_stride_bytes = component_block;
-        t->token_stride_bytes = heads * slot;
-        t->head_stride_bytes = slot;
-      } else if (style == POOL_FLASHINFER) {
-        t->offset_bytes = comp * component_block;
-        t->block_stride_bytes = components * component_block;
-        t->token_stride_bytes = slot;
-        t->head_stride_bytes = block_size * slot;
-      } else {
-        t->offset_bytes = (l * components + comp) * component_block;
-        t->block_stride_bytes = layers * components * component_block;
-        t->token_stride_bytes = heads * slot;
-        t->head_stride_bytes = slot;
-      }
-    }
-  }
-  *out = (reshard_pool){part->participant_id, "peer",     regions, region_count,
-                        block_size,           num_blocks, tensors, n};
+                       const reshard_placement_part *part,
+                       oracle_pool_style style, uint64_t block_size,
+                       uint64_t num_blocks, uint64_t base, reshard_pool *out) {
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "%s-r", part->participant_id);
+  const oracle_pool_site site = {"peer", prefix, 0, base, UINT64_C(1) << 32};
+  oracle_build_pool_at(d, part, style, block_size, num_blocks, &site, a, out);
 }
 
 /* The region offset of (token, head) of the pool's tensor of (layer,
@@ -197,14 +152,12 @@ typedef struct transfer_case {
   char description[512];
 } transfer_case;
 
+/* A scattered table of `num_blocks` (pool_oracle.h), of which the first
+ * *count, at least `needed`, are given. */
 static uint32_t *random_table(oracle_rng *rng, reshard_arena *a,
                               uint64_t num_blocks, uint64_t needed,
                               size_t *count) {
-  uint32_t *ids = RESHARD_ARENA_NEW(a, uint32_t, num_blocks + 1);
-  for (uint64_t b = 0; b < num_blocks; b++) {
-    ids[b] = (uint32_t)b;
-  }
-  oracle_rng_shuffle(rng, ids, num_blocks, sizeof *ids);
+  uint32_t *ids = oracle_block_table(rng, a, num_blocks);
   *count = (size_t)oracle_rng_between(rng, needed, num_blocks);
   return ids;
 }
@@ -270,7 +223,8 @@ static void case_build(transfer_case *c, uint64_t seed,
     if (part->layer_count == 0) {
       continue; /* a stage without layers has no KV memory */
     }
-    pool_style style = (pool_style)oracle_rng_between(&rng, 0, POOL_STYLES - 1);
+    oracle_pool_style style =
+        (oracle_pool_style)oracle_rng_between(&rng, 0, POOL_STYLES - 1);
     build_pool(a, d, part, style, source_block, num_blocks,
                (uint64_t)(p + 1) << 44, &c->source_pools[n]);
     cr_assert_eq(reshard_pool_validate(&c->source_pools[n], d, part, &limits,
@@ -288,8 +242,8 @@ static void case_build(transfer_case *c, uint64_t seed,
   uint64_t target_blocks = target_needed + oracle_rng_between(&rng, 0, 6);
   c->target_table = random_table(&rng, a, target_blocks, target_needed,
                                  &c->target_table_count);
-  pool_style target_style =
-      (pool_style)oracle_rng_between(&rng, 0, POOL_STYLES - 1);
+  oracle_pool_style target_style =
+      (oracle_pool_style)oracle_rng_between(&rng, 0, POOL_STYLES - 1);
   build_pool(a, d, c->reader, target_style, target_block, target_blocks,
              (uint64_t)1 << 60, &c->target_pool);
   cr_assert_eq(reshard_pool_validate(&c->target_pool, d, c->reader, &limits,
@@ -584,7 +538,7 @@ static void fixed_setup(uint64_t source_tp, uint64_t target_tp) {
   reshard_limits limits = reshard_limits_default();
   for (size_t p = 0; p < c->pool_count; p++) {
     const reshard_placement_part *part = &c->source.parts[p];
-    build_pool(a, &c->descriptor, part, POOL_VLLM, 4, 4, (p + 1) << 40,
+    build_pool(a, &c->descriptor, part, ORACLE_POOL_VLLM, 4, 4, (p + 1) << 40,
                &c->source_pools[p]);
     cr_assert_eq(reshard_pool_validate(&c->source_pools[p], &c->descriptor,
                                        part, &limits, "pool", a,
@@ -596,7 +550,7 @@ static void fixed_setup(uint64_t source_tp, uint64_t target_tp) {
   static uint32_t target_table[] = {1, 0, 2};
   c->target_table = target_table;
   c->target_table_count = 3;
-  build_pool(a, &c->descriptor, c->reader, POOL_VLLM, 4, 3, 1ull << 60,
+  build_pool(a, &c->descriptor, c->reader, ORACLE_POOL_VLLM, 4, 3, 1ull << 60,
              &c->target_pool);
   cr_assert_eq(reshard_pool_validate(&c->target_pool, &c->descriptor, c->reader,
                                      &limits, "pool", a, &c->target_bound,
@@ -629,7 +583,7 @@ Test(transfer_rules, replicas_spread_by_target_ordinal) {
     reshard_limits limits = reshard_limits_default();
     reshard_bound_pool bound_pool;
     reshard_pool pool;
-    build_pool(&fx.c.arena, &fx.c.descriptor, reader, POOL_VLLM, 4, 3,
+    build_pool(&fx.c.arena, &fx.c.descriptor, reader, ORACLE_POOL_VLLM, 4, 3,
                1ull << 60, &pool);
     cr_assert_eq(reshard_pool_validate(&pool, &fx.c.descriptor, reader, &limits,
                                        "pool", &fx.c.arena, &bound_pool,
