@@ -34,6 +34,9 @@ fi
 # into a virtualenv by its ctest), openssl (test certificates).
 # Security (docs/security.md): openssl makes the tests' certificates; clang
 # and libclang-rt-14-dev build the libFuzzer targets (scripts/fuzz.sh).
+# The UCX executor (clients/ucx) and its P/D tests: libucx-dev, and
+# ucx-utils (ucx_info -d names the transports UCX_TLS selects). Only the
+# client executor links UCX, never reshardd, so it is not a runtime package.
 # shellcheck disable=SC2086
 $SUDO apt-get install -y --no-install-recommends \
   libmicrohttpd-dev nghttp2-client prometheus python3-yaml \
@@ -43,4 +46,5 @@ $SUDO apt-get install -y --no-install-recommends \
   libssl-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libprotobuf-dev \
   libuv1-dev libcriterion-dev liblmdb-dev libhiredis-dev libjansson-dev grpc-proto \
   python3 python3-grpcio python3-protobuf redis-server \
-  python3-numpy python3-torch python3-pytest python3-pip python3-venv openssl
+  python3-numpy python3-torch python3-pytest python3-pip python3-venv openssl \
+  libucx-dev ucx-utils

@@ -17,6 +17,9 @@
 * :func:`execute`: the reference executor between numpy buffers (a
   TransferPlan from the source pools' buffers into the target's);
   :func:`part_views`: numpy views of the values in a Part.
+* :mod:`reshard.nixl`: a plan's columns as NIXL descriptor lists
+  (``(addr, len, dev)`` rows, or strided ``(addr, len, dev, stride,
+  count)`` rows for runs), per batch and peer.
 
 The protobuf messages are re-exported (``reshard.Descriptor`` ...) and the
 generated module is ``reshard.v1.planner_pb2``. See docs/python.md.
@@ -36,6 +39,7 @@ from .plan import Copies, LoadPlan, StorePlan, TransferCopies, TransferPlan
 from .pool import (Pool, PoolBuilder, check_block_table, expand_pool,
                    pooled_memory)
 from .tensor import TensorMemory, tensor_memory
+from . import nixl
 
 Descriptor = planner_pb2.Descriptor
 Rank = planner_pb2.Rank
@@ -70,7 +74,7 @@ __all__ = [
     "TransferSource", "VALUE", "check_block_table", "component",
     "descriptor", "element_dtype", "execute", "execute_transfer",
     "expand_pool", "find_part", "head_share",
-    "limits", "manifest", "new_parts", "part_sizes", "part_views",
+    "limits", "manifest", "new_parts", "nixl", "part_sizes", "part_views",
     "participant_id", "pipeline_stages", "placement", "planner_pb2",
     "pooled_memory", "shards", "store_format", "tensor_memory",
 ]
