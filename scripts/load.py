@@ -73,7 +73,9 @@ PlanLoad or PlanStore), --short (a quick
 smoke run for CI), --method PlanLoad (default), PlanStore (the scenario's
 writer) or PlanTransfer (a T scenario), --runs (ask for strided runs, SPEC §2.2 step 7), --pooled and
 --mix-pooled (the pooled reader: memory id + block table), --unix (over a
-Unix socket).
+Unix socket), --decompose (the daemon's CPU per call split into an empty
+Check, in-process planning, the kernel's send and the remainder: see
+scripts/cpu_decompose.py; --bench, --bench-runs 200, --perf).
 Exit status: 0 when every call succeeded and memory stayed flat, 1 otherwise,
 2 on bad usage.
 """
@@ -94,6 +96,8 @@ import tempfile
 import threading
 import time
 import urllib.request
+
+import cpu_decompose  # --decompose (scripts/cpu_decompose.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -665,6 +669,8 @@ def run(args):
                 sent[method_ok] += warm["done"]
             rss_warm = rss_bytes(target.pid, read_metrics(target.metrics))
             pairs = []
+            raw = {"plan_timer": cpu_decompose.plan_timer(
+                read_metrics(target.metrics), args.method)}
             with RssSampler(target) as sampler:
                 for i in range(args.repeat):
                     pair = {}
@@ -701,6 +707,23 @@ def run(args):
                     pair["latency"] = latencies_ms(log_file)
                     pairs.append(pair)
                 rss_main_peak = sampler.peak
+                if args.decompose:  # the plan timer, then perf apart
+                    end = cpu_decompose.plan_timer(
+                        read_metrics(target.metrics), args.method)
+                    raw["plan_timer"] = tuple(
+                        b - a for a, b in zip(raw["plan_timer"], end))
+                    for key, f, n, p, ok in (
+                            ("check", health_file, args.ceiling_requests,
+                             HEALTH_CHECK_PATH, HEALTH_CHECK_OK),
+                            ("main", data_file, args.requests, path,
+                             method_ok)):
+                        done, raw["profile_" + key] = cpu_decompose.profile(
+                            args.perf, target.pid, tmp, key,
+                            lambda: run_h2load(
+                                h2load, target.grpc, f, n, args.clients,
+                                args.streams, args.threads, args.time_limit,
+                                path=p, tls=bool(args.tls_ca))[0])
+                        sent[ok] += done["done"]
                 mixed = None
                 if mix is not None:
                     mix_message = (mix_pooled.plan_load
@@ -760,6 +783,8 @@ def run(args):
         per_call - result["plan"]["response_bytes"]
     if mixed is not None:
         result["mixed"] = mixed
+    if args.decompose:
+        result["decomposition"] = cpu_decompose.decompose(args, result, raw)
 
     problems = []
     runs = [("", p["main"]) for p in pairs]
@@ -893,6 +918,7 @@ def report(r, out=sys.stdout):
           % (r["rss_per_call_bytes"] / mib, r["method"],
              r["concurrent_streams"],
              r["rss_per_call_without_response_bytes"] / mib), file=out)
+    cpu_decompose.report(r, out)
     for p in r["problems"]:
         print("  FAIL         " + p, file=out)
     print("PASS" if not r["problems"] else "FAIL", file=out)
@@ -965,6 +991,7 @@ def main(argv=None):
     parser.add_argument("--pygen", help="directory of the generated "
                         "*_pb2.py modules")
     parser.add_argument("--json", help="also write the figures here")
+    cpu_decompose.add_arguments(parser)
     parser.add_argument("--tls-ca", help="the daemon serves TLS (started "
                         "with --daemon-flag=--tls-cert=... and "
                         "--daemon-flag=--tls-key=...): verify it with this "
@@ -987,6 +1014,7 @@ def main(argv=None):
     if args.unix and not args.daemon:
         parser.error("--unix goes with --daemon (give a running daemon's "
                      "socket as --target unix:PATH)")
+    cpu_decompose.check_arguments(parser, args)
     if (args.requests < 1 or args.clients < 1 or args.streams < 1
             or args.repeat < 1 or args.mix_requests < 1
             or args.ceiling_requests < 1
