@@ -54,11 +54,16 @@ static const option options[] = {
      FIELD(allow_insecure_remote), "",
      "allow plaintext gRPC or metrics on a non-loopback address"},
     {"catalog", "RESHARDD_CATALOG", OPTION_CATALOG, FIELD(catalog), "SPEC",
-     "lmdb:PATH | redis://[[USER]:PASSWORD@]HOST:PORT[/DB] | memory "
+     "lmdb:PATH | redis://[[USER]:PASSWORD@]HOST:PORT[/DB] | "
+     "redis-cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...] | memory "
      "(default " RESHARD_DEFAULT_CATALOG "; memory is for tests)"},
     {"redis-password-file", "RESHARDD_REDIS_PASSWORD_FILE", OPTION_PATH,
      FIELD(redis_password_file), "FILE",
      "the Redis catalog's password (AUTH on every connection)"},
+    {"redis-wait-replicas", "RESHARDD_REDIS_WAIT_REPLICAS", OPTION_NUMBER,
+     FIELD(redis_wait_replicas), "N",
+     "answer a Redis catalog write only once WAIT counts N replicas with it, "
+     "else UNAVAILABLE (default 0: no WAIT)"},
     {"cache-bytes", "RESHARDD_CACHE_BYTES", OPTION_SIZE, FIELD(cache_bytes),
      "SIZE", "in-memory cache budget (default 256M)"},
     {"log-level", "RESHARDD_LOG_LEVEL", OPTION_LOG_LEVEL, FIELD(log_level),
@@ -269,9 +274,48 @@ static bool redis_address_valid(const char *text) {
   return true;
 }
 
+/* "redis-cluster://HOST:PORT[,HOST:PORT...]" without credentials. */
+static bool redis_cluster_address_valid(const char *text) {
+  const char *p = text + 16;
+  if (*p == '\0') {
+    return false;
+  }
+  while (true) {
+    const char *comma = strchr(p, ',');
+    size_t length = comma ? (size_t)(comma - p) : strlen(p);
+    char buffer[256];
+    if (length == 0 || length >= sizeof buffer) {
+      return false;
+    }
+    memcpy(buffer, p, length);
+    buffer[length] = '\0';
+    const char *colon = strrchr(buffer, ':');
+    if (strchr(buffer, '/') != NULL || !reshard_parse_listen(buffer, false) ||
+        colon == NULL || strcmp(colon, ":0") == 0) {
+      return false;
+    }
+    if (comma == NULL) {
+      return true;
+    }
+    p = comma + 1;
+  }
+}
+
+static bool catalog_is_redis(const char *text) {
+  return strncmp(text, "redis://", 8) == 0 ||
+         strncmp(text, "redis-cluster://", 16) == 0;
+}
+
 bool reshard_parse_catalog(const char *text) {
   if (text == NULL) {
     return false;
+  }
+  if (strncmp(text, "redis-cluster://", 16) == 0) {
+    reshard_redis_url url;
+    bool valid = reshard_redis_url_split(text, &url) &&
+                 redis_cluster_address_valid(url.address);
+    reshard_redis_url_wipe(&url);
+    return valid;
   }
   if (strcmp(text, "memory") == 0) {
     return true;
@@ -371,14 +415,16 @@ static reshard_status apply(reshard_config *config, const option *opt,
         /* Never echo what may be a password. */
         return reshard_error_set(
             err, RESHARD_INVALID_ARGUMENT,
-            "%s: not a catalog (redis://[[USER]:PASSWORD@]HOST:PORT[/DB]; "
+            "%s: not a catalog (redis://[[USER]:PASSWORD@]HOST:PORT[/DB] or "
+            "redis-cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]; "
             "the value is not shown, it holds credentials)",
             source);
       }
       return reshard_error_set(
           err, RESHARD_INVALID_ARGUMENT,
-          "%s: \"%s\" is not a catalog (memory, lmdb:PATH or "
-          "redis://[[USER]:PASSWORD@]HOST:PORT[/DB])",
+          "%s: \"%s\" is not a catalog (memory, lmdb:PATH, "
+          "redis://[[USER]:PASSWORD@]HOST:PORT[/DB] or "
+          "redis-cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...])",
           source, value);
     }
     *(const char **)field = value;
@@ -486,9 +532,20 @@ static reshard_status check_security(const reshard_config *config,
         "--allow-insecure-remote",
         config->metrics_listen);
   }
+  if (config->redis_wait_replicas > 0 && !catalog_is_redis(config->catalog)) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "--redis-wait-replicas: needs a redis:// or "
+                             "redis-cluster:// --catalog");
+  }
+  if (config->redis_wait_replicas > RESHARD_MAX_REDIS_WAIT_REPLICAS) {
+    return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                             "--redis-wait-replicas: %llu is above %d",
+                             (unsigned long long)config->redis_wait_replicas,
+                             RESHARD_MAX_REDIS_WAIT_REPLICAS);
+  }
   if (config->redis_password_file != NULL) {
     reshard_redis_url url;
-    bool redis = strncmp(config->catalog, "redis://", 8) == 0;
+    bool redis = catalog_is_redis(config->catalog);
     bool has_password = redis &&
                         reshard_redis_url_split(config->catalog, &url) &&
                         url.password[0] != '\0';
@@ -499,7 +556,7 @@ static reshard_status check_security(const reshard_config *config,
       return reshard_error_set(
           err, RESHARD_INVALID_ARGUMENT, "--redis-password-file: %s",
           redis ? "the --catalog URL has a password already; give one of them"
-                : "needs a redis:// --catalog");
+                : "needs a redis:// or redis-cluster:// --catalog");
     }
   }
   return RESHARD_OK;
@@ -650,13 +707,14 @@ void reshard_config_usage(FILE *out) {
 /* The catalog with any password replaced by "***". */
 static void print_catalog(const char *catalog, FILE *out) {
   reshard_redis_url url;
-  if (strncmp(catalog, "redis://", 8) != 0 ||
-      !reshard_redis_url_split(catalog, &url)) {
+  if (!catalog_is_redis(catalog) || !reshard_redis_url_split(catalog, &url)) {
     fputs(catalog, out);
     return;
   }
   if (url.password[0] != '\0') {
-    fprintf(out, "redis://%s:***@%s", url.user, url.address + 8);
+    size_t scheme = strncmp(catalog, "redis://", 8) == 0 ? 8 : 16;
+    fprintf(out, "%.*s%s:***@%s", (int)scheme, catalog, url.user,
+            url.address + scheme);
   } else {
     fputs(url.address, out);
   }

@@ -35,6 +35,8 @@
 #define RESHARD_DEFAULT_KEEPALIVE_TIME_MS 60000ull
 #define RESHARD_DEFAULT_KEEPALIVE_TIMEOUT_MS 20000ull
 #define RESHARD_DEFAULT_MAX_CONNECTION_IDLE_MS 300000ull
+/* --redis-wait-replicas above this is a typo, not a topology. */
+#define RESHARD_MAX_REDIS_WAIT_REPLICAS 64
 
 /* Strings point into argv or the environment (or are static defaults); the
  * struct owns nothing. */
@@ -61,6 +63,7 @@ typedef struct reshard_config {
   const char *tls_client_ca; /* NULL: no client certificates asked for */
   bool allow_insecure_remote;
   const char *redis_password_file; /* NULL: the URL's password, if any */
+  uint64_t redis_wait_replicas;    /* 0: Redis writes do not WAIT */
   bool help;
   bool version;
   bool check_config; /* --check-config: validate, print, exit */
@@ -100,7 +103,8 @@ bool reshard_parse_duration_ms(const char *text, uint64_t *out);
 /* "HOST:PORT" or "[IPV6]:PORT" with PORT in 0..65535; with allow_unix also
  * "unix:PATH" (gRPC's syntax). */
 bool reshard_parse_listen(const char *text, bool allow_unix);
-/* "memory", "lmdb:PATH" or "redis://[[USER]:PASSWORD@]HOST:PORT[/DB]". */
+/* "memory", "lmdb:PATH", "redis://[[USER]:PASSWORD@]HOST:PORT[/DB]" or
+ * "redis-cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]" (port 1..). */
 bool reshard_parse_catalog(const char *text);
 /* True for a listen address only this machine can reach: unix:PATH, a
  * 127.0.0.0/8 or ::1 address (also IPv4-mapped), or "localhost". */

@@ -351,10 +351,12 @@ int main(int argc, char **argv) {
           ? read_password_file(a.config.redis_password_file, &secret, &err)
           : RESHARD_OK;
   if (opened == RESHARD_OK) {
-    opened = reshard_catalog_open_with_password(
-        &a.loop, a.config.catalog,
-        a.config.redis_password_file ? secret.password : NULL, &a.catalog,
-        &err);
+    reshard_catalog_redis_options options = {
+        .password = a.config.redis_password_file ? secret.password : NULL,
+        .wait_replicas = (unsigned)a.config.redis_wait_replicas,
+    };
+    opened = reshard_catalog_open_with_options(&a.loop, a.config.catalog,
+                                               &options, &a.catalog, &err);
   }
   reshard_redis_url_wipe(&secret);
   if (opened != RESHARD_OK) {

@@ -2,9 +2,9 @@
 
 * ManifestTests — deploy/k8s/*.yaml parse, and each reshardd container's
   command, args and env go through `reshardd --check-config`; probe ports,
-  container ports, the metrics annotation, the catalog volume or Redis
-  Service, the security context and the resources agree with what the
-  daemon reports.
+  container ports, the metrics annotation, the catalog volume, Redis
+  Service or Redis Cluster seeds, the security context and the resources
+  agree with what the daemon reports.
 * ContainerfileTests — deploy/Containerfile installs through
   scripts/install-deps.sh (full in the build stage, --runtime in the final
   one), runs as the user the manifests expect, keeps the LMDB catalog in its
@@ -57,6 +57,7 @@ class ManifestTests(unittest.TestCase):
         self.assertIn("sidecar.yaml", self.manifests)
         self.assertIn("redis-fleet.yaml", self.manifests)
         self.assertIn("sidecar-tls.yaml", self.manifests)
+        self.assertIn("redis-cluster-fleet.yaml", self.manifests)
 
     def sidecars(self):
         found = []
@@ -74,9 +75,11 @@ class ManifestTests(unittest.TestCase):
 
     def test_every_sidecar_agrees_with_the_daemon(self):
         sidecars = self.sidecars()
+        # One file per way to run a fleet: its own LMDB, one Redis, TLS,
+        # a Redis Cluster. A new file is added here on purpose.
         self.assertEqual({s[0] for s in sidecars},
                          {"sidecar.yaml", "redis-fleet.yaml",
-                          "sidecar-tls.yaml"})
+                          "sidecar-tls.yaml", "redis-cluster-fleet.yaml"})
         for name, docs, workload, spec, meta, c in sidecars:
             with self.subTest(manifest=name, workload=workload["metadata"]
                               ["name"]):
@@ -138,8 +141,9 @@ class ManifestTests(unittest.TestCase):
                          port_of(metrics))
         self.assertEqual(annotations.get("prometheus.io/path"), "/metrics")
 
-        # Catalog: the LMDB directory is a writable volume, or the Redis
-        # address names a Service of this file that reaches Redis.
+        # Catalog: the LMDB directory is a writable volume, the Redis
+        # address names a Service of this file that reaches Redis, or the
+        # Redis Cluster seeds are nodes of this file's cluster.
         catalog = config["catalog"]
         if catalog.startswith("lmdb:"):
             path = catalog[len("lmdb:"):]
@@ -155,9 +159,11 @@ class ManifestTests(unittest.TestCase):
                              "user")
         elif catalog.startswith("redis://"):
             self.check_redis(docs, catalog)
+        elif catalog.startswith("redis-cluster://"):
+            self.check_redis_cluster(docs, config)
         else:
-            self.fail("%s: a deployment must use lmdb: or redis://, not %s"
-                      % (name, catalog))
+            self.fail("%s: a deployment must use lmdb:, redis:// or "
+                      "redis-cluster://, not %s" % (name, catalog))
 
         # Hardening and resources.
         security = c["securityContext"]
@@ -246,6 +252,15 @@ class ManifestTests(unittest.TestCase):
         by_port = {p["port"]: p for p in service["spec"]["ports"]}
         self.assertIn(port, by_port, "Service %s has no port %d"
                       % (host, port))
+        reached = self.reached(docs, service, port)
+        self.assertEqual(len(reached), 1, "Service %s:%d must reach one "
+                         "Redis container" % (host, port))
+
+    @staticmethod
+    def reached(docs, service, port):
+        """The containers of this file's pods that `service`:`port`
+        reaches."""
+        by_port = {p["port"]: p for p in service["spec"]["ports"]}
         target = by_port[port].get("targetPort", port)
         selector = service["spec"]["selector"]
         reached = []
@@ -256,8 +271,75 @@ class ManifestTests(unittest.TestCase):
                     for p in c.get("ports", []):
                         if target in (p["containerPort"], p.get("name")):
                             reached.append(c)
-        self.assertEqual(len(reached), 1, "Service %s:%d must reach one "
-                         "Redis container" % (host, port))
+        return reached
+
+    def check_redis_cluster(self, docs, config):
+        """Every seed of a redis-cluster:// catalog is a node of this
+        file's cluster: a StatefulSet pod's stable name
+        (<set>-<ordinal>.<headless Service>) whose port reaches a Redis
+        container run with --cluster-enabled yes. The cluster this file
+        creates (redis-cli --cluster create) has at least three primaries,
+        the StatefulSet exactly the nodes it joins, and each primary at
+        least the replicas --redis-wait-replicas waits for (fewer, and every
+        write would be UNAVAILABLE)."""
+        catalog = config["catalog"]
+        seeds = catalog[len("redis-cluster://"):]
+        self.assertNotIn("@", seeds, "a password belongs in "
+                         "--redis-password-file, not in the manifest")
+        services = {d["metadata"]["name"]: d for d in docs
+                    if d["kind"] == "Service"}
+        sets = {d["metadata"]["name"]: d for d in docs
+                if d["kind"] == "StatefulSet"}
+        nodes = set()
+        for seed in seeds.split(","):
+            m = re.match(r"^([a-z0-9-]+)-(\d+)\.([a-z0-9-]+):(\d+)$", seed)
+            self.assertIsNotNone(m, "seed %r is not <statefulset>-<n>."
+                                 "<service>:<port>" % seed)
+            name, ordinal, host = m.group(1), int(m.group(2)), m.group(3)
+            port = int(m.group(4))
+            self.assertIn(name, sets, "no StatefulSet %s in the file" % name)
+            workload = sets[name]
+            self.assertEqual(workload["spec"]["serviceName"], host,
+                             "pod names of %s are under Service %s"
+                             % (name, workload["spec"]["serviceName"]))
+            self.assertLess(ordinal, workload["spec"]["replicas"],
+                            "%s has no pod %d" % (name, ordinal))
+            self.assertIn(host, services, "no Service %s in the file" % host)
+            service = services[host]
+            self.assertEqual(service["spec"].get("clusterIP"), "None",
+                             "Service %s must be headless: pod names "
+                             "resolve only then" % host)
+            self.assertIn(port, [p["port"] for p in service["spec"]["ports"]],
+                          "Service %s has no port %d" % (host, port))
+            reached = self.reached(docs, service, port)
+            self.assertEqual(len(reached), 1, "%s must reach one Redis "
+                             "container" % seed)
+            args = reached[0].get("command", []) + reached[0].get("args", [])
+            self.assertIn(["--cluster-enabled", "yes"],
+                          [args[i:i + 2] for i in range(len(args))],
+                          "%s is not a cluster node" % seed)
+            nodes.add(name)
+        self.assertEqual(len(nodes), 1, "every seed is a node of one cluster")
+        size = sets[nodes.pop()]["spec"]["replicas"]
+        creates = []
+        for workload, spec, meta in pod_templates(docs):
+            for c in spec.get("containers", []):
+                text = " ".join(c.get("command", []) + c.get("args", []))
+                m = re.search(r"--cluster create .*--cluster-replicas (\d+)",
+                              text)
+                if m:
+                    creates.append(int(m.group(1)))
+        self.assertEqual(len(creates), 1, "one redis-cli --cluster create "
+                         "--cluster-replicas N forms the cluster")
+        replicas = creates[0]
+        self.assertEqual(size % (1 + replicas), 0,
+                         "%d nodes do not split into primaries with %d "
+                         "replicas each" % (size, replicas))
+        self.assertGreaterEqual(size // (1 + replicas), 3,
+                                "a Redis Cluster needs three primaries")
+        self.assertGreaterEqual(replicas, int(config["redis-wait-replicas"]),
+                                "--redis-wait-replicas waits for more "
+                                "replicas than a primary has")
         self.assertIn("redis", reached[0]["image"])
 
     def test_check_config_rejects_what_start_rejects(self):

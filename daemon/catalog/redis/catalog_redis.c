@@ -27,7 +27,8 @@
 
 /* ---- Lists ---- */
 
-static void list_push(op_list *list, redis_op *op) {
+void reshard__redis_list_push(op_list *list, redis_op *op) {
+  op->list = list;
   op->prev = list->tail;
   op->next = NULL;
   if (list->tail != NULL) {
@@ -51,6 +52,7 @@ void reshard__redis_list_remove(op_list *list, redis_op *op) {
     list->tail = op->prev;
   }
   op->prev = op->next = NULL;
+  op->list = NULL;
   op->listed = false;
 }
 
@@ -59,6 +61,10 @@ void reshard__redis_list_remove(op_list *list, redis_op *op) {
 /* The socket's poll handle keeps the loop alive only while a reply is
  * awaited, so an idle catalog never holds the loop open. */
 void reshard__redis_update_ref(redis_catalog *r) {
+  if (r->cluster != NULL) {
+    reshard__redis_cluster_update_ref(r);
+    return;
+  }
   if (r->ac == NULL || r->ac->ev.data == NULL) {
     return;
   }
@@ -377,6 +383,10 @@ static void connect_start(redis_catalog *r) {
  * request without a reply within the timeout. */
 static void on_watchdog(uv_timer_t *timer) {
   redis_catalog *r = timer->data;
+  if (r->cluster != NULL) {
+    reshard__redis_cluster_tick(r);
+    return;
+  }
   uint64_t now = now_ms(r);
   /* hiredis always watches the socket of a live connection (for writing
    * while connecting, for reading after). The 0.14 libuv adapter drops
@@ -416,7 +426,7 @@ static void send_op(redis_op *op) {
     return;
   }
   op->sent_ms = now_ms(r);
-  list_push(&r->inflight, op);
+  reshard__redis_list_push(&r->inflight, op);
   reshard__redis_update_ref(r);
 }
 
@@ -424,11 +434,13 @@ static void send_op(redis_op *op) {
  * attempt when one is under way, or not at all while Redis is down. */
 void reshard__redis_start_op(redis_op *op) {
   redis_catalog *r = op->r;
-  if (r->state == CONN_READY) {
+  if (r->cluster != NULL) {
+    reshard__redis_cluster_start_op(op);
+  } else if (r->state == CONN_READY) {
     send_op(op);
   } else if (!r->failed_since_ready && !r->closing &&
              (r->state == CONN_CONNECTING || r->state == CONN_RESOLVING)) {
-    list_push(&r->waiting, op);
+    reshard__redis_list_push(&r->waiting, op);
     reshard__redis_update_ref(r);
   } else {
     reshard__redis_op_fail_unavailable(op);
@@ -444,6 +456,7 @@ static void on_timer_closed(uv_handle_t *handle) {
   }
   reshard_table_clear(&r->verified, reshard__redis_free_verified, NULL);
   reshard_table_destroy(&r->verified);
+  reshard__redis_cluster_free(r);
   reshard_catalog_close_cb cb = r->close_cb;
   void *data = r->close_data;
   reshard_redis_url_wipe(&r->credentials);
@@ -455,8 +468,11 @@ static void on_timer_closed(uv_handle_t *handle) {
 
 void reshard__redis_maybe_finish_close(redis_catalog *r) {
   if (!r->closing || r->close_started || r->inflight.head != NULL ||
-      r->waiting.head != NULL) {
+      r->waiting.head != NULL || r->live_ops > 0) {
     return;
+  }
+  if (r->cluster != NULL && !reshard__redis_cluster_idle(r)) {
+    return; /* a name resolution comes back here */
   }
   if (r->resolving) {
     uv_cancel((uv_req_t *)&r->resolve); /* on_resolved comes back here */
@@ -486,6 +502,9 @@ static void redis_close(reshard_catalog *catalog, reshard_catalog_close_cb cb,
     reshard__redis_list_remove(&r->waiting, op);
     reshard__redis_op_fail_unavailable(op);
   }
+  if (r->cluster != NULL) {
+    reshard__redis_cluster_idle(r); /* fails parked operations */
+  }
   reshard__redis_maybe_finish_close(r);
 }
 
@@ -503,8 +522,26 @@ static const reshard_catalog_vtable redis_vtable = {
     .close = redis_close,
 };
 
+static const reshard_catalog_vtable cluster_vtable = {
+    .name = "redis-cluster",
+    .lookups_are_local = false,
+    .put_manifest = reshard__redis_put_manifest,
+    .get_manifests = reshard__redis_get_manifests,
+    .add_pages = reshard__redis_add_pages,
+    .forget_pages = reshard__redis_forget_pages,
+    .lookup_pages = reshard__redis_lookup_pages,
+    .put_object = reshard__redis_put_object,
+    .get_objects = reshard__redis_get_objects,
+    .forget_object = reshard__redis_forget_object,
+    .close = redis_close,
+};
+
 bool reshard_catalog_redis_connected(const reshard_catalog *catalog) {
-  return ((const redis_catalog *)catalog)->state == CONN_READY;
+  const redis_catalog *r = (const redis_catalog *)catalog;
+  if (r->cluster != NULL) {
+    return reshard__redis_cluster_connected(r);
+  }
+  return r->state == CONN_READY;
 }
 
 /* ---- Opening ---- */
@@ -582,27 +619,44 @@ reshard_status reshard_catalog_redis_open(uv_loop_t *loop, const char *spec,
                                           const char *password,
                                           reshard_catalog **out,
                                           reshard_error *err) {
+  return reshard_catalog_redis_open_options(loop, spec, password, 0, out, err);
+}
+
+reshard_status
+reshard_catalog_redis_open_options(uv_loop_t *loop, const char *spec,
+                                   const char *password, unsigned wait_replicas,
+                                   reshard_catalog **out, reshard_error *err) {
   *out = NULL;
+  bool cluster = strncmp(spec, "redis-cluster://", 16) == 0;
   redis_catalog *r = calloc(1, sizeof *r);
   if (r == NULL) {
     return reshard_error_set(err, RESHARD_INTERNAL, "catalog: out of memory");
   }
   r->reply_bound.max_elements = MIN_REPLY_ELEMENTS;
+  r->wait_replicas = wait_replicas;
   /* Messages show the address only, never the credentials. */
+  bool oom = false;
   if (!reshard_redis_url_split(spec, &r->credentials) ||
       strlen(r->credentials.address) >= sizeof r->spec ||
-      !parse_spec(r->credentials.address, r->host, sizeof r->host, &r->port,
-                  &r->db) ||
+      (cluster ? !reshard__redis_cluster_open(r, r->credentials.address, &oom)
+               : !parse_spec(r->credentials.address, r->host, sizeof r->host,
+                             &r->port, &r->db)) ||
       (password != NULL &&
        strlen(password) >= sizeof r->credentials.password)) {
     bool secret = strchr(spec, '@') != NULL;
+    reshard__redis_cluster_free(r);
     reshard_redis_url_wipe(&r->credentials);
     free(r);
+    if (oom) {
+      return reshard_error_set(err, RESHARD_INTERNAL, "catalog: out of memory");
+    }
     return reshard_error_set(
         err, RESHARD_INVALID_ARGUMENT,
-        "--catalog \"%s\": not redis://[[USER]:PASSWORD@]HOST:PORT[/DB] "
-        "(port 1..65535; a password below 512 bytes)",
-        secret ? "(not shown: it holds credentials)" : spec);
+        "--catalog \"%s\": not %s (port 1..65535; a password below 512 "
+        "bytes)",
+        secret ? "(not shown: it holds credentials)" : spec,
+        cluster ? "redis-cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]"
+                : "redis://[[USER]:PASSWORD@]HOST:PORT[/DB]");
   }
   if (password != NULL) {
     snprintf(r->credentials.password, sizeof r->credentials.password, "%s",
@@ -610,11 +664,12 @@ reshard_status reshard_catalog_redis_open(uv_loop_t *loop, const char *spec,
   }
   snprintf(r->spec, sizeof r->spec, "%s", r->credentials.address);
   if (!reshard_table_init(&r->verified, 64)) {
+    reshard__redis_cluster_free(r);
     reshard_redis_url_wipe(&r->credentials);
     free(r);
     return reshard_error_set(err, RESHARD_INTERNAL, "catalog: out of memory");
   }
-  r->base.vtable = &redis_vtable;
+  r->base.vtable = cluster ? &cluster_vtable : &redis_vtable;
   r->base.loop = loop;
   r->backoff_ms = RESHARD_CATALOG_REDIS_BACKOFF_MIN_MS;
   uv_timer_init(loop, &r->retry);
@@ -625,7 +680,11 @@ reshard_status reshard_catalog_redis_open(uv_loop_t *loop, const char *spec,
   uv_unref((uv_handle_t *)&r->watchdog);
   uv_timer_start(&r->watchdog, on_watchdog, WATCHDOG_MS, WATCHDOG_MS);
   r->state = CONN_DOWN;
-  connect_start(r);
+  if (cluster) {
+    reshard__redis_cluster_start(r);
+  } else {
+    connect_start(r);
+  }
   *out = &r->base;
   return RESHARD_OK;
 }

@@ -25,8 +25,12 @@
 #define RESHARD_CATALOG_REDIS_BACKOFF_MIN_MS 100
 #define RESHARD_CATALOG_REDIS_BACKOFF_MAX_MS 5000
 /* A request (or a connection attempt) unanswered for this long drops the
- * connection: its operations fail with UNAVAILABLE and it reconnects. */
+ * connection: its operations fail with UNAVAILABLE and it reconnects. On a
+ * cluster it is also each operation's deadline: redirects and retries stop
+ * when it has passed since the operation started. */
 #define RESHARD_CATALOG_REDIS_TIMEOUT_MS 5000
+/* --redis-wait-replicas: how long WAIT waits for the replicas. */
+#define RESHARD_CATALOG_REDIS_WAIT_TIMEOUT_MS 1000
 
 /* Opens the catalog named by `spec`
  * ("redis://[[USER]:PASSWORD@]HOST:PORT[/DB]") on `loop` and starts
@@ -42,7 +46,20 @@ reshard_status reshard_catalog_redis_open(uv_loop_t *loop, const char *spec,
                                           reshard_catalog **out,
                                           reshard_error *err);
 
-/* True while the catalog has a ready connection. Loop thread only. */
+/* The same, for "redis://..." and for
+ * "redis-cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]" (seed
+ * nodes; redis_cluster.c says what the cluster client follows). With
+ * `wait_replicas` > 0 every write is answered only after
+ * WAIT wait_replicas RESHARD_CATALOG_REDIS_WAIT_TIMEOUT_MS, on the
+ * write's own connection, counted that many replicas; otherwise the write
+ * fails with UNAVAILABLE saying how many it reached. */
+reshard_status
+reshard_catalog_redis_open_options(uv_loop_t *loop, const char *spec,
+                                   const char *password, unsigned wait_replicas,
+                                   reshard_catalog **out, reshard_error *err);
+
+/* True while the catalog has a ready connection (a cluster: a slot map and
+ * no known primary down). Loop thread only. */
 bool reshard_catalog_redis_connected(const reshard_catalog *catalog);
 
 #endif

@@ -1,6 +1,7 @@
 /* What every operation of the Redis catalog shares (redis_internal.h): its
  * record, building and sending its commands (inside MULTI/EXEC but for
- * MGET), dispatching its reply, and mapping Redis errors. */
+ * MGET), dispatching its reply, WAIT for --redis-wait-replicas, and
+ * mapping Redis errors. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,7 @@ redis_op *reshard__redis_op_new(redis_catalog *r, op_kind kind,
   }
   op->r = r;
   op->kind = kind;
+  r->live_ops++;
   op->manifest_key = copy.manifest_key;
   op->domain = copy.domain;
   op->record = copy.record;
@@ -63,11 +65,62 @@ void reshard__redis_op_complete(redis_op *op, const reshard_error *err) {
   reshard__redis_op_done(op);
 }
 
+static void reply_free(redisReply *reply);
+
 void reshard__redis_op_done(redis_op *op) {
   redis_catalog *r = op->r;
+  if (op->held != NULL) {
+    reply_free(op->held);
+  }
+  r->live_ops--;
   free(op);
   reshard__redis_update_ref(r);
   reshard__redis_maybe_finish_close(r);
+}
+
+bool reshard__redis_op_writes(const redis_op *op) {
+  switch (op->kind) {
+  case OP_PUT:
+  case OP_ADD:
+  case OP_FORGET:
+  case OP_PUT_OBJECT:
+  case OP_FORGET_OBJECT:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* kv/<domain>/manifests/<digest>: the domain, or false. */
+static bool manifest_key_domain(const char *key, const char **domain,
+                                size_t *length) {
+  if (strncmp(key, "kv/", 3) != 0) {
+    return false;
+  }
+  const char *end = strstr(key + 3, "/manifests/");
+  if (end == NULL || end == key + 3) {
+    return false;
+  }
+  *domain = key + 3;
+  *length = (size_t)(end - (key + 3));
+  return true;
+}
+
+void reshard__redis_args_manifest_key(const redis_catalog *r, redis_args *a,
+                                      const char *manifest_key) {
+  const char *domain;
+  size_t length;
+  if (r->cluster == NULL ||
+      !manifest_key_domain(manifest_key, &domain, &length) || length > 200) {
+    reshard__redis_args_add(a, LIT("reshard:manifest:"), manifest_key,
+                            strlen(manifest_key), NULL, 0);
+    return;
+  }
+  char head[224];
+  int n = snprintf(head, sizeof head, "reshard:{%.*s}:manifest:", (int)length,
+                   domain);
+  reshard__redis_args_add(a, head, (size_t)n, manifest_key,
+                          strlen(manifest_key), NULL, 0);
 }
 
 /* ---- Errors ---- */
@@ -187,13 +240,18 @@ void reshard__redis_args_add(redis_args *a, const void *p1, size_t n1,
 /* Sends the command in `a`; false when it could not be queued. */
 bool reshard__redis_send_args(redis_catalog *r, redis_args *a,
                               redisCallbackFn *fn, void *privdata) {
-  if (a->failed || r->ac == NULL) {
+  redisAsyncContext *ac = a->ac != NULL ? a->ac : r->ac;
+  if (a->failed || ac == NULL) {
     return false;
   }
   for (size_t i = 0; i < a->count; i++) {
     a->argv[i] = a->text + a->offsets[i];
   }
-  bool ok = redisAsyncCommandArgv(r->ac, fn, privdata, (int)a->count, a->argv,
+  if (fn == NULL && a->queued_fn != NULL) {
+    fn = a->queued_fn;
+    privdata = a->queued_data;
+  }
+  bool ok = redisAsyncCommandArgv(ac, fn, privdata, (int)a->count, a->argv,
                                   a->lengths) == REDIS_OK;
   args_reset(a);
   return ok;
@@ -204,6 +262,11 @@ bool reshard__redis_send_commands(redis_op *op) {
   redis_catalog *r = op->r;
   redis_args a = {0};
   bool ok = true;
+  a.ac = op->ac != NULL ? op->ac : r->ac;
+  if (r->cluster != NULL) {
+    a.queued_fn = reshard__redis_cluster_on_queued;
+    a.queued_data = op;
+  }
   /* A single command needs no transaction. */
   bool multi = op->kind != OP_GET && op->kind != OP_PUT_OBJECT &&
                op->kind != OP_GET_OBJECTS && op->kind != OP_FORGET_OBJECT;
@@ -254,7 +317,12 @@ bool reshard__redis_send_commands(redis_op *op) {
       /* The connection is inside an unfinished MULTI: drop it. */
       reshard__redis_set_error(r, "cannot queue a command (out of memory)");
       args_free(&a);
-      reshard__redis_drop_connection(r);
+      if (r->cluster != NULL) {
+        reshard__redis_cluster_lost(r, a.ac);
+        redisAsyncFree(a.ac);
+      } else {
+        reshard__redis_drop_connection(r);
+      }
       return false;
     }
   }
@@ -264,19 +332,55 @@ bool reshard__redis_send_commands(redis_op *op) {
 
 /* ---- Replies ---- */
 
-void reshard__redis_on_reply(redisAsyncContext *ac, void *reply_ptr,
-                             void *privdata) {
-  redis_op *op = privdata;
-  redis_catalog *r = op->r;
-  redisReply *reply = reply_ptr;
-  if (op->listed) {
-    reshard__redis_list_remove(&r->inflight, op);
+/* Copies of replies kept while WAIT runs: hiredis 0.14 frees a reply when
+ * its callback returns. */
+static void reply_free(redisReply *reply) {
+  for (size_t i = 0; i < reply->elements; i++) {
+    if (reply->element[i] != NULL) {
+      reply_free(reply->element[i]);
+    }
   }
-  if (reply == NULL) {
-    reshard__redis_connection_lost(r, ac);
-    reshard__redis_op_fail_unavailable(op);
-    return;
+  free(reply->element);
+  free(reply->str);
+  free(reply);
+}
+
+static redisReply *reply_copy(const redisReply *in) {
+  redisReply *out = calloc(1, sizeof *out);
+  if (out == NULL) {
+    return NULL;
   }
+  out->type = in->type;
+  out->integer = in->integer;
+  if (in->str != NULL) {
+    out->str = malloc(in->len + 1);
+    if (out->str == NULL) {
+      free(out);
+      return NULL;
+    }
+    memcpy(out->str, in->str, in->len);
+    out->str[in->len] = '\0';
+    out->len = in->len;
+  }
+  if (in->elements > 0) {
+    out->element = calloc(in->elements, sizeof *out->element);
+    if (out->element == NULL) {
+      reply_free(out);
+      return NULL;
+    }
+    out->elements = in->elements;
+    for (size_t i = 0; i < in->elements; i++) {
+      if (in->element[i] != NULL &&
+          (out->element[i] = reply_copy(in->element[i])) == NULL) {
+        reply_free(out);
+        return NULL;
+      }
+    }
+  }
+  return out;
+}
+
+static void dispatch(redis_op *op, const redisReply *reply) {
   switch (op->kind) {
   case OP_PUT:
     reshard__redis_reply_put(op, reply);
@@ -300,4 +404,108 @@ void reshard__redis_on_reply(redisAsyncContext *ac, void *reply_ptr,
     reshard__redis_reply_object(op, reply);
     break;
   }
+}
+
+/* Puts the operation back among those awaiting a reply. */
+static void track(redis_op *op) {
+  redis_catalog *r = op->r;
+  op->sent_ms = uv_now(r->base.loop);
+  if (r->cluster != NULL) {
+    reshard__redis_cluster_track(op);
+  } else {
+    reshard__redis_list_push(&r->inflight, op);
+    reshard__redis_update_ref(r);
+  }
+}
+
+static void on_wait(redisAsyncContext *ac, void *reply_ptr, void *privdata) {
+  redis_op *op = privdata;
+  redis_catalog *r = op->r;
+  redisReply *reply = reply_ptr;
+  if (op->listed) {
+    reshard__redis_list_remove(op->list, op);
+  }
+  redisReply *held = op->held;
+  op->held = NULL;
+  if (reply == NULL) {
+    reply_free(held);
+    if (r->cluster != NULL) {
+      reshard__redis_cluster_lost(r, ac);
+    } else {
+      reshard__redis_connection_lost(r, ac);
+    }
+    reshard__redis_op_fail_unavailable(op);
+    return;
+  }
+  if (reply->type == REDIS_REPLY_INTEGER &&
+      reply->integer >= (long long)r->wait_replicas) {
+    dispatch(op, held);
+    reply_free(held);
+    return;
+  }
+  reshard_error err;
+  if (reply->type == REDIS_REPLY_INTEGER) {
+    reshard_error_set(&err, RESHARD_UNAVAILABLE,
+                      "catalog %s: the write reached %lld of the %u replicas "
+                      "--redis-wait-replicas asks for within %d ms; not "
+                      "acknowledged (retry once the shard has its replicas)",
+                      r->spec, reply->integer, r->wait_replicas,
+                      RESHARD_CATALOG_REDIS_WAIT_TIMEOUT_MS);
+  } else {
+    reshard_error_set(
+        &err, RESHARD_UNAVAILABLE, "catalog %s: WAIT %u: %s; not acknowledged",
+        r->spec, r->wait_replicas,
+        reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+  }
+  reply_free(held);
+  reshard__redis_op_complete(op, &err);
+}
+
+/* The write's reply arrived: keep it and ask, on the same connection,
+ * that N replicas have it before it is answered. */
+static void start_wait(redis_op *op, redisAsyncContext *ac,
+                       const redisReply *reply) {
+  redis_catalog *r = op->r;
+  reshard_error err;
+  op->held = reply_copy(reply);
+  if (op->held == NULL) {
+    reshard__redis_out_of_memory(&err);
+    reshard__redis_op_complete(op, &err);
+    return;
+  }
+  char replicas[16], timeout[16];
+  int n = snprintf(replicas, sizeof replicas, "%u", r->wait_replicas);
+  int m = snprintf(timeout, sizeof timeout, "%d",
+                   RESHARD_CATALOG_REDIS_WAIT_TIMEOUT_MS);
+  const char *argv[] = {"WAIT", replicas, timeout};
+  size_t lengths[] = {4, (size_t)n, (size_t)m};
+  if (redisAsyncCommandArgv(ac, on_wait, op, 3, argv, lengths) != REDIS_OK) {
+    reshard__redis_op_fail_unavailable(op);
+    return;
+  }
+  track(op);
+}
+
+void reshard__redis_on_reply(redisAsyncContext *ac, void *reply_ptr,
+                             void *privdata) {
+  redis_op *op = privdata;
+  redis_catalog *r = op->r;
+  redisReply *reply = reply_ptr;
+  if (op->listed) {
+    reshard__redis_list_remove(op->list, op);
+  }
+  if (r->cluster != NULL && reshard__redis_cluster_reply(op, ac, reply)) {
+    return;
+  }
+  if (reply == NULL) {
+    reshard__redis_connection_lost(r, ac);
+    reshard__redis_op_fail_unavailable(op);
+    return;
+  }
+  if (r->wait_replicas > 0 && reshard__redis_op_writes(op) &&
+      reply->type != REDIS_REPLY_ERROR) {
+    start_wait(op, ac, reply);
+    return;
+  }
+  dispatch(op, reply);
 }

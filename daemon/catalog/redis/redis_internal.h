@@ -14,11 +14,24 @@
  *                      replies, and the manifests a connection has verified
  *   redis_objects.c    put_object / get_objects / forget_object: commands
  *                      and replies
+ *   redis_cluster.c    redis-cluster://: routing by slot, MOVED / ASK /
+ *                      TRYAGAIN, the watchdog, seeds (its top lists the
+ *                      protocol rules; redis_cluster.h what its files
+ *                      share)
+ *   redis_cluster_nodes.c  one connection per node, reconnect and backoff
+ *   redis_cluster_slots.c  the slot map: CLUSTER SLOTS, re-discovery
+ *   redis_cluster_split.c  reads split by slot, gathered
+ *   redis_slot.c       CRC16 key slots with hash tags (pure)
  *
  * Keys ({D} is a model domain, braces included: a Redis Cluster hash tag,
  * so one domain's keys share a slot):
  *   reshard:manifest:<manifest key>   STRING, the record, written SET NX
+ *                                     (redis://)
+ *   reshard:{D}:manifest:<manifest key>  the same (redis-cluster://: D is
+ *                                     the domain inside the manifest key)
  *   reshard:domains                   SET of domains with a manifest
+ *                                     (redis:// only; a cluster asks
+ *                                     EXISTS reshard:{D}:manifests)
  *   reshard:{D}:manifests             SET of the domain's manifest keys
  *   reshard:{D}:page:<page key>       SET of the manifest keys bound
  *   reshard:placement:<id>            STRING, a placement, written SET NX
@@ -70,13 +83,28 @@ typedef enum op_kind {
 
 typedef struct redis_catalog redis_catalog;
 
+typedef struct op_list op_list;
+
 /* One operation, allocated in one block with copies of its inputs. */
 typedef struct redis_op {
-  struct redis_op *prev, *next; /* in `waiting` or `inflight` */
+  struct redis_op *prev, *next; /* in `list` */
+  op_list *list;                /* `waiting`, `inflight`, a cluster list */
   redis_catalog *r;
   op_kind kind;
   bool listed;
   uint64_t sent_ms;
+  /* The connection the commands go to (redis_command.c sends there). */
+  redisAsyncContext *ac;
+  /* --redis-wait-replicas: the reply kept while WAIT runs (a copy). */
+  redisReply *held;
+  /* Cluster routing (redis_cluster.c). */
+  struct redis_node *node; /* where the current attempt went */
+  struct redis_node *ask;  /* ASK target of the next attempt */
+  uint16_t slot;
+  unsigned redirects;
+  uint64_t start_ms;  /* the first attempt: the deadline counts from it */
+  uint64_t retry_ms;  /* parked: not before */
+  char redirect[128]; /* MOVED/ASK seen on a queued command of this try */
   const char
       *manifest_key; /* the id of an object; NULL: forget every binding */
   const char *domain;
@@ -93,9 +121,11 @@ typedef struct redis_op {
   void *data;
 } redis_op;
 
-typedef struct op_list {
+struct op_list {
   redis_op *head, *tail;
-} op_list;
+};
+
+typedef struct redis_cluster redis_cluster;
 
 struct redis_catalog {
   reshard_catalog base;
@@ -128,6 +158,12 @@ struct redis_catalog {
 
   reshard_table verified; /* redis_pages.c */
 
+  /* --redis-wait-replicas: writes are answered after WAIT confirms this
+   * many replicas (0: no WAIT). */
+  unsigned wait_replicas;
+  size_t live_ops;        /* operations not completed yet */
+  redis_cluster *cluster; /* NULL: one server (redis://) */
+
   bool closing, close_started;
   reshard_catalog_close_cb close_cb;
   void *close_data;
@@ -137,6 +173,9 @@ struct redis_catalog {
 
 /* Arguments of one command, built into one growing text buffer. */
 typedef struct redis_args {
+  redisAsyncContext *ac;      /* the connection (NULL: r->ac) */
+  redisCallbackFn *queued_fn; /* for commands sent without a callback */
+  void *queued_data;
   size_t count, capacity;
   size_t *offsets;
   size_t *lengths;
@@ -175,10 +214,19 @@ static inline void args_domain_key(redis_args *a, const char *domain,
                           tail ? strlen(tail) : 0);
 }
 
-static inline void args_manifest_key(redis_args *a, const char *manifest_key) {
-  reshard__redis_args_add(a, LIT("reshard:manifest:"), manifest_key,
-                          strlen(manifest_key), NULL, 0);
-}
+/* The manifest record's key: reshard:manifest:<key> on one server;
+ * reshard:{D}:manifest:<key> on a cluster, D the domain inside the key
+ * (kv/D/manifests/...), so it shares the domain's slot. */
+void reshard__redis_args_manifest_key(const redis_catalog *r, redis_args *a,
+                                      const char *manifest_key);
+
+/* reshard:placement:<id> or reshard:memory:<id> (redis_objects.c). */
+void reshard__redis_args_object_key(redis_args *a,
+                                    reshard_catalog_object_kind kind,
+                                    const char *id);
+
+/* True for the operations that write (they WAIT when asked to). */
+bool reshard__redis_op_writes(const redis_op *op);
 
 /* Allocates an operation with copies of its inputs; NULL when out of
  * memory. */
@@ -215,6 +263,7 @@ void reshard__redis_on_reply(redisAsyncContext *ac, void *reply,
 
 /* ---- The connection (catalog_redis.c) ---- */
 
+void reshard__redis_list_push(op_list *list, redis_op *op);
 void reshard__redis_list_remove(op_list *list, redis_op *op);
 void reshard__redis_update_ref(redis_catalog *r);
 void reshard__redis_maybe_finish_close(redis_catalog *r);
@@ -227,6 +276,47 @@ void reshard__redis_connection_lost(redis_catalog *r,
 /* Starts an operation: now when connected, after the first connection
  * attempt when one is under way, or not at all while Redis is down. */
 void reshard__redis_start_op(redis_op *op);
+
+/* ---- The cluster (redis_cluster*.c) ---- */
+
+/* Parses the seeds of `address` ("redis-cluster://HOST:PORT[,...]") into
+ * a new r->cluster; false for a malformed list or no memory (`oom`). */
+bool reshard__redis_cluster_open(redis_catalog *r, const char *address,
+                                 bool *oom);
+/* Starts the first discovery (after the vtable is set). */
+void reshard__redis_cluster_start(redis_catalog *r);
+/* Routes and sends a new operation. */
+void reshard__redis_cluster_start_op(redis_op *op);
+/* Called first with every final reply of a cluster operation (the op is
+ * off its list): true when it took the operation over (a redirect, a
+ * retry, a lost connection). */
+bool reshard__redis_cluster_reply(redis_op *op, redisAsyncContext *ac,
+                                  const redisReply *reply);
+/* The callback of commands queued inside MULTI: notes MOVED and ASK. */
+void reshard__redis_cluster_on_queued(redisAsyncContext *ac, void *reply,
+                                      void *privdata);
+/* Every WATCHDOG_MS: silent nodes, discovery, parked operations. */
+void reshard__redis_cluster_tick(redis_catalog *r);
+/* Puts `op` back on its node's list of operations awaiting a reply. */
+void reshard__redis_cluster_track(redis_op *op);
+/* The node connection `ac` ended (NULL reply). */
+void reshard__redis_cluster_lost(redis_catalog *r, redisAsyncContext *ac);
+/* Keeps the loop referenced while cluster work is pending. */
+void reshard__redis_cluster_update_ref(redis_catalog *r);
+/* Closing: fails parked operations; true once nothing of the cluster is
+ * pending (name resolutions). */
+bool reshard__redis_cluster_idle(redis_catalog *r);
+/* Frees every node connection and the cluster. */
+void reshard__redis_cluster_free(redis_catalog *r);
+/* True when the slot map is known and no known primary is down. */
+bool reshard__redis_cluster_connected(const redis_catalog *r);
+/* get_manifests / get_objects over more than one slot: one read per slot,
+ * gathered. False when the keys share one slot (the caller reads them in
+ * one command). */
+bool reshard__redis_cluster_split_get(redis_catalog *r, op_kind kind,
+                                      reshard_catalog_object_kind object,
+                                      const char *const *keys, size_t count,
+                                      reshard_catalog_get_cb cb, void *data);
 
 /* ---- Manifests (redis_manifests.c) ---- */
 

@@ -7,18 +7,22 @@
 
 /* ---- Commands ---- */
 
-/* SET NX of the record and the two SADDs that publish it in its domain. */
+/* SET NX of the record and the SADDs that publish it in its domain (on a
+ * cluster only the domain's own set: a fleet-wide set would be another
+ * slot, and a transaction cannot span two). */
 bool reshard__redis_put_commands(redis_catalog *r, redis_args *a,
                                  const redis_op *op) {
   args_word(a, "SET");
-  args_manifest_key(a, op->manifest_key);
+  reshard__redis_args_manifest_key(r, a, op->manifest_key);
   reshard__redis_args_add(a, op->record, op->length, NULL, 0, NULL, 0);
   args_word(a, "NX");
   bool ok = reshard__redis_send_args(r, a, NULL, NULL);
-  args_word(a, "SADD");
-  args_word(a, "reshard:domains");
-  args_word(a, op->domain);
-  ok = ok && reshard__redis_send_args(r, a, NULL, NULL);
+  if (r->cluster == NULL) {
+    args_word(a, "SADD");
+    args_word(a, "reshard:domains");
+    args_word(a, op->domain);
+    ok = ok && reshard__redis_send_args(r, a, NULL, NULL);
+  }
   args_word(a, "SADD");
   args_domain_key(a, op->domain, "manifests", NULL);
   args_word(a, op->manifest_key);
@@ -31,7 +35,7 @@ bool reshard__redis_get_commands(redis_catalog *r, redis_args *a,
                                  redis_op *op) {
   args_word(a, "MGET");
   for (size_t i = 0; i < op->key_count; i++) {
-    args_manifest_key(a, op->keys[i]);
+    reshard__redis_args_manifest_key(r, a, op->keys[i]);
   }
   return reshard__redis_send_args(r, a, reshard__redis_on_reply, op);
 }
@@ -41,7 +45,9 @@ bool reshard__redis_get_commands(redis_catalog *r, redis_args *a,
 void reshard__redis_reply_put(redis_op *op, const redisReply *reply) {
   reshard_error err;
   reshard_error_clear(&err);
-  if (!reshard__redis_exec_ok(op->r, reply, 3, "storing the manifest", &err)) {
+  size_t commands = op->r->cluster != NULL ? 2 : 3;
+  if (!reshard__redis_exec_ok(op->r, reply, commands, "storing the manifest",
+                              &err)) {
     reshard__redis_op_complete(op, &err);
     return;
   }
@@ -116,6 +122,11 @@ void reshard__redis_get_manifests(reshard_catalog *catalog,
   if (count == 0) {
     reshard_catalog_record none = {0};
     cb(data, &err, &none, 0);
+    return;
+  }
+  if (r->cluster != NULL &&
+      reshard__redis_cluster_split_get(
+          r, OP_GET, RESHARD_CATALOG_OBJECT_PLACEMENT, keys, count, cb, data)) {
     return;
   }
   redis_op *op =

@@ -19,8 +19,9 @@ static void bad_kind(reshard_error *err, reshard_catalog_object_kind kind) {
 /* ---- Commands ---- */
 
 /* reshard:placement:<id> or reshard:memory:<id> */
-static void args_object_key(redis_args *a, reshard_catalog_object_kind kind,
-                            const char *id) {
+void reshard__redis_args_object_key(redis_args *a,
+                                    reshard_catalog_object_kind kind,
+                                    const char *id) {
   if (kind == RESHARD_CATALOG_OBJECT_PLACEMENT) {
     reshard__redis_args_add(a, LIT("reshard:placement:"), id, strlen(id), NULL,
                             0);
@@ -34,19 +35,19 @@ bool reshard__redis_object_commands(redis_catalog *r, redis_args *a,
   switch (op->kind) {
   case OP_PUT_OBJECT:
     args_word(a, "SET");
-    args_object_key(a, op->object, op->manifest_key);
+    reshard__redis_args_object_key(a, op->object, op->manifest_key);
     reshard__redis_args_add(a, op->record, op->length, NULL, 0, NULL, 0);
     args_word(a, "NX");
     break;
   case OP_GET_OBJECTS:
     args_word(a, "MGET");
     for (size_t i = 0; i < op->key_count; i++) {
-      args_object_key(a, op->object, op->keys[i]);
+      reshard__redis_args_object_key(a, op->object, op->keys[i]);
     }
     break;
   case OP_FORGET_OBJECT:
     args_word(a, "DEL");
-    args_object_key(a, op->object, op->manifest_key);
+    reshard__redis_args_object_key(a, op->object, op->manifest_key);
     break;
   default:
     return false;
@@ -185,6 +186,11 @@ void reshard__redis_get_objects(reshard_catalog *catalog,
   if (count == 0) {
     reshard_catalog_record none = {0};
     cb(data, &err, &none, 0);
+    return;
+  }
+  if (r->cluster != NULL &&
+      reshard__redis_cluster_split_get(r, OP_GET_OBJECTS, kind, ids, count, cb,
+                                       data)) {
     return;
   }
   redis_op *op =

@@ -88,7 +88,7 @@ bool reshard__redis_check_commands(redis_catalog *r, redis_args *a,
   args_word(a, op->manifest_key);
   bool ok = reshard__redis_send_args(r, a, NULL, NULL);
   args_word(a, "EXISTS");
-  args_manifest_key(a, op->manifest_key);
+  reshard__redis_args_manifest_key(r, a, op->manifest_key);
   ok = ok && reshard__redis_send_args(r, a, NULL, NULL);
   return ok;
 }
@@ -115,12 +115,18 @@ bool reshard__redis_binding_commands(redis_catalog *r, redis_args *a,
   return ok;
 }
 
-/* Is the domain known, and SMEMBERS per page. */
+/* Is the domain known, and SMEMBERS per page. A cluster asks whether the
+ * domain's manifest set exists, in the domain's slot. */
 bool reshard__redis_lookup_commands(redis_catalog *r, redis_args *a,
                                     const redis_op *op) {
-  args_word(a, "SISMEMBER");
-  args_word(a, "reshard:domains");
-  args_word(a, op->domain);
+  if (r->cluster != NULL) {
+    args_word(a, "EXISTS");
+    args_domain_key(a, op->domain, "manifests", NULL);
+  } else {
+    args_word(a, "SISMEMBER");
+    args_word(a, "reshard:domains");
+    args_word(a, op->domain);
+  }
   bool ok = reshard__redis_send_args(r, a, NULL, NULL);
   for (size_t i = 0; i < op->key_count && ok; i++) {
     args_word(a, "SMEMBERS");

@@ -5,8 +5,10 @@
 
 bool reshard_redis_url_split(const char *spec, reshard_redis_url *out) {
   memset(out, 0, sizeof *out);
-  static const char scheme[] = "redis://";
-  size_t scheme_length = sizeof scheme - 1;
+  const char *scheme = strncmp(spec, "redis-cluster://", 16) == 0
+                           ? "redis-cluster://"
+                           : "redis://";
+  size_t scheme_length = strlen(scheme);
   /* The last '@' ends the credentials: a password may contain '@'. */
   const char *at = strncmp(spec, scheme, scheme_length) == 0
                        ? strrchr(spec + scheme_length, '@')

@@ -1,6 +1,7 @@
 /* Credentials in a Redis catalog URL (SPEC §3.5):
- * "redis://[[USER]:PASSWORD@]HOST:PORT[/DB]". Split here, once, so the
- * password is kept apart from the address that logs, messages,
+ * "redis://[[USER]:PASSWORD@]HOST:PORT[/DB]" or
+ * "redis-cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]". Split here,
+ * once, so the password is kept apart from the address that logs, messages,
  * --check-config and metrics show. Pure. */
 #ifndef RESHARD_REDIS_URL_H
 #define RESHARD_REDIS_URL_H
@@ -8,7 +9,8 @@
 #include <stdbool.h>
 
 typedef struct reshard_redis_url {
-  char address[300];  /* "redis://HOST:PORT[/DB]": safe to show */
+  char address[300];  /* "redis://HOST:PORT[/DB]" (or the cluster's
+                         "redis-cluster://HOST:PORT,..."): safe to show */
   char user[128];     /* empty: the default user */
   char password[512]; /* empty: none in the URL */
 } reshard_redis_url;
