@@ -23,6 +23,15 @@ typedef struct histogram {
   counter sum_us;
 } histogram;
 
+/* The reshard_plan_* figures of one planning method. */
+typedef struct plan_counters {
+  histogram duration;
+  counter ok, failed;
+  counter pages, hit_pages;
+  counter copies, copies_before, bytes;
+  counter runs_requested, runs, response_bytes;
+} plan_counters;
+
 struct reshard_metrics {
   char version[32];
   char catalog[16];
@@ -31,11 +40,7 @@ struct reshard_metrics {
   counter finished[RESHARD_METRICS_METHODS][RESHARD_METRICS_CODES];
   histogram duration[RESHARD_METRICS_METHODS];
 
-  histogram plan_duration;
-  counter plans_ok, plans_failed;
-  counter plan_pages, plan_hit_pages;
-  counter plan_copies, plan_copies_before, plan_bytes;
-  counter plan_runs_requested, plan_runs, plan_response_bytes;
+  plan_counters plans[RESHARD_METRICS_PLAN_METHODS];
 
   histogram catalog_duration[RESHARD_METRICS_CATALOG_OPS];
   counter catalog_errors[RESHARD_METRICS_CATALOG_OPS];
@@ -93,6 +98,13 @@ static const struct {
     [RESHARD_METRICS_METHOD_PLAN_TRANSFER] =
         {"/reshard.v1.Planner/PlanTransfer", "reshard.v1.Planner",
          "PlanTransfer"},
+};
+
+/* The `method` label of the reshard_plan_* series: the RPC's name, as in
+ * reshard_requests_total. */
+static const char *const plan_method_names[RESHARD_METRICS_PLAN_METHODS] = {
+    [RESHARD_METRICS_PLAN_LOAD] = "PlanLoad",
+    [RESHARD_METRICS_PLAN_TRANSFER] = "PlanTransfer",
 };
 
 static const char *const code_names[RESHARD_METRICS_CODES] = {
@@ -209,23 +221,25 @@ void reshard_metrics_call_finished(reshard_metrics *metrics,
 
 void reshard_metrics_record_plan(reshard_metrics *metrics,
                                  const reshard_metrics_plan *plan) {
-  if (metrics == NULL) {
+  if (metrics == NULL ||
+      (unsigned)plan->method >= RESHARD_METRICS_PLAN_METHODS) {
     return;
   }
-  observe(&metrics->plan_duration, plan->plan_us);
+  plan_counters *c = &metrics->plans[plan->method];
+  observe(&c->duration, plan->plan_us);
   if (!plan->ok) {
-    add(&metrics->plans_failed, 1);
+    add(&c->failed, 1);
     return;
   }
-  add(&metrics->plans_ok, 1);
-  add(&metrics->plan_pages, plan->pages);
-  add(&metrics->plan_hit_pages, plan->hit_pages);
-  add(&metrics->plan_copies, plan->copies);
-  add(&metrics->plan_copies_before, plan->copies_before_coalescing);
-  add(&metrics->plan_bytes, plan->bytes);
-  add(&metrics->plan_runs_requested, plan->runs_requested ? 1 : 0);
-  add(&metrics->plan_runs, plan->runs);
-  add(&metrics->plan_response_bytes, plan->response_bytes);
+  add(&c->ok, 1);
+  add(&c->pages, plan->pages);
+  add(&c->hit_pages, plan->hit_pages);
+  add(&c->copies, plan->copies);
+  add(&c->copies_before, plan->copies_before_coalescing);
+  add(&c->bytes, plan->bytes);
+  add(&c->runs_requested, plan->runs_requested ? 1 : 0);
+  add(&c->runs, plan->runs);
+  add(&c->response_bytes, plan->response_bytes);
 }
 
 void reshard_metrics_catalog_done(reshard_metrics *metrics,
@@ -462,48 +476,70 @@ static void format_calls(const reshard_metrics *m, reshard_metrics_text *out) {
               started >= finished ? started - finished : 0);
 }
 
+/* Every reshard_plan_* family has a series per planning method
+ * (method="PlanLoad", "PlanTransfer"), zero until it plans; the page
+ * families only PlanLoad's, the one method that plans pages. */
 static void format_plans(const reshard_metrics *m, reshard_metrics_text *out) {
   header(out, "reshard_plan_duration_seconds", "histogram",
-         "Time spent in the planner per PlanLoad (the planning itself, "
-         "without queueing or response building).");
-  histogram_series(out, "reshard_plan_duration_seconds", "", &m->plan_duration);
+         "Time spent in the planner per plan (the planning itself, without "
+         "queueing or response building), by method.");
+  for (int p = 0; p < RESHARD_METRICS_PLAN_METHODS; p++) {
+    char labels[64];
+    snprintf(labels, sizeof labels, "method=\"%s\"", plan_method_names[p]);
+    histogram_series(out, "reshard_plan_duration_seconds", labels,
+                     &m->plans[p].duration);
+  }
   header(out, "reshard_plans_total", "counter",
-         "PlanLoads that ran the planner, by result.");
-  text_printf(out,
-              "reshard_plans_total{result=\"ok\"} %" PRIu64 "\n"
-              "reshard_plans_total{result=\"error\"} %" PRIu64 "\n",
-              get(&m->plans_ok), get(&m->plans_failed));
+         "Calls that ran the planner, by method and result.");
+  for (int p = 0; p < RESHARD_METRICS_PLAN_METHODS; p++) {
+    text_printf(out,
+                "reshard_plans_total{method=\"%s\",result=\"ok\"} %" PRIu64 "\n"
+                "reshard_plans_total{method=\"%s\",result=\"error\"} %" PRIu64
+                "\n",
+                plan_method_names[p], get(&m->plans[p].ok),
+                plan_method_names[p], get(&m->plans[p].failed));
+  }
   static const struct {
     const char *name, *help;
     size_t offset;
+    bool load_only;
   } plain[] = {
-      {"reshard_plan_pages_total", "Page keys asked for by successful plans.",
-       offsetof(reshard_metrics, plan_pages)},
+      {"reshard_plan_pages_total",
+       "Page keys asked for by successful plans (PlanLoad).",
+       offsetof(plan_counters, pages), true},
       {"reshard_plan_hit_pages_total",
-       "Pages planned (the hit prefixes) by successful plans.",
-       offsetof(reshard_metrics, plan_hit_pages)},
+       "Pages planned (the hit prefixes) by successful plans (PlanLoad).",
+       offsetof(plan_counters, hit_pages), true},
       {"reshard_plan_copies_total",
-       "Byte-range copies planned, after coalescing.",
-       offsetof(reshard_metrics, plan_copies)},
+       "Byte-range copies planned, after coalescing, by method.",
+       offsetof(plan_counters, copies), false},
       {"reshard_plan_copies_before_coalescing_total",
-       "Byte-range copies planned, before coalescing.",
-       offsetof(reshard_metrics, plan_copies_before)},
-      {"reshard_plan_bytes_total", "KV bytes the planned copies move.",
-       offsetof(reshard_metrics, plan_bytes)},
+       "Byte-range copies planned, before coalescing, by method.",
+       offsetof(plan_counters, copies_before), false},
+      {"reshard_plan_bytes_total",
+       "KV bytes the planned copies move, by "
+       "method.",
+       offsetof(plan_counters, bytes), false},
       {"reshard_plan_runs_requested_total",
-       "Successful plans that asked for strided runs.",
-       offsetof(reshard_metrics, plan_runs_requested)},
+       "Successful plans that asked for strided runs, by method.",
+       offsetof(plan_counters, runs_requested), false},
       {"reshard_plan_runs_total",
-       "Strided runs returned (entries of plans that asked for runs).",
-       offsetof(reshard_metrics, plan_runs)},
+       "Strided runs returned (entries of plans that asked for runs), by "
+       "method.",
+       offsetof(plan_counters, runs), false},
       {"reshard_plan_response_bytes_total",
-       "Encoded bytes of the plan responses sent.",
-       offsetof(reshard_metrics, plan_response_bytes)},
+       "Encoded bytes of the plan responses sent, by method.",
+       offsetof(plan_counters, response_bytes), false},
   };
   for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
     header(out, plain[i].name, "counter", plain[i].help);
-    text_printf(out, "%s %" PRIu64 "\n", plain[i].name,
-                get((const counter *)((const char *)m + plain[i].offset)));
+    int methods_shown = plain[i].load_only ? 1 : RESHARD_METRICS_PLAN_METHODS;
+    for (int p = 0; p < methods_shown; p++) {
+      const counter *c =
+          (const counter *)((const char *)&m->plans[p] + plain[i].offset);
+      text_printf(out, "%s{method=\"%s\"} %" PRIu64 "\n", plain[i].name,
+                  plan_method_names[p], get(c));
+    }
   }
 }
 

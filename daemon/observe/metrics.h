@@ -95,13 +95,26 @@ void reshard_metrics_call_finished(reshard_metrics *metrics,
                                    reshard_metrics_method method, unsigned code,
                                    uint64_t duration_us);
 
-/* One PlanLoad that ran the planner: how long reshard_plan_load took, and
- * for a successful plan (`ok`) what it produced. */
+/* The RPCs whose plans the reshard_plan_* families count, by the value of
+ * their `method` label. PlanLoad is 0, so a record that names no method
+ * is PlanLoad's. */
+typedef enum reshard_metrics_plan_method {
+  RESHARD_METRICS_PLAN_LOAD = 0,
+  RESHARD_METRICS_PLAN_TRANSFER,
+} reshard_metrics_plan_method;
+
+#define RESHARD_METRICS_PLAN_METHODS 2
+
+/* One call that ran the planner (reshard_plan_load for PlanLoad,
+ * reshard_plan_transfer for PlanTransfer): how long planning took, and for
+ * a successful plan (`ok`) what it produced. A method outside
+ * reshard_metrics_plan_method is not recorded. */
 typedef struct reshard_metrics_plan {
+  reshard_metrics_plan_method method;
   bool ok;
   uint64_t plan_us;
-  uint64_t pages;     /* page keys asked for */
-  uint64_t hit_pages; /* the hit prefix planned */
+  uint64_t pages;     /* page keys asked for (PlanLoad only) */
+  uint64_t hit_pages; /* the hit prefix planned (PlanLoad only) */
   uint64_t copies;    /* after coalescing */
   uint64_t copies_before_coalescing;
   uint64_t bytes;

@@ -5,8 +5,10 @@
  * cache, the catalog), the source pools by memory id (the cache, else one
  * catalog read for every one missing) and the target's memory (a binding,
  * or a pool as PlanLoad's pooled); reserved under --max-inflight-bytes;
- * planned by reshard_plan_transfer on the loop or the work pool; packed by
- * protobuf-c and sent. */
+ * planned by reshard_plan_transfer on the loop or the work pool; encoded
+ * straight into the send buffer (reshard_transfer_response_write, no
+ * protobuf-c message) and sent; its plan metrics recorded as PlanLoad's
+ * are, under method="PlanTransfer". */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +17,7 @@
 #include "reshard/transfer.h"
 #include "rpc/planner_internal.h"
 #include "wire/decode.h"
+#include "wire/plan_response.h"
 #include "wire/wire.h"
 
 typedef struct transfer_ctx {
@@ -40,6 +43,9 @@ typedef struct transfer_ctx {
   reshard_transfer_plan plan;
   reshard_work work;
   uint64_t plan_us;
+  bool plan_ran; /* reshard_plan_transfer ran: its metrics are recorded */
+  bool planned;  /* and it returned a plan */
+  uint64_t response_bytes;
 } transfer_ctx;
 
 static void transfer_release(transfer_ctx *ctx) {
@@ -80,6 +86,7 @@ static void log_transfer(const transfer_ctx *ctx) {
     if (ctx->request->runs) {
       reshard_log_u64(&line, "runs", ctx->plan.runs.run_count);
     }
+    reshard_log_u64(&line, "response_bytes", ctx->response_bytes);
   }
   reshard_log_u64(&line, "plan_us", ctx->plan_us);
   reshard_log_end(&line);
@@ -87,118 +94,45 @@ static void log_transfer(const transfer_ctx *ctx) {
 
 /* ---- The response ---- */
 
-/* Column `n` of `count` entries, in the arena. */
-#define COLUMN(arena, n) RESHARD_ARENA_ARRAY((arena), uint64_t, (n) + 1)
-
-static Reshard__V1__TransferBatch *batch_to_pb(const transfer_ctx *ctx,
-                                               size_t b, reshard_arena *arena) {
-  const reshard_transfer_plan *plan = &ctx->plan;
-  const reshard_batch *batch = &plan->batches[b];
-  Reshard__V1__TransferBatch *pb =
-      RESHARD_ARENA_NEW(arena, Reshard__V1__TransferBatch, 1);
-  if (pb == NULL) {
-    return NULL;
-  }
-  reshard__v1__transfer_batch__init(pb);
-  pb->source_index = plan->batch_source[b];
-  pb->bytes = batch->bytes;
-  bool runs = ctx->request->runs;
-  size_t first = runs ? plan->runs.batch_first[b] : batch->first;
-  size_t n = runs ? plan->runs.batch_first[b + 1] - first : batch->count;
-  uint64_t *columns[8];
-  for (int c = 0; c < (runs ? 8 : 5); c++) {
-    if ((columns[c] = COLUMN(arena, n)) == NULL) {
-      return NULL;
-    }
-  }
-  for (size_t i = 0; i < n; i++) {
-    const reshard_copy *copy =
-        runs ? &plan->runs.runs[first + i].first : &plan->copies[first + i];
-    columns[0][i] = copy->part_index;
-    columns[1][i] = copy->part_offset;
-    columns[2][i] = copy->region_index;
-    columns[3][i] = copy->region_offset;
-    columns[4][i] = copy->nbytes;
-    if (runs) {
-      const reshard_run *run = &plan->runs.runs[first + i];
-      columns[5][i] = run->count;
-      columns[6][i] = run->part_stride;
-      columns[7][i] = run->region_stride;
-    }
-  }
-  pb->n_source_region_index = pb->n_source_offset = pb->n_region_index =
-      pb->n_region_offset = pb->n_nbytes = n;
-  pb->source_region_index = columns[0];
-  pb->source_offset = columns[1];
-  pb->region_index = columns[2];
-  pb->region_offset = columns[3];
-  pb->nbytes = columns[4];
-  if (runs) {
-    pb->n_run_count = pb->n_source_stride = pb->n_region_stride = n;
-    pb->run_count = columns[5];
-    pb->source_stride = columns[6];
-    pb->region_stride = columns[7];
-  }
-  return pb;
+static size_t write_transfer_response(void *context, uint8_t *out) {
+  return reshard_transfer_response_write(context, out);
 }
 
-/* Packs the response; false when memory runs out. Any thread. */
-static bool pack_response(transfer_ctx *ctx, reshard_arena *arena) {
-  const reshard_transfer_plan *plan = &ctx->plan;
-  Reshard__V1__PlanTransferResponse response =
-      RESHARD__V1__PLAN_TRANSFER_RESPONSE__INIT;
-  Reshard__V1__TransferSource *sources = RESHARD_ARENA_ARRAY(
-      arena, Reshard__V1__TransferSource, plan->source_count + 1);
-  response.sources = RESHARD_ARENA_ARRAY(arena, Reshard__V1__TransferSource *,
-                                         plan->source_count + 1);
-  response.batches = RESHARD_ARENA_ARRAY(arena, Reshard__V1__TransferBatch *,
-                                         plan->batch_count + 1);
-  response.region_ids =
-      RESHARD_ARENA_ARRAY(arena, char *, ctx->binding.region_count + 1);
-  Reshard__V1__PlanStats stats = RESHARD__V1__PLAN_STATS__INIT;
-  if (sources == NULL || response.sources == NULL || response.batches == NULL ||
-      response.region_ids == NULL) {
-    return false;
+/* Worker thread (or the loop, for small plans): the plan into the
+ * response, written straight into the send buffer (plan_response.h)
+ * without a protobuf-c message; fills ctx->status and ctx->err on
+ * failure. `arena` holds the plan and what measuring keeps. */
+static void encode_transfer(transfer_ctx *ctx, reshard_arena *arena) {
+  reshard_call *call = ctx->call;
+  if (reshard_call_expired(call)) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
+                                    "deadline exceeded while planning; the "
+                                    "plan was discarded");
+    return;
   }
-  for (size_t o = 0; o < plan->source_count; o++) {
-    const reshard_transfer_pool *pool = &ctx->source_pools[plan->sources[o]];
-    reshard__v1__transfer_source__init(&sources[o]);
-    sources[o].participant_id = (char *)pool->pool->participant_id;
-    sources[o].endpoint = (char *)pool->pool->endpoint;
-    sources[o].memory_id = (char *)pool->name;
-    sources[o].n_regions = pool->pool->region_count;
-    sources[o].regions = reshard_wire_regions_to_pb(
-        pool->pool->regions, pool->pool->region_count, arena);
-    if (sources[o].regions == NULL) {
-      return false;
-    }
-    response.sources[o] = &sources[o];
+  /* reshard_plan_transfer writes no varint columns: there is no response
+   * memory to send them from, and the batches are encoded from the copies
+   * (or the runs) into the one send buffer. */
+  reshard_transfer_response response;
+  if (reshard_transfer_response_measure(
+          &ctx->plan, ctx->source_pools, &ctx->binding, ctx->source.id,
+          ctx->target.id, NULL, arena, &response) != RESHARD_OK ||
+      reshard__planner_pack_response(call, NULL, &response.batches,
+                                     response.size, &response,
+                                     reshard_transfer_response_write_pieces,
+                                     write_transfer_response) != RESHARD_OK) {
+    ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
+                                    "out of memory building the response");
+    return;
   }
-  response.n_sources = plan->source_count;
-  for (size_t r = 0; r < ctx->binding.region_count; r++) {
-    response.region_ids[r] = (char *)ctx->binding.regions[r].region_id;
-  }
-  response.n_region_ids = ctx->binding.region_count;
-  for (size_t b = 0; b < plan->batch_count; b++) {
-    if ((response.batches[b] = batch_to_pb(ctx, b, arena)) == NULL) {
-      return false;
-    }
-  }
-  response.n_batches = plan->batch_count;
-  stats.operations = plan->operations;
-  stats.bytes = plan->bytes;
-  stats.copies_before_coalescing = plan->copies_before_coalescing;
-  stats.runs = ctx->request->runs ? plan->runs.run_count : 0;
-  response.stats = &stats;
-  response.source_placement_id = ctx->source.id;
-  response.target_placement_id = ctx->target.id;
-  return reshard_call_pack(ctx->call, &response.base) == RESHARD_OK;
+  ctx->response_bytes = response.size;
 }
 
 /* ---- Planning ---- */
 
-/* Worker thread (or the loop for small plans): plan and pack. Touches only
- * the context, the call's arena and response, and immutable shared data. */
+/* Worker thread (or the loop for small plans): plan and encode. Touches
+ * only the context, the call's arena and response, and immutable shared
+ * data. */
 static void transfer_work(reshard_work *work) {
   transfer_ctx *ctx = work->data;
   reshard_call *call = ctx->call;
@@ -213,23 +147,44 @@ static void transfer_work(reshard_work *work) {
   ctx->status = reshard_plan_transfer(&ctx->plan_request, &scratch, &ctx->plan,
                                       &ctx->err);
   ctx->plan_us = (uv_hrtime() - start) / 1000;
+  ctx->plan_ran = true;
   if (ctx->status == RESHARD_OK) {
-    if (reshard_call_expired(call)) {
-      ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
-                                      "deadline exceeded while planning; the "
-                                      "plan was discarded");
-    } else if (!pack_response(ctx, &scratch)) {
-      ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
-                                      "out of memory building the response");
-    }
+    ctx->planned = true;
+    encode_transfer(ctx, &scratch);
   }
-  /* The packed response is the call's; the plan goes with its scratch. */
+  /* The encoded response is the call's; the plan goes with its scratch
+   * (its figures stay in ctx->plan for the log and the metrics). */
   reshard_arena_destroy(&scratch);
+  ctx->plan.sources = NULL;
+  ctx->plan.copies = NULL;
+  ctx->plan.batches = NULL;
+  ctx->plan.batch_source = NULL;
+  ctx->plan.runs.runs = NULL;
+  ctx->plan.runs.batch_first = NULL;
 }
 
+/* Loop: the plan's metrics (PlanLoad's families, method="PlanTransfer"),
+ * then the answer. */
 static void transfer_after_work(reshard_work *work) {
   transfer_ctx *ctx = work->data;
   log_transfer(ctx);
+  if (ctx->plan_ran) {
+    bool ok = ctx->planned;
+    reshard_metrics_record_plan(
+        ctx->planner->metrics,
+        &(reshard_metrics_plan){
+            .method = RESHARD_METRICS_PLAN_TRANSFER,
+            .ok = ok,
+            .plan_us = ctx->plan_us,
+            .copies = ok ? ctx->plan.operations : 0,
+            .copies_before_coalescing =
+                ok ? ctx->plan.copies_before_coalescing : 0,
+            .bytes = ok ? ctx->plan.bytes : 0,
+            .runs_requested = ok && ctx->request->runs,
+            .runs = ok ? ctx->plan.runs.run_count : 0,
+            .response_bytes = ctx->response_bytes,
+        });
+  }
   transfer_release(ctx);
   if (ctx->status != RESHARD_OK) {
     reshard_call_fail(ctx->call, &ctx->err);

@@ -1,6 +1,7 @@
 #include "wire/plan_response.h"
 
 #include <assert.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -31,6 +32,27 @@ static size_t string_size(const char *value, int always) {
 
 static size_t nested_size(size_t body) {
   return 1 + reshard_varint_length(body) + body;
+}
+
+/* Sizes added up while measuring, checked: false once the sum would pass
+ * SIZE_MAX (the response could not be built; measure says so). */
+static bool add_size(size_t *sum, size_t more) {
+  if (more > SIZE_MAX - *sum) {
+    return false;
+  }
+  *sum += more;
+  return true;
+}
+
+/* A length-delimited field of `body` bytes: a one-byte tag, at most ten
+ * bytes of length, the body. */
+static bool add_nested(size_t *sum, size_t body) {
+  return body <= SIZE_MAX - 11 && add_size(sum, nested_size(body));
+}
+
+static bool add_string(size_t *sum, const char *value, int always) {
+  size_t length = strlen(text(value));
+  return (length == 0 && !always) || add_nested(sum, length);
 }
 
 static uint8_t *put_scalar(uint8_t *out, unsigned field, uint64_t value) {
@@ -83,6 +105,12 @@ static unsigned column_field(unsigned c) {
   return c < 6 ? c + 1 : c + 2;
 }
 
+/* The first column written: a TransferBatch carries its source as one
+ * scalar (field 1) instead of RangeBatch's page_index column. */
+static unsigned first_column(const reshard_range_batches *batches) {
+  return batches->sources != NULL ? 1 : 0;
+}
+
 /* The rows of batch b: where they start, how many, how wide. */
 static const uint64_t *batch_rows(const reshard_range_batches *batches,
                                   size_t b, size_t *count, unsigned *width) {
@@ -100,12 +128,15 @@ static const uint64_t *batch_rows(const reshard_range_batches *batches,
   return (const uint64_t *)(batches->copies + batches->batches[b].first);
 }
 
-/* Inlined with a constant width, so the column loop unrolls. Also ORs
- * each column's values: the OR has the longest value's bit length. */
+/* Inlined with a constant width and first column, so the column loop
+ * unrolls. Also ORs each column's values: the OR has the longest value's
+ * bit length. No sum wraps: the rows lie in memory, at least 48 bytes
+ * each, and add at most 10 bytes to a column. */
 static inline void measure_rows(const uint64_t *rows, size_t count,
-                                unsigned width, size_t *sizes, uint64_t *any) {
+                                unsigned width, unsigned first, size_t *sizes,
+                                uint64_t *any) {
   for (size_t i = 0; i < count; i++, rows += width) {
-    for (unsigned c = 0; c < width; c++) {
+    for (unsigned c = first; c < width; c++) {
       sizes[c] += reshard_varint_length(rows[c]);
       any[c] |= rows[c];
     }
@@ -153,37 +184,56 @@ static uint8_t *write_column(uint8_t *out, const uint64_t *rows, size_t count,
   }
 }
 
-static size_t batch_body(const reshard_range_batches *batches, size_t b) {
+/* Batch b's message body into body_bytes[b], from its column sizes:
+ * source_index (TransferBatch), the columns (none when it has no entry)
+ * and `bytes`, each with its tag and length. False when it would pass
+ * SIZE_MAX. */
+static bool measure_batch_body(reshard_range_batches *batches, size_t b) {
   size_t count;
   unsigned width;
   batch_rows(batches, b, &count, &width);
   size_t body = scalar_size(batches->batches[b].bytes);
-  const size_t *sizes = batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
-  for (unsigned c = 0; count > 0 && c < width; c++) {
-    body += nested_size(sizes[c]);
+  if (batches->sources != NULL) {
+    body += scalar_size(batches->sources[b]);
   }
-  return body;
+  const size_t *sizes = batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
+  for (unsigned c = first_column(batches); count > 0 && c < width; c++) {
+    if (!add_nested(&body, sizes[c])) {
+      return false;
+    }
+  }
+  batches->body_bytes[b] = body;
+  return true;
 }
 
-reshard_status reshard_range_batches_measure(
-    const reshard_copy *copies, const reshard_batch *batches,
-    size_t batch_count, const reshard_runs *runs,
-    const reshard_varint_batches *columns, reshard_arena *arena,
-    reshard_range_batches *out) {
+/* Measures RangeBatches (`sources` NULL) or TransferBatches. */
+static reshard_status
+measure_batches(const reshard_copy *copies, const reshard_batch *batches,
+                size_t batch_count, const reshard_runs *runs,
+                const reshard_varint_batches *columns, const size_t *sources,
+                reshard_arena *arena, reshard_range_batches *out) {
   *out = (reshard_range_batches){
       .copies = copies,
       .batches = batches,
       .batch_count = batch_count,
       .runs = runs,
       .columns = runs == NULL ? columns : NULL,
-      .column_bytes = RESHARD_ARENA_NEW(
-          arena, size_t, (batch_count + 1) * RESHARD_RANGE_BATCH_COLUMNS),
-      .column_length = RESHARD_ARENA_NEW(
-          arena, uint8_t, (batch_count + 1) * RESHARD_RANGE_BATCH_COLUMNS),
+      .sources = sources,
   };
-  if (out->column_bytes == NULL || out->column_length == NULL) {
+  /* The cell count is checked here, RESHARD_ARENA_NEW checks it times the
+   * type's size. */
+  if (batch_count >= SIZE_MAX / RESHARD_RANGE_BATCH_COLUMNS) {
     return RESHARD_RESOURCE_EXHAUSTED;
   }
+  size_t cells = (batch_count + 1) * RESHARD_RANGE_BATCH_COLUMNS;
+  out->column_bytes = RESHARD_ARENA_NEW(arena, size_t, cells);
+  out->column_length = RESHARD_ARENA_NEW(arena, uint8_t, cells);
+  out->body_bytes = RESHARD_ARENA_NEW(arena, size_t, batch_count + 1);
+  if (out->column_bytes == NULL || out->column_length == NULL ||
+      out->body_bytes == NULL) {
+    return RESHARD_RESOURCE_EXHAUSTED;
+  }
+  unsigned first = first_column(out);
   for (size_t b = 0; b < batch_count; b++) {
     size_t count;
     unsigned width;
@@ -192,25 +242,42 @@ reshard_status reshard_range_batches_measure(
     if (out->columns != NULL) {
       memcpy(sizes, out->columns->column_bytes + b * RESHARD_COPY_COLUMNS,
              RESHARD_COPY_COLUMNS * sizeof *sizes);
-      out->size += nested_size(batch_body(out, b));
-      continue;
-    }
-    uint64_t any[RESHARD_RANGE_BATCH_COLUMNS] = {0};
-    if (width == RUN_WIDTH) {
-      measure_rows(rows, count, RUN_WIDTH, sizes, any);
     } else {
-      measure_rows(rows, count, COPY_WIDTH, sizes, any);
+      uint64_t any[RESHARD_RANGE_BATCH_COLUMNS] = {0};
+      if (width == RUN_WIDTH) {
+        if (first == 0) {
+          measure_rows(rows, count, RUN_WIDTH, 0, sizes, any);
+        } else {
+          measure_rows(rows, count, RUN_WIDTH, 1, sizes, any);
+        }
+      } else if (first == 0) {
+        measure_rows(rows, count, COPY_WIDTH, 0, sizes, any);
+      } else {
+        measure_rows(rows, count, COPY_WIDTH, 1, sizes, any);
+      }
+      /* Every value is as long as the longest exactly when the column's
+       * size is count times that length (at most 10 * count: no wrap). */
+      uint8_t *lengths = out->column_length + b * RESHARD_RANGE_BATCH_COLUMNS;
+      for (unsigned c = first; c < width; c++) {
+        size_t longest = reshard_varint_length(any[c]);
+        lengths[c] = sizes[c] == count * longest ? (uint8_t)longest : 0;
+      }
     }
-    /* Every value is as long as the longest exactly when the column's
-     * size is count times that length. */
-    uint8_t *lengths = out->column_length + b * RESHARD_RANGE_BATCH_COLUMNS;
-    for (unsigned c = 0; c < width; c++) {
-      size_t longest = reshard_varint_length(any[c]);
-      lengths[c] = sizes[c] == count * longest ? (uint8_t)longest : 0;
+    if (!measure_batch_body(out, b) ||
+        !add_nested(&out->size, out->body_bytes[b])) {
+      return RESHARD_RESOURCE_EXHAUSTED;
     }
-    out->size += nested_size(batch_body(out, b));
   }
   return RESHARD_OK;
+}
+
+reshard_status reshard_range_batches_measure(
+    const reshard_copy *copies, const reshard_batch *batches,
+    size_t batch_count, const reshard_runs *runs,
+    const reshard_varint_batches *columns, reshard_arena *arena,
+    reshard_range_batches *out) {
+  return measure_batches(copies, batches, batch_count, runs, columns, NULL,
+                         arena, out);
 }
 
 /* Where the long column payloads of a response sent as pieces go: each
@@ -246,6 +313,7 @@ static uint8_t *put_payload(uint8_t *out, const uint8_t *bytes, size_t length,
 
 static uint8_t *write_batches(const reshard_range_batches *batches,
                               unsigned field, uint8_t *out, piece_sink *sink) {
+  unsigned first = first_column(batches);
   for (size_t b = 0; b < batches->batch_count; b++) {
     size_t count;
     unsigned width;
@@ -254,18 +322,25 @@ static uint8_t *write_batches(const reshard_range_batches *batches,
         batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
     uint64_t bytes = batches->batches[b].bytes;
     out = put_tag(out, field, WIRE_LENGTH);
-    out = reshard_varint_put(out, batch_body(batches, b));
+    out = reshard_varint_put(out, batches->body_bytes[b]);
+    if (batches->sources != NULL) {
+      out = put_scalar(out, 1, batches->sources[b]);
+    }
     if (count == 0) {
       out = put_scalar(out, 7, bytes);
       continue;
     }
     /* Column by column, `bytes` (field 7) between the copy and the run
-     * columns; a batch's rows stay in cache across its columns. */
+     * columns; a batch's rows stay in cache across its columns. Varint
+     * columns a TransferBatch leaves out are skipped. */
     const uint8_t *lengths =
         batches->column_length + b * RESHARD_RANGE_BATCH_COLUMNS;
     const uint8_t *encoded =
         batches->columns != NULL ? batches->columns->bytes[b] : NULL;
-    for (unsigned c = 0; c < width; c++) {
+    for (unsigned c = 0; encoded != NULL && c < first; c++) {
+      encoded += sizes[c];
+    }
+    for (unsigned c = first; c < width; c++) {
       if (c == COPY_WIDTH) {
         out = put_scalar(out, 7, bytes);
       }
@@ -329,12 +404,13 @@ measure_plan_batches(const reshard_copy *copies, const reshard_batch *batches,
 
 /* Region ids: every binding region's, in order. */
 
-static size_t region_ids_size(const reshard_binding *binding) {
-  size_t size = 0;
+static bool add_region_ids(size_t *size, const reshard_binding *binding) {
   for (size_t r = 0; r < binding->region_count; r++) {
-    size += string_size(binding->regions[r].region_id, 1);
+    if (!add_string(size, binding->regions[r].region_id, 1)) {
+      return false;
+    }
   }
-  return size;
+  return true;
 }
 
 static uint8_t *put_region_ids(uint8_t *out, unsigned field,
@@ -347,11 +423,21 @@ static uint8_t *put_region_ids(uint8_t *out, unsigned field,
 
 /* ---- PlanLoadResponse ---- */
 
+/* A PageSource body: measured (checked) once, then recomputed as written. */
 static size_t page_body(const reshard_wire_plan_names *names, size_t source,
                         size_t page) {
   return string_size(names->page_keys[page], 0) +
          string_size(names->manifest_keys[source], 0) +
          string_size(names->sources[source].layout_id, 0);
+}
+
+static bool add_page(size_t *size, const reshard_wire_plan_names *names,
+                     size_t source, size_t page) {
+  size_t body = 0;
+  return add_string(&body, names->page_keys[page], 0) &&
+         add_string(&body, names->manifest_keys[source], 0) &&
+         add_string(&body, names->sources[source].layout_id, 0) &&
+         add_nested(size, body);
 }
 
 static size_t stats_body(const reshard_load_plan *plan) {
@@ -372,12 +458,16 @@ reshard_status reshard_plan_response_measure(
   }
   size_t size = scalar_size(clamp_u32(plan->hit_pages));
   for (size_t p = 0; p < plan->hit_pages; p++) {
-    size += nested_size(page_body(names, plan->page_source[p], p));
+    if (!add_page(&size, names, plan->page_source[p], p)) {
+      return RESHARD_RESOURCE_EXHAUSTED;
+    }
   }
-  size += region_ids_size(names->binding);
-  size += out->batches.size;
-  size += nested_size(stats_body(plan));
-  size += string_size(names->placement_id, 0);
+  if (!add_region_ids(&size, names->binding) ||
+      !add_size(&size, out->batches.size) ||
+      !add_nested(&size, stats_body(plan)) ||
+      !add_string(&size, names->placement_id, 0)) {
+    return RESHARD_RESOURCE_EXHAUSTED;
+  }
   out->size = size;
   return RESHARD_OK;
 }
@@ -421,7 +511,7 @@ void reshard_response_measure_pieces(const reshard_range_batches *batches,
        b++) {
     const size_t *sizes =
         batches->column_bytes + b * RESHARD_RANGE_BATCH_COLUMNS;
-    for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+    for (unsigned c = first_column(batches); c < RESHARD_COPY_COLUMNS; c++) {
       if (sizes[c] >= min_reference) {
         frame -= sizes[c];
         references++;
@@ -456,17 +546,20 @@ reshard_status reshard_store_response_measure(const reshard_store_plan *plan,
   if (status) {
     return status;
   }
+  /* At most 5 bytes per index in memory: the sum cannot wrap. */
   for (size_t i = 0; i < plan->part_count; i++) {
     out->parts_size += reshard_varint_length(clamp_u32(plan->part_indexes[i]));
   }
   /* A packed repeated field is left out when empty. */
-  size_t size = plan->part_count ? nested_size(out->parts_size) : 0;
-  size += region_ids_size(binding);
-  size += out->batches.size;
-  size += nested_size(reshard_plan_stats_size(plan->operations, plan->bytes,
-                                              plan->copies_before_coalescing,
-                                              plan->runs.run_count));
-  size += string_size(layout_id, 0);
+  size_t size = 0;
+  if ((plan->part_count && !add_nested(&size, out->parts_size)) ||
+      !add_region_ids(&size, binding) || !add_size(&size, out->batches.size) ||
+      !add_nested(&size, reshard_plan_stats_size(plan->operations, plan->bytes,
+                                                 plan->copies_before_coalescing,
+                                                 plan->runs.run_count)) ||
+      !add_string(&size, layout_id, 0)) {
+    return RESHARD_RESOURCE_EXHAUSTED;
+  }
   out->size = size;
   return RESHARD_OK;
 }
@@ -504,5 +597,136 @@ size_t reshard_store_response_write_pieces(const void *response,
                                            reshard_response_piece *pieces) {
   piece_sink sink = {pieces, 0, frame, min_reference};
   write_store_response(response, frame, &sink);
+  return sink.count;
+}
+
+/* ---- PlanTransferResponse ---- */
+
+/* A Region message body: region_id (1), address (2), nbytes (3). */
+static bool add_region(size_t *size, const reshard_region *region) {
+  size_t body = scalar_size(region->address) + scalar_size(region->nbytes);
+  return add_string(&body, region->region_id, 0) && add_nested(size, body);
+}
+
+static size_t region_body(const reshard_region *region) {
+  return string_size(region->region_id, 0) + scalar_size(region->address) +
+         scalar_size(region->nbytes);
+}
+
+/* The pool source o of the plan reads. */
+static const reshard_transfer_pool *
+source_pool(const reshard_transfer_response *response, size_t o) {
+  return &response->pools[response->plan->sources[o]];
+}
+
+/* A TransferSource body: participant_id (1), endpoint (2), memory_id (3),
+ * every region of the pool (4), in its order. */
+static bool add_source_body(size_t *body, const reshard_transfer_pool *source) {
+  const reshard_pool *pool = source->pool;
+  if (!add_string(body, pool->participant_id, 0) ||
+      !add_string(body, pool->endpoint, 0) ||
+      !add_string(body, source->name, 0)) {
+    return false;
+  }
+  for (size_t r = 0; r < pool->region_count; r++) {
+    if (!add_region(body, &pool->regions[r])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static size_t transfer_stats_body(const reshard_transfer_plan *plan) {
+  return reshard_plan_stats_size(plan->operations, plan->bytes,
+                                 plan->copies_before_coalescing,
+                                 plan->runs.run_count);
+}
+
+reshard_status reshard_transfer_response_measure(
+    const reshard_transfer_plan *plan, const reshard_transfer_pool *pools,
+    const reshard_binding *binding, const char *source_placement_id,
+    const char *target_placement_id, const reshard_varint_batches *columns,
+    reshard_arena *arena, reshard_transfer_response *out) {
+  *out = (reshard_transfer_response){
+      .plan = plan,
+      .pools = pools,
+      .binding = binding,
+      .source_placement_id = source_placement_id,
+      .target_placement_id = target_placement_id,
+      .source_bytes = RESHARD_ARENA_NEW(arena, size_t, plan->source_count + 1),
+  };
+  if (out->source_bytes == NULL) {
+    return RESHARD_RESOURCE_EXHAUSTED;
+  }
+  const reshard_runs *runs = plan->runs.batch_first ? &plan->runs : NULL;
+  reshard_status status =
+      measure_batches(plan->copies, plan->batches, plan->batch_count, runs,
+                      columns, plan->batch_source, arena, &out->batches);
+  if (status) {
+    return status;
+  }
+  size_t size = 0;
+  for (size_t o = 0; o < plan->source_count; o++) {
+    if (!add_source_body(&out->source_bytes[o], source_pool(out, o)) ||
+        !add_nested(&size, out->source_bytes[o])) {
+      return RESHARD_RESOURCE_EXHAUSTED;
+    }
+  }
+  if (!add_region_ids(&size, binding) || !add_size(&size, out->batches.size) ||
+      !add_nested(&size, transfer_stats_body(plan)) ||
+      !add_string(&size, source_placement_id, 0) ||
+      !add_string(&size, target_placement_id, 0)) {
+    return RESHARD_RESOURCE_EXHAUSTED;
+  }
+  out->size = size;
+  return RESHARD_OK;
+}
+
+static size_t write_transfer_response(const reshard_transfer_response *response,
+                                      uint8_t *out, piece_sink *sink) {
+  const reshard_transfer_plan *plan = response->plan;
+  uint8_t *start = out;
+  for (size_t o = 0; o < plan->source_count; o++) {
+    const reshard_transfer_pool *source = source_pool(response, o);
+    const reshard_pool *pool = source->pool;
+    out = put_tag(out, 1, WIRE_LENGTH);
+    out = reshard_varint_put(out, response->source_bytes[o]);
+    out = put_string(out, 1, pool->participant_id, 0);
+    out = put_string(out, 2, pool->endpoint, 0);
+    out = put_string(out, 3, source->name, 0);
+    for (size_t r = 0; r < pool->region_count; r++) {
+      const reshard_region *region = &pool->regions[r];
+      out = put_tag(out, 4, WIRE_LENGTH);
+      out = reshard_varint_put(out, region_body(region));
+      out = put_string(out, 1, region->region_id, 0);
+      out = put_scalar(out, 2, region->address);
+      out = put_scalar(out, 3, region->nbytes);
+    }
+  }
+  out = put_region_ids(out, 2, response->binding);
+  out = write_batches(&response->batches, 3, out, sink);
+  out = reshard_plan_stats_write(out, 4, plan->operations, plan->bytes,
+                                 plan->copies_before_coalescing,
+                                 plan->runs.run_count);
+  out = put_string(out, 5, response->source_placement_id, 0);
+  out = put_string(out, 6, response->target_placement_id, 0);
+  if (sink != NULL) {
+    end_frame_piece(sink, out);
+  }
+  return (size_t)(out - start);
+}
+
+size_t
+reshard_transfer_response_write(const reshard_transfer_response *response,
+                                uint8_t *out) {
+  return write_transfer_response(response, out, NULL);
+}
+
+size_t reshard_transfer_response_write_pieces(const void *response,
+                                              size_t min_reference,
+                                              uint8_t *frame,
+                                              reshard_response_piece *pieces) {
+  piece_sink sink = {pieces, 0, frame, min_reference};
+  write_transfer_response(response, frame, &sink);
   return sink.count;
 }

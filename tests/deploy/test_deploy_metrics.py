@@ -2,7 +2,9 @@
 
 * PrometheusTests — Debian's real prometheus scrapes the daemon on loopback
   and a counter is queried back through its HTTP API; promtool accepts the
-  exposition.
+  exposition, and a PlanLoad and two PlanTransfers (T1 with 128 tokens,
+  with and without runs) move the plan families' series of their own
+  method label and no other.
 
 Environment (tests/deploy/CMakeLists.txt): RESHARD_E2E_DAEMON,
 RESHARD_E2E_RESHARDCTL, RESHARD_E2E_PYGEN, RESHARD_SANITIZED (1 in the
@@ -134,6 +136,21 @@ class PrometheusTests(unittest.TestCase):
             binding = e.make_binding(desc, reader.parts[0], 3)
             resp = fleet.plan(pub.model_domain, keys, reader, binding)
             self.assertEqual(resp.hit_pages, 3)
+            # PlanTransfer, as the raw bytes the daemon wrote (their length
+            # is what reshard_plan_response_bytes_total counts).
+            import transfer_scenarios as transfers
+            t1 = transfers.build("T1", 128)
+            for method, request in t1.registrations():
+                getattr(planner, method)(request, timeout=30)
+            transfer_bytes = [
+                planner.raw("PlanTransfer")(request.SerializeToString(),
+                                            timeout=60)
+                for request in (t1.plan_transfer, t1.plan_transfer_runs)]
+            transfer, transfer_runs = [
+                pb.PlanTransferResponse.FromString(b) for b in transfer_bytes]
+            self.assertGreater(transfer.stats.operations, 0)
+            self.assertEqual(transfer.stats.runs, 0)
+            self.assertGreater(transfer_runs.stats.runs, 0)
             channel.close()
             # The cache figures are published once a second.
             time.sleep(1.2)
@@ -154,11 +171,44 @@ class PrometheusTests(unittest.TestCase):
             self.assertEqual(value('reshard_requests_total{service="reshard.'
                                    'v1.Planner",method="PlanLoad",'
                                    'code="OK"}'), 1)
-            self.assertEqual(value("reshard_plan_copies_total"),
+            load = '{method="PlanLoad"}'
+            self.assertEqual(value("reshard_plan_copies_total" + load),
                              resp.stats.operations)
-            self.assertEqual(value("reshard_plan_bytes_total"),
+            self.assertEqual(value("reshard_plan_bytes_total" + load),
                              resp.stats.bytes)
-            self.assertEqual(value("reshard_plan_duration_seconds_count"), 1)
+            self.assertEqual(value("reshard_plan_duration_seconds_count"
+                                   + load), 1)
+            self.assertEqual(value('reshard_plans_total{method="PlanLoad",'
+                                   'result="ok"}'), 1)
+            self.assertEqual(value("reshard_plan_pages_total" + load), 3)
+            # The two PlanTransfers, under their own label.
+            self.assertEqual(value('reshard_requests_total{service="reshard.'
+                                   'v1.Planner",method="PlanTransfer",'
+                                   'code="OK"}'), 2)
+            moved = '{method="PlanTransfer"}'
+            self.assertEqual(value('reshard_plans_total{method='
+                                   '"PlanTransfer",result="ok"}'), 2)
+            self.assertEqual(value('reshard_plans_total{method='
+                                   '"PlanTransfer",result="error"}'), 0)
+            self.assertEqual(value("reshard_plan_duration_seconds_count"
+                                   + moved), 2)
+            self.assertEqual(value("reshard_plan_copies_total" + moved),
+                             transfer.stats.operations
+                             + transfer_runs.stats.operations)
+            self.assertEqual(
+                value("reshard_plan_copies_before_coalescing_total" + moved),
+                transfer.stats.copies_before_coalescing
+                + transfer_runs.stats.copies_before_coalescing)
+            self.assertEqual(value("reshard_plan_bytes_total" + moved),
+                             transfer.stats.bytes + transfer_runs.stats.bytes)
+            self.assertEqual(value("reshard_plan_runs_requested_total"
+                                   + moved), 1)
+            self.assertEqual(value("reshard_plan_runs_total" + moved),
+                             transfer_runs.stats.runs)
+            self.assertEqual(value("reshard_plan_response_bytes_total"
+                                   + moved),
+                             sum(len(b) for b in transfer_bytes))
+            self.assertNotIn("reshard_plan_pages_total" + moved, text)
             self.assertEqual(value('reshard_catalog_operation_duration_'
                                    'seconds_count{operation="add_pages"}'), 1)
             self.assertGreaterEqual(value('reshard_cache_hits_total{kind='

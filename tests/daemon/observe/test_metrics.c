@@ -1,7 +1,8 @@
 /* Tests daemon/metrics.c: the registry's writers and the Prometheus text
  * exposition (format 0.0.4): series names, labels, cumulative histogram
- * buckets, sums in seconds, escaping, and that every sample line belongs
- * to a declared metric. */
+ * buckets, sums in seconds, escaping, the plan families by method
+ * (PlanLoad, PlanTransfer), and that every sample line belongs to a
+ * declared metric. */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -87,7 +88,13 @@ Test(metrics, fresh_registry_reports_zeros) {
   cr_assert_eq(value(text, "reshard_draining"), 0);
   cr_assert_eq(value(text, PLAN_LOAD_OK), 0);
   cr_assert_eq(value(text, "reshard_calls_in_flight"), 0);
-  cr_assert_eq(value(text, "reshard_plan_copies_total"), 0);
+  cr_assert_eq(value(text, "reshard_plan_copies_total{method=\"PlanLoad\"}"),
+               0);
+  cr_assert_eq(
+      value(text, "reshard_plan_copies_total{method=\"PlanTransfer\"}"), 0);
+  cr_assert_eq(value(text, "reshard_plans_total{method=\"PlanTransfer\","
+                           "result=\"ok\"}"),
+               0);
   cr_assert_eq(value(text, "reshard_reset_flood_connections_closed_total"), 0);
   cr_assert_eq(value(text, "reshard_read_flood_connections_closed_total"), 0);
   /* No unknown-method series until one is seen; no process series
@@ -206,21 +213,34 @@ Test(metrics, plans_catalog_cache_and_drain) {
   reshard_metrics_reset_close(m, 2);
   reshard_metrics_read_flood_close(m, 2);
   char *text = format(m, NULL);
-  cr_assert_eq(value(text, "reshard_plans_total{result=\"ok\"}"), 2);
-  cr_assert_eq(value(text, "reshard_plans_total{result=\"error\"}"), 1);
-  cr_assert_eq(value(text, "reshard_plan_copies_total"), 132);
-  cr_assert_eq(value(text, "reshard_plan_runs_requested_total"), 1);
-  cr_assert_eq(value(text, "reshard_plan_runs_total"), 2);
-  cr_assert_eq(value(text, "reshard_plan_response_bytes_total"), 1370);
-  cr_assert_eq(value(text, "reshard_plan_copies_before_coalescing_total"),
+#define LOAD "{method=\"PlanLoad\"}"
+  cr_assert_eq(value(text, "reshard_plans_total{method=\"PlanLoad\","
+                           "result=\"ok\"}"),
+               2);
+  cr_assert_eq(value(text, "reshard_plans_total{method=\"PlanLoad\","
+                           "result=\"error\"}"),
+               1);
+  cr_assert_eq(value(text, "reshard_plan_copies_total" LOAD), 132);
+  cr_assert_eq(value(text, "reshard_plan_runs_requested_total" LOAD), 1);
+  cr_assert_eq(value(text, "reshard_plan_runs_total" LOAD), 2);
+  cr_assert_eq(value(text, "reshard_plan_response_bytes_total" LOAD), 1370);
+  cr_assert_eq(value(text, "reshard_plan_copies_before_coalescing_total" LOAD),
                4000);
-  cr_assert_eq(value(text, "reshard_plan_bytes_total"), 1 << 20);
-  cr_assert_eq(value(text, "reshard_plan_pages_total"), 8);
-  cr_assert_eq(value(text, "reshard_plan_hit_pages_total"), 6);
-  cr_assert_eq(value(text, "reshard_plan_duration_seconds_count"), 3);
-  assert_value_text(text, "reshard_plan_duration_seconds_sum", "0.000128");
+  cr_assert_eq(value(text, "reshard_plan_bytes_total" LOAD), 1 << 20);
+  cr_assert_eq(value(text, "reshard_plan_pages_total" LOAD), 8);
+  cr_assert_eq(value(text, "reshard_plan_hit_pages_total" LOAD), 6);
+  cr_assert_eq(value(text, "reshard_plan_duration_seconds_count" LOAD), 3);
+  assert_value_text(text, "reshard_plan_duration_seconds_sum" LOAD, "0.000128");
+  cr_assert_eq(value(text, "reshard_plan_duration_seconds_bucket{method=\""
+                           "PlanLoad\",le=\"0.00001\"}"),
+               2);
+  /* PlanLoad's plans leave PlanTransfer's series at zero. */
   cr_assert_eq(
-      value(text, "reshard_plan_duration_seconds_bucket{le=\"0.00001\"}"), 2);
+      value(text, "reshard_plan_copies_total{method=\"PlanTransfer\"}"), 0);
+  cr_assert_eq(value(text, "reshard_plan_duration_seconds_count{method=\""
+                           "PlanTransfer\"}"),
+               0);
+#undef LOAD
   cr_assert_eq(value(text, "reshard_catalog_operation_duration_seconds_count{"
                            "operation=\"lookup_pages\"}"),
                1);
@@ -247,6 +267,75 @@ Test(metrics, plans_catalog_cache_and_drain) {
   cr_assert_eq(value(text, "reshard_draining"), 1);
   cr_assert_eq(value(text, "reshard_reset_flood_connections_closed_total"), 3);
   cr_assert_eq(value(text, "reshard_read_flood_connections_closed_total"), 2);
+  free(text);
+  reshard_metrics_free(m);
+}
+
+/* PlanTransfer's plans count in the same families under their own method
+ * label, apart from PlanLoad's; there are no page series for them. */
+Test(metrics, transfer_plans_by_method) {
+  reshard_metrics *m = reshard_metrics_create("v", "memory");
+  reshard_metrics_record_plan(m, &(reshard_metrics_plan){
+                                     .ok = true,
+                                     .plan_us = 40,
+                                     .copies = 10,
+                                     .bytes = 4096,
+                                 });
+  reshard_metrics_record_plan(m, &(reshard_metrics_plan){
+                                     .method = RESHARD_METRICS_PLAN_TRANSFER,
+                                     .ok = true,
+                                     .plan_us = 2000,
+                                     .copies = 96,
+                                     .copies_before_coalescing = 768,
+                                     .bytes = 1 << 16,
+                                     .runs_requested = true,
+                                     .runs = 12,
+                                     .response_bytes = 900,
+                                 });
+  reshard_metrics_record_plan(m, &(reshard_metrics_plan){
+                                     .method = RESHARD_METRICS_PLAN_TRANSFER,
+                                     .ok = false,
+                                     .plan_us = 7,
+                                     .copies = 5,
+                                 });
+  /* A method outside the enumeration is not recorded. */
+  reshard_metrics_record_plan(
+      m, &(reshard_metrics_plan){.method = (reshard_metrics_plan_method)9,
+                                 .ok = true,
+                                 .copies = 1000});
+  char *text = format(m, NULL);
+#define TRANSFER "{method=\"PlanTransfer\"}"
+  cr_assert_eq(value(text, "reshard_plans_total{method=\"PlanTransfer\","
+                           "result=\"ok\"}"),
+               1);
+  cr_assert_eq(value(text, "reshard_plans_total{method=\"PlanTransfer\","
+                           "result=\"error\"}"),
+               1);
+  cr_assert_eq(value(text, "reshard_plan_copies_total" TRANSFER), 96);
+  cr_assert_eq(
+      value(text, "reshard_plan_copies_before_coalescing_total" TRANSFER), 768);
+  cr_assert_eq(value(text, "reshard_plan_bytes_total" TRANSFER), 1 << 16);
+  cr_assert_eq(value(text, "reshard_plan_runs_requested_total" TRANSFER), 1);
+  cr_assert_eq(value(text, "reshard_plan_runs_total" TRANSFER), 12);
+  cr_assert_eq(value(text, "reshard_plan_response_bytes_total" TRANSFER), 900);
+  cr_assert_eq(value(text, "reshard_plan_duration_seconds_count" TRANSFER), 2);
+  assert_value_text(text, "reshard_plan_duration_seconds_sum" TRANSFER,
+                    "0.002007");
+  cr_assert_eq(value(text, "reshard_plan_duration_seconds_bucket{method=\""
+                           "PlanTransfer\",le=\"0.001\"}"),
+               1);
+  cr_assert_eq(value(text, "reshard_plan_duration_seconds_bucket{method=\""
+                           "PlanTransfer\",le=\"0.0025\"}"),
+               2);
+  cr_assert_null(strstr(text, "reshard_plan_pages_total" TRANSFER));
+  cr_assert_null(strstr(text, "reshard_plan_hit_pages_total" TRANSFER));
+#undef TRANSFER
+  /* PlanLoad's (the record that names no method) stay its own. */
+  cr_assert_eq(value(text, "reshard_plan_copies_total{method=\"PlanLoad\"}"),
+               10);
+  cr_assert_eq(value(text, "reshard_plans_total{method=\"PlanLoad\","
+                           "result=\"ok\"}"),
+               1);
   free(text);
   reshard_metrics_free(m);
 }
