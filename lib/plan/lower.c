@@ -35,19 +35,20 @@ reshard_status reshard__cursor_init_pooled(
       .pooled = pooled,
       .next = RESHARD_ARENA_NEW(arena, size_t, groups + 1),
       .open_count = RESHARD_ARENA_NEW(arena, size_t, groups + 1),
+      .ranges_per_block = RESHARD_ARENA_ARRAY(arena, size_t, groups + 1),
   };
   size_t *group_start = RESHARD_ARENA_ARRAY(arena, size_t, groups + 1);
   if (cursor->next == NULL || cursor->open_count == NULL ||
-      group_start == NULL) {
+      cursor->ranges_per_block == NULL || group_start == NULL) {
     return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
                              "plan: out of memory for the range cursor");
   }
   uint64_t room = 0;
   for (size_t g = 0; g < groups; g++) {
     group_start[g] = (size_t)room;
+    cursor->ranges_per_block[g] = reshard_pool_ranges_per_block(pool, g);
     uint64_t group_room;
-    if (!reshard_mul(blocks, reshard_pool_ranges_per_block(pool, g),
-                     &group_room) ||
+    if (!reshard_mul(blocks, cursor->ranges_per_block[g], &group_room) ||
         !reshard_add(room, group_room, &room) || room > SIZE_MAX / 2) {
       return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
                                "plan: a page's pool ranges overflow");
@@ -530,7 +531,7 @@ static bool pooled_shift(const reshard__page_lowering *page,
   size_t ordinal = 0;
   for (size_t i = 0; i < groups; i++) {
     size_t g = visited_group(i, groups);
-    size_t per_block = reshard_pool_ranges_per_block(pool, g);
+    size_t per_block = page->cursor->ranges_per_block[g];
     uint64_t stride = pool->groups[g].block_stride;
     if (per_block == 0) {
       continue;

@@ -35,6 +35,7 @@ typedef struct reshard__range_cursor {
    * (reshard__cursor_ranges), so a page whose plan is a remembered
    * page's with other blocks never writes them. */
   const reshard_pooled_memory *pooled;
+  size_t *ranges_per_block; /* per group, reshard_pool_ranges_per_block */
   reshard_bound_binding page_binding;
   uint64_t window_start, window_end;
   bool stale; /* page_binding is not yet the window's */
@@ -239,6 +240,13 @@ typedef struct reshard__run_folder {
   reshard__keyed *spare_keys;
   size_t *hashes; /* each sequence's class hash */
   size_t group_room;
+  /* Per region index, the last group whose sequences named it: a group
+   * whose sequences all lie in distinct regions has distinct classes,
+   * known without sorting their hashes. Grown in the arena as regions
+   * appear. */
+  uint64_t *region_group;
+  size_t region_room;
+  uint64_t group_serial;
   reshard_arena *arena; /* where the table and scratch grow */
 } reshard__run_folder;
 

@@ -288,6 +288,39 @@ static bool starts_runs_first(const reshard__run_folder *folder,
          region_step == sequence->region_stride;
 }
 
+/* Whether the group's sequences all lie in distinct regions, so in
+ * distinct classes: one mark per region index, no sort. False when two
+ * share a region (their classes may still differ) or the marks cannot
+ * grow. */
+static bool distinct_regions(reshard__run_folder *folder,
+                             const reshard_run *group, size_t width) {
+  uint64_t serial = ++folder->group_serial;
+  for (size_t s = 0; s < width; s++) {
+    uint64_t region = group[s].first.region_index;
+    if (region >= folder->region_room) {
+      if (region >= SIZE_MAX / 4) {
+        return false;
+      }
+      size_t room = 2 * (size_t)region + 16;
+      uint64_t *grown = RESHARD_ARENA_NEW(folder->arena, uint64_t, room);
+      if (grown == NULL) {
+        return false;
+      }
+      if (folder->region_room > 0) {
+        memcpy(grown, folder->region_group,
+               folder->region_room * sizeof *grown);
+      }
+      folder->region_group = grown;
+      folder->region_room = room;
+    }
+    if (folder->region_group[region] == serial) {
+      return false;
+    }
+    folder->region_group[region] = serial;
+  }
+  return true;
+}
+
 /* Whether folding the group one sequence at a time is folding its copies
  * in order: each sequence is its class's only one in the group (so its
  * class sees only its copies, in its order) and starts its runs at its
@@ -302,7 +335,14 @@ static bool folds_by_sequence(reshard__run_folder *folder,
       return false;
     }
     folder->hashes[s] = hash;
-    folder->keys[s] = (reshard__keyed){hash, s};
+  }
+  /* A paged reader's group reads one region per layer and component: its
+   * classes are distinct without sorting their hashes. */
+  if (distinct_regions(folder, group, width)) {
+    return true;
+  }
+  for (size_t s = 0; s < width; s++) {
+    folder->keys[s] = (reshard__keyed){folder->hashes[s], s};
   }
   const reshard__keyed *order =
       reshard__sort_keyed(folder->keys, folder->spare_keys, width);
