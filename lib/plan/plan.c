@@ -323,6 +323,12 @@ static reshard_status lower_pages(reshard__planner *plan,
    * a page with more goes copy by copy, so the scratch stays a fraction of
    * the page's copies (the in-flight reservation counts per copy). */
   size_t sequence_room = page_room / SEQUENCE_ROOM_DIVISOR + 16;
+  if (plan->cursor.pooled != NULL) {
+    /* Over a pool, the next page is usually this one with other blocks:
+     * its sequences, even one per copy, are kept to be shifted rather
+     * than lowered and sorted again. A page's worth of scratch. */
+    sequence_room = page_room + 16;
+  }
   reshard__sequence_scratch *sequence = &plan->sequence_scratch;
   *sequence = (reshard__sequence_scratch){
       .lowered = RESHARD_ARENA_ARRAY(plan->arena, reshard_run, sequence_room),
