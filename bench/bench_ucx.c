@@ -122,7 +122,10 @@ typedef struct bench {
 } bench;
 
 static int measure(bench *b, int runs, form *out, char *msg, size_t size) {
-  char **ids = calloc(b->file.peer_count + 1, sizeof *ids);
+  Reshard__V1__PooledMemory pooled;
+  Reshard__V1__PlanTransferRequest req;
+  char **ids = pd_transfer_request(&b->file, b->t, b->sp, b->memory_id, runs,
+                                   &pooled, &req);
   double *samples = calloc((size_t)(b->plans + b->reps + 1), sizeof *samples);
   if (ids == NULL || samples == NULL) {
     free(ids);
@@ -130,29 +133,6 @@ static int measure(bench *b, int runs, form *out, char *msg, size_t size) {
     snprintf(msg, size, "no memory");
     return -1;
   }
-  for (size_t p = 0; p < b->file.peer_count; p++) {
-    ids[p] = b->file.peers[p].memory_id;
-  }
-  Reshard__V1__PooledMemory pooled = RESHARD__V1__POOLED_MEMORY__INIT;
-  pooled.pool_case = RESHARD__V1__POOLED_MEMORY__POOL_MEMORY_ID;
-  pooled.memory_id = b->memory_id;
-  pooled.n_block_ids = b->sp->block_count;
-  pooled.block_ids = b->sp->block_ids;
-  Reshard__V1__PlanTransferRequest req =
-      RESHARD__V1__PLAN_TRANSFER_REQUEST__INIT;
-  req.source_case =
-      RESHARD__V1__PLAN_TRANSFER_REQUEST__SOURCE_SOURCE_PLACEMENT_ID;
-  req.source_placement_id = b->file.placement_id;
-  req.n_source_memory_ids = b->file.peer_count;
-  req.source_memory_ids = ids;
-  req.n_source_block_ids = b->file.block_count;
-  req.source_block_ids = b->file.block_ids;
-  req.token_count = b->t->tokens;
-  req.target_case =
-      RESHARD__V1__PLAN_TRANSFER_REQUEST__TARGET_TARGET_PLACEMENT_ID;
-  req.target_placement_id = b->t->target_placement_id;
-  req.pooled = &pooled;
-  req.runs = runs;
   req.operation_id = "bench-ucx";
   Reshard__V1__PlanTransferResponse *plan = NULL;
   int rc = 0;

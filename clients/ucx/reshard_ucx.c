@@ -1,5 +1,6 @@
 /* The UCP context and worker, registered memory and connected peers of
- * reshard_ucx.h. Plan execution is in reshard_ucx_transfer.c. */
+ * reshard_ucx.h. Plan execution is in reshard_ucx_transfer.c and
+ * reshard_ucx_load.c, on reshard_ucx_batch.c's batch machinery. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -55,7 +56,7 @@ int reshard_ucx_open(reshard_ucx **out, reshard_ucx_error *err) {
     return reshard__ucx_fail(err, status, "ucp_config_read: %s",
                              ucs_status_string(status));
   }
-  /* Requests carry the executor's per-get record (reshard_ucx_transfer.c),
+  /* Requests carry the executor's per-get record (reshard_ucx_batch.c),
    * so a completion callback knows which copy it finished without a table
    * on the side. */
   ucp_params_t params = {

@@ -2,16 +2,15 @@
  * part) of the plan is resolved to the peer that serves the Part and the
  * peer's region holding it, the plan is checked whole, then each batch is
  * posted as gets to the peers it reads and every one of them flushed. Runs
- * are read from their columns; nothing is expanded. Posting, completions,
- * timeouts and draining are reshard_ucx_transfer.c's. */
+ * are read from their columns; nothing is expanded. The checks both plans
+ * share, posting, completions, timeouts and draining are
+ * reshard_ucx_batch.c's. */
 #define _GNU_SOURCE /* qsort_r */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "reshard_ucx_internal.h"
-
-#define MAX_IN_FLIGHT 1024
 
 /* One Part as the plan reads it: the table entry and the peer's region it
  * lies in (NULL when the peer did not publish that region). */
@@ -21,11 +20,12 @@ typedef struct served {
 } served;
 
 typedef struct load_resolved {
-  served **page_parts;     /* [n_pages]: indexed by part index */
-  size_t *page_part_count; /* [n_pages] */
+  const Reshard__V1__PlanLoadResponse *plan;
+  const Reshard__V1__RangeBatch *batch; /* the batch being executed */
+  served **page_parts;                  /* [n_pages]: indexed by part index */
+  size_t *page_part_count;              /* [n_pages] */
   const reshard__ucx_local_region **local; /* [n_region_ids] */
   reshard_ucx_peer **used;                 /* scratch: a batch's peers */
-  size_t used_count;
 } load_resolved;
 
 static void load_resolved_free(load_resolved *r, size_t n_pages) {
@@ -54,6 +54,7 @@ static int resolve_load(const Reshard__V1__PlanLoadResponse *plan,
                         const reshard_ucx_memory *local, load_resolved *out,
                         reshard_ucx_error *err) {
   memset(out, 0, sizeof *out);
+  out->plan = plan;
   size_t *order = calloc(part_count + 1, sizeof *order);
   out->page_parts = calloc(plan->n_pages + 1, sizeof *out->page_parts);
   out->page_part_count =
@@ -116,15 +117,8 @@ static int resolve_load(const Reshard__V1__PlanLoadResponse *plan,
       }
     }
   }
-  for (size_t r = 0; local != NULL && r < plan->n_region_ids; r++) {
-    for (size_t k = 0; k < local->count; k++) {
-      if (strcmp(local->regions[k].region.region_id, plan->region_ids[r]) ==
-          0) {
-        out->local[r] = &local->regions[k];
-        break;
-      }
-    }
-  }
+  reshard__ucx_resolve_local(local, plan->region_ids, plan->n_region_ids,
+                             out->local);
   free(order);
   return 0;
 no_memory:
@@ -143,41 +137,27 @@ static const served *lookup(const load_resolved *res, uint64_t page,
   return &res->page_parts[page][part];
 }
 
-static void entry_name(char *out, size_t size, size_t i, uint64_t n,
-                       bool runs) {
-  if (runs && n != 1) {
-    snprintf(out, size, "entry %zu (a run of %llu copies)", i,
-             (unsigned long long)n);
-  } else {
-    snprintf(out, size, "copy %zu", i);
-  }
-}
-
 static int check_load_batch(const Reshard__V1__PlanLoadResponse *plan, size_t b,
                             const load_resolved *res, reshard_ucx_error *err) {
   const Reshard__V1__RangeBatch *batch = plan->batches[b];
   size_t n = batch->n_nbytes;
-  if (batch->n_page_index != n || batch->n_part_index != n ||
-      batch->n_part_offset != n || batch->n_region_index != n ||
-      batch->n_region_offset != n) {
-    return reshard__ucx_fail(err, 0,
-                             "batches[%zu]: the copy columns have different "
-                             "lengths",
-                             b);
+  size_t copy[] = {n,
+                   batch->n_page_index,
+                   batch->n_part_index,
+                   batch->n_part_offset,
+                   batch->n_region_index,
+                   batch->n_region_offset};
+  size_t run[] = {batch->n_run_count, batch->n_part_stride,
+                  batch->n_region_stride};
+  if (reshard__ucx_check_columns(b, copy, sizeof copy / sizeof *copy, run,
+                                 err) != 0) {
+    return -1;
   }
   bool runs = batch->n_run_count != 0;
-  if ((runs || batch->n_part_stride != 0 || batch->n_region_stride != 0) &&
-      (batch->n_run_count != n || batch->n_part_stride != n ||
-       batch->n_region_stride != n)) {
-    return reshard__ucx_fail(err, 0,
-                             "batches[%zu]: the run columns are neither empty "
-                             "nor of the copy columns' length",
-                             b);
-  }
   for (size_t i = 0; i < n; i++) {
     uint64_t count = runs ? batch->run_count[i] : 1;
     char what[64];
-    entry_name(what, sizeof what, i, count, runs);
+    reshard__ucx_entry_name(what, sizeof what, i, count, runs);
     if (count == 0) {
       return reshard__ucx_fail(err, 0, "batches[%zu] %s: run_count is 0", b,
                                what);
@@ -233,45 +213,33 @@ static int check_load_batch(const Reshard__V1__PlanLoadResponse *plan, size_t b,
           part->region_id, part->peer->participant_id,
           (unsigned long long)s->remote->nbytes);
     }
-    const reshard__ucx_local_region *mine = res->local[r];
-    if (mine == NULL) {
-      return reshard__ucx_fail(err, 0,
-                               "batches[%zu] %s: target region %s is not "
-                               "registered with this executor",
-                               b, what, plan->region_ids[r]);
-    }
-    if (!reshard__ucx_run_end(batch->region_offset[i], count,
-                              runs ? batch->region_stride[i] : 0,
-                              batch->nbytes[i], &end) ||
-        end > mine->region.nbytes) {
-      return reshard__ucx_fail(err, 0,
-                               "batches[%zu] %s: target region %s: offsets up "
-                               "to %llu pass its %llu registered bytes",
-                               b, what, plan->region_ids[r],
-                               (unsigned long long)end,
-                               (unsigned long long)mine->region.nbytes);
+    if (reshard__ucx_check_target(b, what, plan->region_ids[r], res->local[r],
+                                  batch->region_offset[i], count,
+                                  runs ? batch->region_stride[i] : 0,
+                                  batch->nbytes[i], err) != 0) {
+      return -1;
     }
   }
   return 0;
 }
 
-/* Adds `peer` to the batch's peers; false when it cannot be used (an
- * earlier failure). */
-static bool use_peer(load_resolved *res, reshard_ucx_peer *peer,
-                     reshard__ucx_batch *st) {
-  for (size_t k = res->used_count; k > 0; k--) {
-    if (res->used[k - 1] == peer) {
-      return true;
-    }
-  }
-  res->used[res->used_count++] = peer;
-  if (peer->ep == NULL || peer->stuck || peer->failure != UCS_OK) {
-    reshard__ucx_note_failure(
-        st, peer->failure != UCS_OK ? peer->failure : UCS_ERR_CANCELED,
-        "an earlier failure of the endpoint", UINT64_MAX, 0);
-    return false;
-  }
-  return true;
+/* Entry `i` of the batch being executed: the peer serving its Part. */
+static void load_entry(const void *arg, size_t i, reshard__ucx_entry *e) {
+  const load_resolved *res = arg;
+  const Reshard__V1__RangeBatch *batch = res->batch;
+  const served *s = lookup(res, batch->page_index[i], batch->part_index[i]);
+  bool runs = batch->n_run_count != 0;
+  *e = (reshard__ucx_entry){
+      .peer = s->part->peer,
+      .remote = s->remote,
+      .src = s->remote->address + s->part->offset + batch->part_offset[i],
+      .src_stride = runs ? batch->part_stride[i] : 0,
+      .dst = (uint8_t *)res->local[batch->region_index[i]]->region.address +
+             batch->region_offset[i],
+      .dst_stride = runs ? batch->region_stride[i] : 0,
+      .count = runs ? batch->run_count[i] : 1,
+      .nbytes = batch->nbytes[i],
+  };
 }
 
 static int run_load_batch(reshard_ucx *ux,
@@ -279,116 +247,33 @@ static int run_load_batch(reshard_ucx *ux,
                           load_resolved *res, const reshard_ucx_options *opt,
                           reshard_ucx_result *result, reshard_ucx_error *err) {
   const Reshard__V1__RangeBatch *batch = plan->batches[b];
-  int64_t timeout_ns =
-      (opt->batch_timeout_ms > 0 ? opt->batch_timeout_ms : 60000) * 1000000ll;
-  reshard__ucx_batch *st = calloc(1, sizeof *st);
-  if (st == NULL) {
-    return reshard__ucx_fail(err, UCS_ERR_NO_MEMORY, "reshard_ucx: no memory");
-  }
-  st->status = UCS_OK;
-  res->used_count = 0;
-  bool runs = batch->n_run_count != 0;
-  uint64_t get = 0;
-  for (size_t i = 0; i < batch->n_nbytes && st->status == UCS_OK; i++) {
-    uint64_t count = runs ? batch->run_count[i] : 1;
-    const served *s = lookup(res, batch->page_index[i], batch->part_index[i]);
-    reshard_ucx_peer *peer = s->part->peer;
-    if (!use_peer(res, peer, st)) {
-      break;
-    }
-    uint64_t src_at =
-        s->remote->address + s->part->offset + batch->part_offset[i];
-    uint8_t *dst_at =
-        (uint8_t *)res->local[batch->region_index[i]]->region.address +
-        batch->region_offset[i];
-    uint64_t src_stride = runs ? batch->part_stride[i] : 0;
-    uint64_t dst_stride = runs ? batch->region_stride[i] : 0;
-    for (uint64_t k = 0; k < count; k++, get++) {
-      if (opt->before_get != NULL) {
-        opt->before_get(opt->arg, b, get);
-      }
-      if (peer->failure != UCS_OK) {
-        reshard__ucx_note_failure(st, peer->failure, "the endpoint", i, k);
-        break;
-      }
-      if (!reshard__ucx_post_get(peer, s->remote, dst_at + k * dst_stride,
-                                 src_at + k * src_stride, batch->nbytes[i], i,
-                                 k, st)) {
-        break;
-      }
-      if (st->pending >= MAX_IN_FLIGHT) {
-        reshard__ucx_wait_pending(ux, st, MAX_IN_FLIGHT / 2, timeout_ns);
-        if (st->status != UCS_OK) {
-          break;
-        }
-      }
-    }
-  }
-  /* One flush per peer the batch read completes it. */
-  for (size_t p = 0; p < res->used_count && st->status == UCS_OK; p++) {
-    reshard__ucx_post_flush(res->used[p], st);
-  }
-  if (st->status == UCS_OK) {
-    reshard__ucx_wait_pending(ux, st, 0, timeout_ns);
-  }
-  bool undetectable = false;
-  for (size_t p = 0; p < res->used_count; p++) {
-    if (st->status == UCS_OK && res->used[p]->failure != UCS_OK) {
-      reshard__ucx_note_failure(st, res->used[p]->failure, "the endpoint",
-                                UINT64_MAX, 0);
-    }
-    undetectable = undetectable || res->used[p]->no_failure_detection;
-  }
-  bool owned =
-      st->status == UCS_OK ||
-      reshard__ucx_drain(ux, res->used, res->used_count, st, timeout_ns);
-  result->bytes += st->bytes;
-  result->gets += st->gets;
-  reshard__ucx_batch failed = *st;
-  if (owned) {
-    free(st);
+  res->batch = batch;
+  reshard__ucx_batch failed;
+  if (reshard__ucx_run_batch(ux, b, batch->n_nbytes, load_entry, res, res->used,
+                             0, opt, result, &failed, err) != 0) {
+    return -1;
   }
   if (failed.status == UCS_OK) {
-    result->batches++;
     return 0;
   }
-  char where[256];
+  char copy[128], where[256];
   uint64_t e = failed.failed_entry;
-  if (e == UINT64_MAX || e >= batch->n_nbytes) {
-    snprintf(where, sizeof where, "batches[%zu]", b);
-  } else {
+  if (reshard__ucx_copy_name(copy, sizeof copy, b, batch->n_nbytes,
+                             batch->n_run_count != 0 ? batch->run_count : NULL,
+                             e, failed.failed_copy)) {
     const served *s = lookup(res, batch->page_index[e], batch->part_index[e]);
-    char copy[96];
-    if (runs && batch->run_count[e] != 1) {
-      snprintf(copy, sizeof copy, "entry %llu copy %llu of its run of %llu",
-               (unsigned long long)e, (unsigned long long)failed.failed_copy,
-               (unsigned long long)batch->run_count[e]);
-    } else {
-      snprintf(copy, sizeof copy, "copy %llu", (unsigned long long)e);
-    }
-    snprintf(where, sizeof where,
-             "batches[%zu] %s (part %llu of page %s, "
-             "peer %s)",
-             b, copy, (unsigned long long)batch->part_index[e],
+    snprintf(where, sizeof where, "%s (part %llu of page %s, peer %s)", copy,
+             (unsigned long long)batch->part_index[e],
              plan->pages[batch->page_index[e]]->page_key,
              s->part->peer->participant_id);
+  } else {
+    snprintf(where, sizeof where, "%s", copy);
   }
   uint64_t total = 0;
   for (size_t k = 0; k < plan->n_batches; k++) {
     total += plan->batches[k]->bytes;
   }
-  return reshard__ucx_fail(
-      err, failed.status,
-      "%s: %s failed: %s (%s, %d)%s; %llu of the plan's %llu bytes "
-      "completed",
-      where, failed.failed_what, reshard__ucx_status_name(failed.status),
-      ucs_status_string(failed.status), (int)failed.status,
-      failed.status == UCS_ERR_TIMED_OUT
-          ? (undetectable ? " (no get completed for the batch timeout; these "
-                            "transports cannot detect a dead peer)"
-                          : " (no get completed for the batch timeout)")
-          : "",
-      (unsigned long long)result->bytes, (unsigned long long)total);
+  return reshard__ucx_fail_batch(err, where, &failed, result->bytes, total);
 }
 
 int reshard_ucx_execute_load(reshard_ucx *ux,

@@ -16,55 +16,25 @@ copy."""
 
 import os
 import re
-import signal
 import subprocess
-import tempfile
-import time
 import unittest
 
 import reshard_e2e as e
 import reshard_scenarios as scenarios
-from reshard_e2e import pb
+from reshard_ucx import UcxMixin
 
 STORE = os.environ.get("RESHARD_E2E_UCX_STORE", "")
 LOAD = os.environ.get("RESHARD_E2E_UCX_LOAD", "")
 PAGES = 2
-SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
-                     "runtime error:")
 
 
-class LoadMixin:
-    UCX_ENV = {}
+class LoadMixin(UcxMixin):
+    """Each test publishes a scenario and runs a store and the loader with
+    the class's UCX transports."""
 
-    @classmethod
-    def setUpClass(cls):
-        if not (os.access(STORE, os.X_OK) and os.access(LOAD, os.X_OK)):
-            raise unittest.SkipTest("RESHARD_E2E_UCX_STORE/LOAD unset")
-        cls.daemon = e.Daemon().start()
-        cls.planner = e.Planner(cls.daemon.channel())
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.daemon.stop()
-        cls.daemon.check_sanitizers()
-
-    def setUp(self):
-        self.dir = tempfile.TemporaryDirectory(prefix="reshard-ucx-load-")
-        self.store = None
-
-    def tearDown(self):
-        if self.store is not None and self.store.poll() is None:
-            self.store.kill()
-            self.store.wait()
-        self.dir.cleanup()
-
-    def env(self):
-        env = dict(os.environ)
-        env.update(self.UCX_ENV)
-        return env
-
-    def path(self, name):
-        return os.path.join(self.dir.name, name)
+    PROGRAMS = (STORE, LOAD)
+    SKIP_REASON = "RESHARD_E2E_UCX_STORE/LOAD unset"
+    TEMP_PREFIX = "reshard-ucx-load-"
 
     def publish(self, name, participant_index):
         """The scenario's requests, its manifest published, its pages
@@ -88,26 +58,13 @@ class LoadMixin:
 
     def start_store(self, parts_dir, *flags):
         peers = self.path("store.peers")
-        self.store = subprocess.Popen(
-            [STORE, "--parts", parts_dir, "--peers", peers, *flags],
-            env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True)
-        deadline = time.monotonic() + 120
-        while not os.path.exists(peers):
-            if self.store.poll() is not None:
-                self.fail("store exited %s: %s" % (
-                    self.store.returncode, self.store.stderr.read()))
-            self.assertLess(time.monotonic(), deadline, "no peers file")
-            time.sleep(0.05)
+        self.store = self.start_server(
+            "store", [STORE, "--parts", parts_dir, "--peers", peers, *flags],
+            peers)
         return peers
 
     def stop_store(self):
-        self.store.send_signal(signal.SIGTERM)
-        out, err = self.store.communicate(timeout=60)
-        self.assertEqual(self.store.returncode, 0, err)
-        for marker in SANITIZER_MARKERS:
-            self.assertNotIn(marker, err)
-        return out
+        return self.stop_server(self.store)
 
     def load(self, req, plan, peers, *flags):
         """Runs the loader on ``plan``; (exit code, stdout, stderr,
@@ -127,8 +84,7 @@ class LoadMixin:
              peers, "--out", out_path, "--batch-timeout-ms", "20000",
              *flags], env=self.env(), capture_output=True, text=True,
             timeout=600)
-        for marker in SANITIZER_MARKERS:
-            self.assertNotIn(marker, proc.stderr)
+        self.assert_no_sanitizer_report(proc.stderr)
         regions = {}
         if proc.returncode == 0:
             with open(out_path, "rb") as f:

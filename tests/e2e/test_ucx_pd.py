@@ -21,14 +21,12 @@ of a batch (TCP detects the dead peer; the shared-memory transports of UCX
 
 import os
 import re
-import signal
 import subprocess
-import tempfile
 import time
 import unittest
 
-import reshard_e2e as e
 from reshard_e2e import pb
+from reshard_ucx import UcxMixin
 
 PREFILL = os.environ.get("RESHARD_E2E_PD_PREFILL", "")
 DECODE = os.environ.get("RESHARD_E2E_PD_DECODE", "")
@@ -38,64 +36,27 @@ TOKENS = {"T1": 256, "T3": 128}
 MEMORY_RE = re.compile(r"registered memory (sha256:[0-9a-f]{64})")
 
 
-class PdMixin:
-    """One daemon per class; each test runs a prefill and a decode with
-    the class's UCX transports."""
+class PdMixin(UcxMixin):
+    """Each test runs a prefill and a decode with the class's UCX
+    transports."""
 
-    UCX_ENV = {}
-
-    @classmethod
-    def setUpClass(cls):
-        if not (os.access(PREFILL, os.X_OK) and os.access(DECODE, os.X_OK)):
-            raise unittest.SkipTest("RESHARD_E2E_PD_PREFILL/DECODE unset")
-        cls.daemon = e.Daemon().start()
-        cls.planner = e.Planner(cls.daemon.channel())
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.daemon.stop()
-        cls.daemon.check_sanitizers()
+    PROGRAMS = (PREFILL, DECODE)
+    SKIP_REASON = "RESHARD_E2E_PD_PREFILL/DECODE unset"
+    TEMP_PREFIX = "reshard-pd-"
 
     def setUp(self):
-        self.dir = tempfile.TemporaryDirectory(prefix="reshard-pd-")
-        self.peers = os.path.join(self.dir.name, "peers")
+        super().setUp()
+        self.peers = self.path("peers")
         self.prefill = None
-
-    def tearDown(self):
-        if self.prefill is not None and self.prefill.poll() is None:
-            self.prefill.kill()
-            self.prefill.wait()
-        self.dir.cleanup()
-
-    def env(self):
-        env = dict(os.environ)
-        env.update(self.UCX_ENV)
-        # Under the ASan build LeakSanitizer checks both processes at exit
-        # with no suppressions: UCX 1.13 frees what it allocates, also
-        # after a dead peer's requests were abandoned to the worker.
-        return env
 
     def start_prefill(self, scenario, *flags):
         argv = [PREFILL, "--target", self.daemon.target, "--scenario",
                 scenario, "--tokens", str(TOKENS[scenario]), "--peers",
                 self.peers, *flags]
-        self.prefill = subprocess.Popen(argv, env=self.env(),
-                                        stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 120
-        while not os.path.exists(self.peers):
-            if self.prefill.poll() is not None:
-                self.fail("prefill exited %s: %s" % (
-                    self.prefill.returncode, self.prefill.stderr.read()))
-            self.assertLess(time.monotonic(), deadline, "no peers file")
-            time.sleep(0.05)
+        self.prefill = self.start_server("prefill", argv, self.peers)
 
     def stop_prefill(self):
-        self.prefill.send_signal(signal.SIGTERM)
-        out, err = self.prefill.communicate(timeout=60)
-        self.assertEqual(self.prefill.returncode, 0, err)
-        self.assertNotIn("ERROR: AddressSanitizer", err)
-        self.assertNotIn("ERROR: LeakSanitizer", err)
+        self.stop_server(self.prefill)
 
     def decode(self, scenario, *flags, timeout=600):
         argv = [DECODE, "--target", self.daemon.target, "--scenario",
@@ -106,9 +67,7 @@ class PdMixin:
 
     def finish(self, proc, timeout=600):
         out, err = proc.communicate(timeout=timeout)
-        for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
-                       "runtime error:"):
-            self.assertNotIn(marker, err)
+        self.assert_no_sanitizer_report(err)
         return proc.returncode, out, err
 
     def assert_forgotten(self, err):

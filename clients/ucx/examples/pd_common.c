@@ -8,6 +8,28 @@
 #include "pd_common.h"
 #include "wire/wire.h"
 
+bool pd_parse_option(int argc, char **argv, int *i, pd_options *o) {
+  if (*i + 1 >= argc) {
+    return false;
+  }
+  const char *a = argv[*i], *v = argv[*i + 1];
+  if (strcmp(a, "--target") == 0) {
+    o->target = v;
+  } else if (strcmp(a, "--scenario") == 0) {
+    o->scenario = v;
+  } else if (strcmp(a, "--peers") == 0) {
+    o->peers = v;
+  } else if (strcmp(a, "--tokens") == 0) {
+    o->tokens = strtoull(v, NULL, 10);
+  } else if (strcmp(a, "--seed") == 0) {
+    o->seed = strtoull(v, NULL, 10);
+  } else {
+    return false;
+  }
+  (*i)++;
+  return true;
+}
+
 int pd_build(const char *name, uint64_t tokens, uint64_t seed,
              reshard_arena *arena, const transfer_spec **spec,
              transfer_scenario *out, char *msg, size_t msg_size) {
@@ -311,4 +333,39 @@ void pd_forget_pool(reshard_client *client, const char *memory_id) {
       RESHARD_STATUS_OK) {
     reshard__v1__forget_memory_response__free_unpacked(resp, NULL);
   }
+}
+
+char **pd_transfer_request(const reshard_ucx_peer_file *file,
+                           const transfer_scenario *t, const scenario_pool *sp,
+                           const char *memory_id, int runs,
+                           Reshard__V1__PooledMemory *pooled,
+                           Reshard__V1__PlanTransferRequest *req) {
+  char **ids = calloc(file->peer_count + 1, sizeof *ids);
+  if (ids == NULL) {
+    return NULL;
+  }
+  for (size_t p = 0; p < file->peer_count; p++) {
+    ids[p] = file->peers[p].memory_id;
+  }
+  *pooled = (Reshard__V1__PooledMemory)RESHARD__V1__POOLED_MEMORY__INIT;
+  pooled->pool_case = RESHARD__V1__POOLED_MEMORY__POOL_MEMORY_ID;
+  pooled->memory_id = (char *)memory_id;
+  pooled->n_block_ids = sp->block_count;
+  pooled->block_ids = sp->block_ids;
+  *req = (Reshard__V1__PlanTransferRequest)
+      RESHARD__V1__PLAN_TRANSFER_REQUEST__INIT;
+  req->source_case =
+      RESHARD__V1__PLAN_TRANSFER_REQUEST__SOURCE_SOURCE_PLACEMENT_ID;
+  req->source_placement_id = file->placement_id;
+  req->n_source_memory_ids = file->peer_count;
+  req->source_memory_ids = ids;
+  req->n_source_block_ids = file->block_count;
+  req->source_block_ids = file->block_ids;
+  req->token_count = t->tokens;
+  req->target_case =
+      RESHARD__V1__PLAN_TRANSFER_REQUEST__TARGET_TARGET_PLACEMENT_ID;
+  req->target_placement_id = (char *)t->target_placement_id;
+  req->pooled = pooled;
+  req->runs = runs;
+  return ids;
 }

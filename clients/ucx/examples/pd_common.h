@@ -14,7 +14,24 @@
 
 #include "reshard_client.h"
 #include "reshard_ucx.h"
+#include "reshard_ucx_peers.h"
 #include "scenario.h"
+
+/* The options both programs take: --target HOST:PORT (reshardd),
+ * --scenario NAME, --peers FILE (the prefill's peers file), --tokens N (0:
+ * the scenario's) and --seed N. */
+typedef struct pd_options {
+  const char *target, *scenario, *peers;
+  uint64_t tokens, seed;
+} pd_options;
+
+/* pd_options' defaults: scenario T1, seed 42. */
+#define PD_OPTIONS_INIT                                                        \
+  { .scenario = "T1", .seed = 42 }
+
+/* When argv[*i] is one of pd_options' and has a value, stores the value,
+ * advances *i past it and returns true; otherwise returns false. */
+bool pd_parse_option(int argc, char **argv, int *i, pd_options *o);
 
 /* The transfer scenario named by a prefix of its name ("T1", "T3"), with
  * `tokens` tokens (0: the spec's), source blocks scattered by `seed`.
@@ -83,5 +100,17 @@ int pd_register_pool(reshard_client *client, const reshard_pool *pool,
 
 /* ForgetMemory; whether the daemon knew it is ignored. */
 void pd_forget_pool(reshard_client *client, const char *memory_id);
+
+/* Fills `req` with the PlanTransfer request of target pool `sp` of `t`
+ * (registered as `memory_id`) from the sources the prefill's peers file
+ * `file` names (by memory id and block table), `runs` set as given; the
+ * caller sets operation_id. `req` points into `pooled` (the caller's),
+ * `sp`, `file` and the returned memory id array (malloc'd, caller frees
+ * after the request; NULL when memory runs out). */
+char **pd_transfer_request(const reshard_ucx_peer_file *file,
+                           const transfer_scenario *t, const scenario_pool *sp,
+                           const char *memory_id, int runs,
+                           Reshard__V1__PooledMemory *pooled,
+                           Reshard__V1__PlanTransferRequest *req);
 
 #endif

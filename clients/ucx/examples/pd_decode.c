@@ -40,8 +40,8 @@
 #include "reshard_ucx_peers.h"
 
 typedef struct options {
-  const char *target, *scenario, *peers, *mode, *pause_file;
-  uint64_t tokens, seed;
+  pd_options pd;
+  const char *mode, *pause_file;
   int64_t batch_timeout_ms;
   long participant; /* -1: all */
   int skip_register;
@@ -51,8 +51,7 @@ typedef struct options {
 } options;
 
 static int parse(int argc, char **argv, options *o) {
-  *o = (options){.scenario = "T1",
-                 .seed = 42,
+  *o = (options){.pd = PD_OPTIONS_INIT,
                  .participant = -1,
                  .mode = "both",
                  .pause_batch = -1};
@@ -61,16 +60,6 @@ static int parse(int argc, char **argv, options *o) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--skip-register") == 0) {
       o->skip_register = 1;
-    } else if (v != NULL && strcmp(a, "--target") == 0) {
-      o->target = argv[++i];
-    } else if (v != NULL && strcmp(a, "--scenario") == 0) {
-      o->scenario = argv[++i];
-    } else if (v != NULL && strcmp(a, "--peers") == 0) {
-      o->peers = argv[++i];
-    } else if (v != NULL && strcmp(a, "--tokens") == 0) {
-      o->tokens = strtoull(argv[++i], NULL, 10);
-    } else if (v != NULL && strcmp(a, "--seed") == 0) {
-      o->seed = strtoull(argv[++i], NULL, 10);
     } else if (v != NULL && strcmp(a, "--participant") == 0) {
       o->participant = strtol(argv[++i], NULL, 10);
     } else if (v != NULL && strcmp(a, "--batch-timeout-ms") == 0) {
@@ -86,12 +75,12 @@ static int parse(int argc, char **argv, options *o) {
       o->pause_get = g;
     } else if (v != NULL && strcmp(a, "--pause-file") == 0) {
       o->pause_file = argv[++i];
-    } else {
+    } else if (!pd_parse_option(argc, argv, &i, &o->pd)) {
       fprintf(stderr, "decode: unknown or incomplete option %s\n", a);
       return -1;
     }
   }
-  if (o->target == NULL || o->peers == NULL ||
+  if (o->pd.target == NULL || o->pd.peers == NULL ||
       (o->pause_batch >= 0 && o->pause_file == NULL) ||
       (strcmp(o->mode, "both") != 0 && strcmp(o->mode, "explicit") != 0 &&
        strcmp(o->mode, "runs") != 0)) {
@@ -145,34 +134,14 @@ static int execute_one(decode *d, const scenario_pool *sp,
                        const char *memory_id, reshard_ucx_memory *local,
                        pd_memory *memory, int runs, char *msg,
                        size_t msg_size) {
-  char **ids = calloc(d->file.peer_count + 1, sizeof *ids);
+  Reshard__V1__PooledMemory pooled;
+  Reshard__V1__PlanTransferRequest req;
+  char **ids =
+      pd_transfer_request(&d->file, &d->t, sp, memory_id, runs, &pooled, &req);
   if (ids == NULL) {
     snprintf(msg, msg_size, "no memory");
     return -1;
   }
-  for (size_t p = 0; p < d->file.peer_count; p++) {
-    ids[p] = d->file.peers[p].memory_id;
-  }
-  Reshard__V1__PooledMemory pooled = RESHARD__V1__POOLED_MEMORY__INIT;
-  pooled.pool_case = RESHARD__V1__POOLED_MEMORY__POOL_MEMORY_ID;
-  pooled.memory_id = (char *)memory_id;
-  pooled.n_block_ids = sp->block_count;
-  pooled.block_ids = sp->block_ids;
-  Reshard__V1__PlanTransferRequest req =
-      RESHARD__V1__PLAN_TRANSFER_REQUEST__INIT;
-  req.source_case =
-      RESHARD__V1__PLAN_TRANSFER_REQUEST__SOURCE_SOURCE_PLACEMENT_ID;
-  req.source_placement_id = d->file.placement_id;
-  req.n_source_memory_ids = d->file.peer_count;
-  req.source_memory_ids = ids;
-  req.n_source_block_ids = d->file.block_count;
-  req.source_block_ids = d->file.block_ids;
-  req.token_count = d->t.tokens;
-  req.target_case =
-      RESHARD__V1__PLAN_TRANSFER_REQUEST__TARGET_TARGET_PLACEMENT_ID;
-  req.target_placement_id = d->t.target_placement_id;
-  req.pooled = &pooled;
-  req.runs = runs;
   req.operation_id = "pd-decode";
   reshard_client_status st = {0};
   Reshard__V1__PlanTransferResponse *plan = NULL;
@@ -230,7 +199,7 @@ static int run_participant(decode *d, size_t index, char *msg,
                            size_t msg_size) {
   scenario_pool sp;
   const reshard_placement_part *part = &d->t.target.parts[index];
-  if (pd_target_pool(d->spec, &d->t, index, d->o->seed + 1 + index, d->arena,
+  if (pd_target_pool(d->spec, &d->t, index, d->o->pd.seed + 1 + index, d->arena,
                      &sp, msg, msg_size) != 0) {
     return -1;
   }
@@ -293,14 +262,14 @@ int main(int argc, char **argv) {
   decode d = {.o = &o, .arena = &arena};
   reshard_ucx_error uerr = {0};
 
-  if (pd_build(o.scenario, o.tokens, o.seed, &arena, &d.spec, &d.t, msg,
-               sizeof msg) != 0) {
+  if (pd_build(o.pd.scenario, o.pd.tokens, o.pd.seed, &arena, &d.spec, &d.t,
+               msg, sizeof msg) != 0) {
     goto out;
   }
-  for (int i = 0; i < 600 && access(o.peers, F_OK) != 0; i++) {
+  for (int i = 0; i < 600 && access(o.pd.peers, F_OK) != 0; i++) {
     sleep_ms(100);
   }
-  if (reshard_ucx_peer_file_read(o.peers, &d.file, msg, sizeof msg) != 0) {
+  if (reshard_ucx_peer_file_read(o.pd.peers, &d.file, msg, sizeof msg) != 0) {
     goto out;
   }
   if (d.file.placement_id == NULL ||
@@ -311,7 +280,7 @@ int main(int argc, char **argv) {
              d.file.placement_id, d.t.source_placement_id);
     goto out;
   }
-  d.client = reshard_client_open(o.target, 30000);
+  d.client = reshard_client_open(o.pd.target, 30000);
   d.peers = calloc(d.file.peer_count + 1, sizeof *d.peers);
   if (d.client == NULL || d.peers == NULL) {
     snprintf(msg, sizeof msg, "no memory");

@@ -24,55 +24,36 @@
  *                      [--ucx-allocate]
  *
  * Exit status: 0 after a clean stop, 1 on any failure (printed). */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "example_serve.h"
 #include "pd_common.h"
 #include "reshard_ucx_peers.h"
 
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig) {
-  (void)sig;
-  stop = 1;
-}
-
 typedef struct options {
-  const char *target, *scenario, *peers;
-  uint64_t tokens, seed;
+  pd_options pd;
   int fill, short_rkey, ucx_allocate;
 } options;
 
 static int parse(int argc, char **argv, options *o) {
-  *o = (options){.scenario = "T1", .seed = 42, .fill = 1};
+  *o = (options){.pd = PD_OPTIONS_INIT, .fill = 1};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--no-fill") == 0) {
       o->fill = 0;
     } else if (strcmp(a, "--ucx-allocate") == 0) {
       o->ucx_allocate = 1;
     } else if (strcmp(a, "--short-rkey") == 0) {
       o->short_rkey = 1;
-    } else if (v != NULL && strcmp(a, "--target") == 0) {
-      o->target = argv[++i];
-    } else if (v != NULL && strcmp(a, "--scenario") == 0) {
-      o->scenario = argv[++i];
-    } else if (v != NULL && strcmp(a, "--peers") == 0) {
-      o->peers = argv[++i];
-    } else if (v != NULL && strcmp(a, "--tokens") == 0) {
-      o->tokens = strtoull(argv[++i], NULL, 10);
-    } else if (v != NULL && strcmp(a, "--seed") == 0) {
-      o->seed = strtoull(argv[++i], NULL, 10);
-    } else {
+    } else if (!pd_parse_option(argc, argv, &i, &o->pd)) {
       fprintf(stderr, "prefill: unknown or incomplete option %s\n", a);
       return -1;
     }
   }
-  if (o->target == NULL || o->peers == NULL) {
+  if (o->pd.target == NULL || o->pd.peers == NULL) {
     fprintf(stderr, "usage: reshard-pd-prefill --target HOST:PORT --peers "
                     "FILE [--scenario T1] [--tokens N] [--seed N] "
                     "[--no-fill] [--short-rkey] [--ucx-allocate]\n");
@@ -86,8 +67,7 @@ int main(int argc, char **argv) {
   if (parse(argc, argv, &o) != 0) {
     return 2;
   }
-  signal(SIGTERM, on_signal);
-  signal(SIGINT, on_signal);
+  example_catch_stop_signals();
   char msg[2048] = "";
   int rc = 1;
   reshard_arena arena;
@@ -103,7 +83,7 @@ int main(int argc, char **argv) {
   reshard_ucx_peer_file file = {0};
   reshard_ucx_error uerr = {0};
 
-  if (pd_build(o.scenario, o.tokens, o.seed, &arena, &spec, &t, msg,
+  if (pd_build(o.pd.scenario, o.pd.tokens, o.pd.seed, &arena, &spec, &t, msg,
                sizeof msg) != 0) {
     goto out;
   }
@@ -112,7 +92,7 @@ int main(int argc, char **argv) {
   ucx_memory = calloc(n, sizeof *ucx_memory);
   memory_ids = calloc(n, RESHARD_ID_SIZE);
   file.peers = calloc(n, sizeof *file.peers);
-  client = reshard_client_open(o.target, 30000);
+  client = reshard_client_open(o.pd.target, 30000);
   if (memory == NULL || ucx_memory == NULL || memory_ids == NULL ||
       file.peers == NULL || client == NULL) {
     snprintf(msg, sizeof msg, "no memory");
@@ -199,7 +179,7 @@ int main(int argc, char **argv) {
     }
     registered = p + 1;
     if (o.fill) {
-      pd_memory_noise(&memory[p], o.seed + 7 + p);
+      pd_memory_noise(&memory[p], o.pd.seed + 7 + p);
       pd_fill(&t.source.descriptor, part, pool, t.source_block_ids, t.tokens,
               memory[p].bytes);
     }
@@ -228,25 +208,21 @@ int main(int argc, char **argv) {
   file.placement_id = t.source_placement_id;
   file.block_ids = (uint32_t *)t.source_block_ids;
   file.block_count = t.source_block_count;
-  if (reshard_ucx_peer_file_write(o.peers, &file, msg, sizeof msg) != 0) {
+  if (reshard_ucx_peer_file_write(o.pd.peers, &file, msg, sizeof msg) != 0) {
     goto out;
   }
   printf("prefill: %s, %llu tokens, %zu participants served from pid %d\n",
          spec->name, (unsigned long long)t.tokens, n, (int)getpid());
-  fflush(stdout);
-  while (!stop) {
-    if (reshard_ucx_serve(ux, 100, &uerr) != 0) {
-      snprintf(msg, sizeof msg, "%s", uerr.message);
-      goto out;
-    }
+  if (example_serve_until_stopped(ux, msg, sizeof msg) != 0) {
+    goto out;
   }
   rc = 0;
 out:
   if (rc != 0) {
     fprintf(stderr, "prefill: error: %s\n", msg);
   }
-  if (o.peers != NULL) {
-    remove(o.peers);
+  if (o.pd.peers != NULL) {
+    remove(o.pd.peers);
   }
   for (size_t p = 0; p < file.peer_count; p++) {
     free(file.peers[p].regions);

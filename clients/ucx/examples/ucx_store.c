@@ -19,22 +19,15 @@
  *
  * Exit status: 0 after a clean stop, 1 on any failure (printed). */
 #define _GNU_SOURCE
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "example_serve.h"
 #include "reshard_ucx.h"
 #include "reshard_ucx_peers.h"
-
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig) {
-  (void)sig;
-  stop = 1;
-}
 
 typedef struct part_file {
   char *page_key, *layout_id, *path;
@@ -133,8 +126,7 @@ int main(int argc, char **argv) {
                     "[--participant ID] [--user-memory] [--skip N]\n");
     return 2;
   }
-  signal(SIGTERM, on_signal);
-  signal(SIGINT, on_signal);
+  example_catch_stop_signals();
   char msg[2048] = "";
   int rc = 1;
   part_file *parts = NULL;
@@ -227,12 +219,8 @@ int main(int argc, char **argv) {
          "%d\n",
          file.part_count, (unsigned long long)total,
          user_memory ? "its own" : "UCX-allocated", participant, (int)getpid());
-  fflush(stdout);
-  while (!stop) {
-    if (reshard_ucx_serve(ux, 100, &uerr) != 0) {
-      snprintf(msg, sizeof msg, "%s", uerr.message);
-      goto out;
-    }
+  if (example_serve_until_stopped(ux, msg, sizeof msg) != 0) {
+    goto out;
   }
   rc = 0;
 out:
