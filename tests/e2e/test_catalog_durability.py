@@ -508,9 +508,8 @@ class RedisFleetTests(CatalogCase):
         e.verify_plan(after, fleet.store, DESC, binding, keys)
         self.assertEqual(fleet.register(pubs[0].manifest_key, keys + ["new"]),
                          1)
-        self.assertTrue(any("catalog reconnected" in line
-                            for line in daemon.log_lines()),
-                        daemon.log_text())
+        self.assertTrue(daemon.wait_log_lines(
+            lambda line: "catalog reconnected" in line, 1), daemon.log_text())
         # With Redis reachable the catalog is the source of truth again: a
         # forget through another daemon of the fleet is honoured at once,
         # and a later outage no longer plans the forgotten page.

@@ -224,9 +224,10 @@ class TlsTests(SecurityCase):
         # The connection made before the rotation keeps working.
         self.assertEqual(e.Planner(old).health(), e.SERVING)
         old.close()
-        log = daemon.log_text(200)
-        self.assertIn("tls certificate reloaded", log)
-        self.assertIn("keeping the previous certificate", log)
+        for message in ("tls certificate reloaded",
+                        "keeping the previous certificate"):
+            self.assertTrue(daemon.wait_log_lines(
+                lambda line, m=message: m in line, 1), daemon.log_text(200))
         self.assertEqual(daemon.proc.poll(), None)
         self.stop(daemon)
 
@@ -338,7 +339,11 @@ class RedisAuthTests(SecurityCase):
                 self.assertLess(time.monotonic(), deadline, err.details())
                 time.sleep(0.1)
         self.assertEqual(added, 1)
-        self.assertIn("catalog reconnected", daemon.log_text(200))
+        # The daemon logs the reconnection before it answers, but the
+        # reader thread may not have read that line yet.
+        self.assertTrue(daemon.wait_log_lines(
+            lambda line: "catalog reconnected" in line, 1),
+            daemon.log_text(200))
         m = re.search(r"metrics_address=\"?(127\.0\.0\.1:\d+)",
                       daemon.log_text(200))
         with urllib.request.urlopen("http://%s/metrics" % m.group(1),
