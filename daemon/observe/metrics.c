@@ -105,6 +105,7 @@ static const struct {
 static const char *const plan_method_names[RESHARD_METRICS_PLAN_METHODS] = {
     [RESHARD_METRICS_PLAN_LOAD] = "PlanLoad",
     [RESHARD_METRICS_PLAN_TRANSFER] = "PlanTransfer",
+    [RESHARD_METRICS_PLAN_STORE] = "PlanStore",
 };
 
 static const char *const code_names[RESHARD_METRICS_CODES] = {
@@ -477,7 +478,7 @@ static void format_calls(const reshard_metrics *m, reshard_metrics_text *out) {
 }
 
 /* Every reshard_plan_* family has a series per planning method
- * (method="PlanLoad", "PlanTransfer"), zero until it plans; the page
+ * (method="PlanLoad", "PlanTransfer", "PlanStore"), zero until it plans;
  * families only PlanLoad's, the one method that plans pages. */
 static void format_plans(const reshard_metrics *m, reshard_metrics_text *out) {
   header(out, "reshard_plan_duration_seconds", "histogram",

@@ -101,12 +101,14 @@ void reshard_metrics_call_finished(reshard_metrics *metrics,
 typedef enum reshard_metrics_plan_method {
   RESHARD_METRICS_PLAN_LOAD = 0,
   RESHARD_METRICS_PLAN_TRANSFER,
+  RESHARD_METRICS_PLAN_STORE,
 } reshard_metrics_plan_method;
 
-#define RESHARD_METRICS_PLAN_METHODS 2
+#define RESHARD_METRICS_PLAN_METHODS 3
 
 /* One call that ran the planner (reshard_plan_load for PlanLoad,
- * reshard_plan_transfer for PlanTransfer): how long planning took, and for
+ * reshard_plan_transfer for PlanTransfer, reshard_plan_store for
+ * PlanStore): how long planning took, and for
  * a successful plan (`ok`) what it produced. A method outside
  * reshard_metrics_plan_method is not recorded. */
 typedef struct reshard_metrics_plan {

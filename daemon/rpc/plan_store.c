@@ -47,6 +47,7 @@ typedef struct store_ctx {
   reshard_status status;
   reshard_error err;
   uint64_t plan_us;
+  uint64_t response_bytes;
 
   bool large; /* holds one of the planner's large places */
   /* The request's bytes still to decode; without its binding when
@@ -124,7 +125,9 @@ static void encode_plan(store_ctx *ctx, reshard_arena *scratch) {
           write_response) != RESHARD_OK) {
     ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
                                     "out of memory building the response");
+    return;
   }
+  ctx->response_bytes = response.size;
 }
 
 /* Worker thread (or the loop for small plans): plan and pack. Touches only
@@ -160,7 +163,8 @@ static void store_work(reshard_work *work) {
   ctx->store.column_arena = NULL;
 }
 
-/* Loop: keep the join template the planner built, then answer. */
+/* Loop: keep the join template the planner built, count the plan
+ * (PlanLoad's families, method="PlanStore"), then answer. */
 static void store_after_work(reshard_work *work) {
   store_ctx *ctx = work->data;
   if (ctx->planned && ctx->plan.built_join != NULL) {
@@ -170,6 +174,23 @@ static void store_after_work(reshard_work *work) {
     ctx->plan.built_join = NULL;
   }
   log_store(ctx);
+  if (ctx->plan_ran) {
+    bool ok = ctx->planned;
+    reshard_metrics_record_plan(
+        ctx->planner->metrics,
+        &(reshard_metrics_plan){
+            .method = RESHARD_METRICS_PLAN_STORE,
+            .ok = ok,
+            .plan_us = ctx->plan_us,
+            .copies = ok ? ctx->plan.operations : 0,
+            .copies_before_coalescing =
+                ok ? ctx->plan.copies_before_coalescing : 0,
+            .bytes = ok ? ctx->plan.bytes : 0,
+            .runs_requested = ok && ctx->store.runs,
+            .runs = ok ? ctx->plan.runs.run_count : 0,
+            .response_bytes = ctx->response_bytes,
+        });
+  }
   store_release(ctx);
   if (ctx->status != RESHARD_OK) {
     reshard_call_fail(ctx->call, &ctx->err);

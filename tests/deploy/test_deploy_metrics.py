@@ -2,9 +2,9 @@
 
 * PrometheusTests — Debian's real prometheus scrapes the daemon on loopback
   and a counter is queried back through its HTTP API; promtool accepts the
-  exposition, and a PlanLoad and two PlanTransfers (T1 with 128 tokens,
-  with and without runs) move the plan families' series of their own
-  method label and no other.
+  exposition, and a PlanLoad, a PlanStore and two PlanTransfers (T1 with
+  128 tokens, with and without runs) move the plan families' series of
+  their own method label and no other.
 
 Environment (tests/deploy/CMakeLists.txt): RESHARD_E2E_DAEMON,
 RESHARD_E2E_RESHARDCTL, RESHARD_E2E_PYGEN, RESHARD_SANITIZED (1 in the
@@ -128,14 +128,23 @@ class PrometheusTests(unittest.TestCase):
             planner = e.Planner(channel)
             fleet = e.Fleet(planner)
             desc = e.make_descriptor(4, 2, 8, 8, 16)
-            pub, _ = fleet.publish_writer(
-                e.make_placement(desc, 1, 1, 1, "m-w"), pb.PLHD)
+            writer = e.make_placement(desc, 1, 1, 1, "m-w")
+            pub, _ = fleet.publish_writer(writer, pb.PLHD)
             keys = ["m-%d" % i for i in range(3)]
             fleet.register(pub.manifest_key, keys)
             reader = e.make_placement(desc, 1, 1, 2, "m-r")
             binding = e.make_binding(desc, reader.parts[0], 3)
             resp = fleet.plan(pub.model_domain, keys, reader, binding)
             self.assertEqual(resp.hit_pages, 3)
+            # The writer's PlanStore, as the raw bytes the daemon wrote.
+            store_request = pb.PlanStoreRequest(
+                manifest_key=pub.manifest_key, placement=writer,
+                binding=e.make_binding(desc, writer.parts[0], 3).message,
+                page_count=3, operation_id="metrics-store")
+            store_bytes = planner.raw("PlanStore")(
+                store_request.SerializeToString(), timeout=60)
+            store = pb.PlanStoreResponse.FromString(store_bytes)
+            self.assertGreater(store.stats.operations, 0)
             # PlanTransfer, as the raw bytes the daemon wrote (their length
             # is what reshard_plan_response_bytes_total counts).
             import transfer_scenarios as transfers
@@ -209,6 +218,17 @@ class PrometheusTests(unittest.TestCase):
                                    + moved),
                              sum(len(b) for b in transfer_bytes))
             self.assertNotIn("reshard_plan_pages_total" + moved, text)
+            # The PlanStore, under its own label.
+            kept = '{method="PlanStore"}'
+            self.assertEqual(value('reshard_plans_total{method='
+                                   '"PlanStore",result="ok"}'), 1)
+            self.assertEqual(value("reshard_plan_copies_total" + kept),
+                             store.stats.operations)
+            self.assertEqual(value("reshard_plan_bytes_total" + kept),
+                             store.stats.bytes)
+            self.assertEqual(value("reshard_plan_response_bytes_total"
+                                   + kept), len(store_bytes))
+            self.assertNotIn("reshard_plan_pages_total" + kept, text)
             self.assertEqual(value('reshard_catalog_operation_duration_'
                                    'seconds_count{operation="add_pages"}'), 1)
             self.assertGreaterEqual(value('reshard_cache_hits_total{kind='

@@ -340,6 +340,40 @@ Test(metrics, transfer_plans_by_method) {
   reshard_metrics_free(m);
 }
 
+/* PlanStore's plans count under method="PlanStore", apart from PlanLoad's
+ * and PlanTransfer's; there are no page series for them. */
+Test(metrics, store_plans_by_method) {
+  reshard_metrics *m = reshard_metrics_create("v", "memory");
+  reshard_metrics_record_plan(m, &(reshard_metrics_plan){
+                                     .method = RESHARD_METRICS_PLAN_STORE,
+                                     .ok = true,
+                                     .plan_us = 300,
+                                     .copies = 64,
+                                     .copies_before_coalescing = 512,
+                                     .bytes = 1 << 20,
+                                     .response_bytes = 777,
+                                 });
+  char *text = format(m, NULL);
+#define STORE "{method=\"PlanStore\"}"
+  cr_assert_eq(
+      value(text, "reshard_plans_total{method=\"PlanStore\",result=\"ok\"}"),
+      1);
+  cr_assert_eq(value(text, "reshard_plan_copies_total" STORE), 64);
+  cr_assert_eq(value(text, "reshard_plan_copies_before_coalescing_total" STORE),
+               512);
+  cr_assert_eq(value(text, "reshard_plan_bytes_total" STORE), 1 << 20);
+  cr_assert_eq(value(text, "reshard_plan_response_bytes_total" STORE), 777);
+  cr_assert_eq(value(text, "reshard_plan_duration_seconds_count" STORE), 1);
+  cr_assert_null(strstr(text, "reshard_plan_pages_total" STORE));
+#undef STORE
+  cr_assert_eq(value(text, "reshard_plan_copies_total{method=\"PlanLoad\"}"),
+               0);
+  cr_assert_eq(
+      value(text, "reshard_plan_copies_total{method=\"PlanTransfer\"}"), 0);
+  free(text);
+  reshard_metrics_free(m);
+}
+
 Test(metrics, build_info_labels_are_escaped) {
   reshard_metrics *m = reshard_metrics_create("a\"b\\c\nd", "memory");
   char *text = format(m, NULL);
