@@ -14,7 +14,7 @@
  * prints the request's size, the median round trip (the encoded response
  * received, not decoded), the median in-process planning time of the same
  * request with a warm join template (as the daemon has it; pooled: the
- * block table bound over the validated pool, then the plan), both per
+ * validated pool and the block table, planned without a binding), both per
  * copy, and their ratio. Next to them, the transport alone: the same request
  * bytes sent by the same client to an in-process gRPC server that answers
  * with the daemon's response bytes, stored (bench/replay_server.c), and
