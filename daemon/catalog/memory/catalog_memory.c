@@ -1,10 +1,16 @@
-/* The memory catalog: manifests, domains and page bindings in hash tables
- * of this process. Every operation completes synchronously.
+/* The memory catalog: manifests, domains and page bindings in tables of
+ * this process. Every operation completes synchronously.
  *
- * Bindings are stored compactly (SPEC §7: at most 64 bytes plus the key):
- * one page entry per (model domain, page key) holding the ids of its
- * manifests, inline when there is one. Manifest keys and domains are
- * interned as 32-bit ids. Objects (placements, memory pools) live in one
+ * Bindings are stored compactly (SPEC §7: at most 64 bytes plus the key),
+ * without a malloc per binding: manifest keys and domains are interned as
+ * 32-bit ids, and each (model domain, page key) is one page record in one
+ * byte arena, a 16-byte header and the key bytes, holding its one manifest
+ * id inline (a page bound to several manifests keeps their ids in a list
+ * of its own). An open-addressing table of 8-byte slots indexes the
+ * records by offset, with 24 bits of the hash beside the offset so a probe
+ * rarely reads a record that does not match. Forgotten records stay in the
+ * arena, dead, until they are half of it; then the arena is compacted and
+ * the table rebuilt. Objects (placements, memory pools) live in one chained
  * table per kind, each entry one block holding its id and its record. */
 #include "catalog/memory/catalog_memory.h"
 
@@ -29,19 +35,6 @@ typedef struct manifest_entry {
   char key[];
 } manifest_entry;
 
-typedef struct page_entry {
-  reshard_table_node node;
-  uint32_t domain_id;
-  uint32_t key_length;
-  uint32_t count;    /* manifests bound */
-  uint32_t capacity; /* of ids.many; 0 while the one id is inline */
-  union {
-    uint32_t one;
-    uint32_t *many;
-  } ids;
-  char key[];
-} page_entry;
-
 typedef struct object_entry {
   reshard_table_node node;
   const uint8_t *record; /* after the id, in the same block */
@@ -49,26 +42,57 @@ typedef struct object_entry {
   char id[];
 } object_entry;
 
+/* One (model domain, page key) in the arena, at an offset that is a
+ * multiple of 4; the key follows without a NUL, then padding to 4 bytes.
+ * `count` 0 marks a forgotten record awaiting compaction. */
+typedef struct page_record {
+  uint32_t domain_id;
+  uint32_t key_length;
+  uint32_t count; /* manifests bound */
+  uint32_t id;    /* the manifest id when count is 1, else an index in lists */
+  char key[];
+} page_record;
+
+/* The manifest ids of a page bound to more than one manifest. */
+typedef struct id_list {
+  uint32_t capacity;
+  uint32_t ids[];
+} id_list;
+
+/* Slots: 0 is empty, 1 held a record that was forgotten (probes go on past
+ * it); otherwise the high 24 bits are the top of the record's hash and the
+ * low 40 bits its offset in 4-byte units plus 2 (4 TiB of arena). */
+#define SLOT_EMPTY 0u
+#define SLOT_DEAD 1u
+#define SLOT_REF_BITS 40
+#define SLOT_REF_MASK ((UINT64_C(1) << SLOT_REF_BITS) - 1)
+#define SLOT_MIN 16u
+
 typedef struct memory_catalog {
   reshard_catalog base;
   reshard_table domains;
   reshard_table manifests;
-  reshard_table pages;
   domain_entry **domain_by_id;
   size_t domain_count, domain_capacity;
   manifest_entry **manifest_by_id;
   size_t manifest_count, manifest_capacity;
+
+  /* Page records. */
+  uint8_t *arena;
+  size_t arena_used, arena_capacity;
+  size_t dead_bytes; /* of forgotten records still in the arena */
+  uint64_t *slots;
+  size_t slot_count; /* a power of two, or 0 before the first page */
+  size_t live_slots, dead_slots;
+  id_list **lists; /* lists[i] NULL when free */
+  uint32_t *free_lists;
+  size_t list_count, list_capacity, free_count, free_capacity;
+  uint64_t list_bytes;
+
   uint64_t bindings;
-  uint64_t page_entry_bytes; /* structs and manifest lists */
-  uint64_t key_bytes;
+  uint64_t key_bytes; /* of the live records */
   reshard_table objects[RESHARD_CATALOG_OBJECT_KINDS];
 } memory_catalog;
-
-typedef struct page_lookup {
-  uint32_t domain_id;
-  const char *key;
-  size_t length;
-} page_lookup;
 
 static uint64_t string_hash(const char *text, size_t length) {
   return reshard_hash(text, length, 0x51ed270b27a3e1c5ull);
@@ -86,14 +110,6 @@ static bool manifest_matches(const reshard_table_node *node, const void *key) {
   return strcmp(((const manifest_entry *)node)->key, key) == 0;
 }
 
-static bool page_matches(const reshard_table_node *node, const void *key) {
-  const page_entry *entry = (const page_entry *)node;
-  const page_lookup *want = key;
-  return entry->domain_id == want->domain_id &&
-         entry->key_length == want->length &&
-         memcmp(entry->key, want->key, want->length) == 0;
-}
-
 static domain_entry *find_domain(memory_catalog *m, const char *name) {
   return (domain_entry *)reshard_table_find(
       &m->domains, string_hash(name, strlen(name)), domain_matches, name);
@@ -104,15 +120,293 @@ static manifest_entry *find_manifest(memory_catalog *m, const char *key) {
       &m->manifests, string_hash(key, strlen(key)), manifest_matches, key);
 }
 
-static page_entry *find_page(memory_catalog *m, uint32_t domain_id,
-                             const char *key) {
-  page_lookup want = {domain_id, key, strlen(key)};
-  return (page_entry *)reshard_table_find(
-      &m->pages, page_hash(domain_id, key, want.length), page_matches, &want);
+/* ---- Page records ---- */
+
+/* Bytes of a record with a key of `length` bytes, padded to 4; 0 when that
+ * does not fit a size_t (callers bound `length` first). */
+static size_t record_size(size_t length) {
+  if (length > SIZE_MAX - sizeof(page_record) - 3) {
+    return 0;
+  }
+  return (sizeof(page_record) + length + 3) & ~(size_t)3;
 }
 
-static const uint32_t *page_ids(const page_entry *entry) {
-  return entry->capacity == 0 ? &entry->ids.one : entry->ids.many;
+static page_record *record_at(const memory_catalog *m, size_t offset) {
+  return (page_record *)(void *)(m->arena + offset);
+}
+
+static size_t slot_offset(uint64_t slot) {
+  return (size_t)((slot & SLOT_REF_MASK) - 2) * 4;
+}
+
+static uint64_t slot_make(uint64_t hash, size_t offset) {
+  return (hash >> SLOT_REF_BITS << SLOT_REF_BITS) | (uint64_t)(offset / 4 + 2);
+}
+
+static bool slot_tag_matches(uint64_t slot, uint64_t hash) {
+  return (slot >> SLOT_REF_BITS) == (hash >> SLOT_REF_BITS);
+}
+
+/* The slot index of the live record for (domain, key), or SIZE_MAX. */
+static size_t find_slot(const memory_catalog *m, uint32_t domain_id,
+                        const char *key, size_t length, uint64_t hash) {
+  if (m->slot_count == 0) {
+    return SIZE_MAX;
+  }
+  size_t mask = m->slot_count - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    uint64_t slot = m->slots[i];
+    if (slot == SLOT_EMPTY) {
+      return SIZE_MAX;
+    }
+    if (slot != SLOT_DEAD && slot_tag_matches(slot, hash)) {
+      const page_record *r = record_at(m, slot_offset(slot));
+      if (r->domain_id == domain_id && r->key_length == length &&
+          memcmp(r->key, key, length) == 0) {
+        return i;
+      }
+    }
+  }
+}
+
+static page_record *find_page(const memory_catalog *m, uint32_t domain_id,
+                              const char *key) {
+  size_t length = strlen(key);
+  size_t i =
+      find_slot(m, domain_id, key, length, page_hash(domain_id, key, length));
+  return i == SIZE_MAX ? NULL : record_at(m, slot_offset(m->slots[i]));
+}
+
+/* Puts a reference to the record at `offset` in the first free slot of its
+ * probe sequence; the table has one (the load stays under 3/4). */
+static void slot_put(memory_catalog *m, uint64_t hash, size_t offset) {
+  size_t mask = m->slot_count - 1;
+  size_t i = hash & mask;
+  while (m->slots[i] != SLOT_EMPTY && m->slots[i] != SLOT_DEAD) {
+    i = (i + 1) & mask;
+  }
+  if (m->slots[i] == SLOT_DEAD) {
+    m->dead_slots--;
+  }
+  m->slots[i] = slot_make(hash, offset);
+  m->live_slots++;
+}
+
+/* Replaces the slot table by one of `count` slots indexing every live
+ * record, which drops the forgotten ones; false (table unchanged) when out
+ * of memory. Hashes every key again: slots keep only 24 bits of a hash. */
+static bool slots_rebuild(memory_catalog *m, size_t count) {
+  uint64_t *slots = calloc(count, sizeof *slots);
+  if (slots == NULL) {
+    return false;
+  }
+  free(m->slots);
+  m->slots = slots;
+  m->slot_count = count;
+  m->live_slots = 0;
+  m->dead_slots = 0;
+  for (size_t at = 0; at < m->arena_used;) {
+    const page_record *r = record_at(m, at);
+    if (r->count > 0) {
+      slot_put(m, page_hash(r->domain_id, r->key, r->key_length), at);
+    }
+    at += record_size(r->key_length);
+  }
+  return true;
+}
+
+/* Makes room for one more slot: live and dead slots stay under 3/4 of the
+ * table, and a rebuilt table is at most half full, so rebuilds are spaced
+ * by at least a quarter of the table's inserts. */
+static bool slots_reserve(memory_catalog *m) {
+  size_t used = m->live_slots + m->dead_slots + 1;
+  if (m->slot_count != 0 && used <= m->slot_count / 4 * 3) {
+    return true;
+  }
+  size_t count = SLOT_MIN;
+  while (count / 2 < m->live_slots + 1) {
+    if (count > SIZE_MAX / 2 / sizeof(uint64_t)) {
+      return false;
+    }
+    count *= 2;
+  }
+  if (slots_rebuild(m, count)) {
+    return true;
+  }
+  /* Keep the current table while it still has a free slot. */
+  return m->slot_count != 0 && used < m->slot_count;
+}
+
+/* Appends a record for (domain, key) bound to `manifest_id`; returns its
+ * offset, or SIZE_MAX when out of memory or past the slots' 4 TiB. */
+static size_t record_append(memory_catalog *m, uint32_t domain_id,
+                            const char *key, size_t length,
+                            uint32_t manifest_id) {
+  size_t size = record_size(length);
+  if (size == 0 || m->arena_used > SIZE_MAX - size ||
+      (m->arena_used + size) / 4 + 2 > SLOT_REF_MASK) {
+    return SIZE_MAX;
+  }
+  size_t need = m->arena_used + size;
+  if (need > m->arena_capacity) {
+    /* Growing by half: realloc of a large block moves its pages (mremap on
+     * Linux), and what is reserved but not yet written is never touched. */
+    size_t capacity = m->arena_capacity < 65536 ? 65536 : m->arena_capacity;
+    while (capacity < need) {
+      capacity = capacity > SIZE_MAX / 3 * 2 ? need : capacity / 2 * 3;
+    }
+    uint8_t *arena = realloc(m->arena, capacity);
+    if (arena == NULL) {
+      return SIZE_MAX;
+    }
+    m->arena = arena;
+    m->arena_capacity = capacity;
+  }
+  size_t offset = m->arena_used;
+  page_record *r = record_at(m, offset);
+  r->domain_id = domain_id;
+  r->key_length = (uint32_t)length;
+  r->count = 1;
+  r->id = manifest_id;
+  memcpy(r->key, key, length);
+  memset(r->key + length, 0, size - sizeof *r - length);
+  m->arena_used = need;
+  m->key_bytes += length;
+  return offset;
+}
+
+static uint32_t *record_ids(const memory_catalog *m, page_record *r) {
+  return r->count == 1 ? &r->id : m->lists[r->id]->ids;
+}
+
+/* Frees the id list at `index` for reuse. */
+static void list_release(memory_catalog *m, uint32_t index) {
+  m->list_bytes -= sizeof(id_list) + m->lists[index]->capacity * 4u;
+  free(m->lists[index]);
+  m->lists[index] = NULL;
+  /* free_lists has room for every list (grown with lists). */
+  m->free_lists[m->free_count++] = index;
+}
+
+/* Binds `id` to the record's page as well; false when out of memory. */
+static bool record_add_id(memory_catalog *m, page_record *r, uint32_t id) {
+  if (r->count == 1) {
+    uint32_t index;
+    if (m->free_count > 0) {
+      index = m->free_lists[m->free_count - 1];
+    } else {
+      if (m->list_count >= UINT32_MAX ||
+          !reshard_catalog_grow((void **)&m->lists, &m->list_capacity,
+                                m->list_count + 1, sizeof *m->lists) ||
+          !reshard_catalog_grow((void **)&m->free_lists, &m->free_capacity,
+                                m->list_count + 1, sizeof *m->free_lists)) {
+        return false;
+      }
+      index = (uint32_t)m->list_count;
+    }
+    id_list *list = malloc(sizeof *list + 4 * sizeof(uint32_t));
+    if (list == NULL) {
+      return false;
+    }
+    if (index == m->list_count) {
+      m->list_count++;
+    } else {
+      m->free_count--;
+    }
+    list->capacity = 4;
+    list->ids[0] = r->id;
+    list->ids[1] = id;
+    m->lists[index] = list;
+    m->list_bytes += sizeof *list + 4 * sizeof(uint32_t);
+    r->id = index;
+    r->count = 2;
+    return true;
+  }
+  id_list *list = m->lists[r->id];
+  if (r->count == list->capacity) {
+    if (list->capacity > (UINT32_MAX - sizeof *list) / 8) {
+      return false;
+    }
+    id_list *grown =
+        realloc(list, sizeof *list + 2 * list->capacity * sizeof(uint32_t));
+    if (grown == NULL) {
+      return false;
+    }
+    m->list_bytes += grown->capacity * sizeof(uint32_t);
+    grown->capacity *= 2;
+    m->lists[r->id] = list = grown;
+  }
+  list->ids[r->count++] = id;
+  return true;
+}
+
+/* Unbinds the page's manifest at position `j` of its ids. */
+static void record_remove_id(memory_catalog *m, page_record *r, uint32_t j) {
+  if (r->count == 1) {
+    r->count = 0;
+    return;
+  }
+  id_list *list = m->lists[r->id];
+  memmove(&list->ids[j], &list->ids[j + 1],
+          (r->count - j - 1) * sizeof(uint32_t));
+  if (--r->count == 1) {
+    uint32_t index = r->id;
+    r->id = list->ids[0];
+    list_release(m, index);
+  }
+}
+
+/* Marks the record in slot `i` forgotten, once its count is 0. */
+static void record_forget(memory_catalog *m, size_t i) {
+  const page_record *r = record_at(m, slot_offset(m->slots[i]));
+  m->slots[i] = SLOT_DEAD;
+  m->live_slots--;
+  m->dead_slots++;
+  m->dead_bytes += record_size(r->key_length);
+  m->key_bytes -= r->key_length;
+}
+
+/* Moves the live records down over the forgotten ones and rebuilds the
+ * slots, once the forgotten are half the arena. The table's size stays;
+ * when no table can be had the dead records stay too (nothing is lost). */
+static void arena_compact(memory_catalog *m) {
+  if (m->dead_bytes < 65536 || m->dead_bytes < m->arena_used / 2) {
+    return;
+  }
+  uint64_t *slots = calloc(m->slot_count, sizeof *slots);
+  if (slots == NULL) {
+    return;
+  }
+  size_t to = 0;
+  for (size_t at = 0; at < m->arena_used;) {
+    const page_record *r = record_at(m, at);
+    size_t size = record_size(r->key_length);
+    if (r->count > 0) {
+      memmove(m->arena + to, r, size);
+      to += size;
+    }
+    at += size;
+  }
+  m->arena_used = to;
+  m->dead_bytes = 0;
+  /* Give back what is no longer needed (the pages were written once). */
+  size_t keep = to / 2 * 3 < 65536 ? 65536 : to / 2 * 3;
+  if (to < SIZE_MAX / 4 && m->arena_capacity / 2 > keep) {
+    uint8_t *arena = realloc(m->arena, keep);
+    if (arena != NULL) {
+      m->arena = arena;
+      m->arena_capacity = keep;
+    }
+  }
+  free(m->slots);
+  m->slots = slots;
+  m->live_slots = 0;
+  m->dead_slots = 0;
+  for (size_t at = 0; at < m->arena_used;) {
+    const page_record *r = record_at(m, at);
+    slot_put(m, page_hash(r->domain_id, r->key, r->key_length), at);
+    at += record_size(r->key_length);
+  }
 }
 
 static void memory_put_manifest(reshard_catalog *catalog,
@@ -200,46 +494,6 @@ static void memory_get_manifests(reshard_catalog *catalog,
   free(records);
 }
 
-/* Adds `id` to the page entry; returns false when memory runs out. */
-static bool page_add_id(memory_catalog *m, page_entry *entry, uint32_t id) {
-  if (entry->count == 0) {
-    entry->ids.one = id;
-    entry->count = 1;
-    return true;
-  }
-  if (entry->capacity == 0) {
-    uint32_t *many = malloc(4 * sizeof *many);
-    if (many == NULL) {
-      return false;
-    }
-    many[0] = entry->ids.one;
-    entry->ids.many = many;
-    entry->capacity = 4;
-    m->page_entry_bytes += 4 * sizeof *many;
-  } else if (entry->count == entry->capacity) {
-    uint32_t *many =
-        realloc(entry->ids.many, 2 * entry->capacity * sizeof *many);
-    if (many == NULL) {
-      return false;
-    }
-    entry->ids.many = many;
-    m->page_entry_bytes += entry->capacity * sizeof *many;
-    entry->capacity *= 2;
-  }
-  entry->ids.many[entry->count++] = id;
-  return true;
-}
-
-static void page_free(memory_catalog *m, page_entry *entry) {
-  m->page_entry_bytes -= sizeof *entry + 1;
-  m->key_bytes -= entry->key_length;
-  if (entry->capacity != 0) {
-    m->page_entry_bytes -= entry->capacity * sizeof(uint32_t);
-    free(entry->ids.many);
-  }
-  free(entry);
-}
-
 static void memory_add_pages(reshard_catalog *catalog, const char *model_domain,
                              const char *manifest_key,
                              const char *const *page_keys, size_t page_count,
@@ -265,34 +519,35 @@ static void memory_add_pages(reshard_catalog *catalog, const char *model_domain,
   }
   uint64_t added = 0;
   for (size_t i = 0; i < page_count; i++) {
-    page_entry *entry = find_page(m, domain->id, page_keys[i]);
-    if (entry == NULL) {
-      size_t length = strlen(page_keys[i]);
-      if (length > UINT32_MAX ||
-          (entry = malloc(sizeof *entry + length + 1)) == NULL) {
+    size_t length = strlen(page_keys[i]);
+    uint64_t hash = page_hash(domain->id, page_keys[i], length);
+    size_t slot = find_slot(m, domain->id, page_keys[i], length, hash);
+    if (slot == SIZE_MAX) {
+      size_t offset = SIZE_MAX;
+      if (length <= UINT32_MAX && slots_reserve(m)) {
+        offset =
+            record_append(m, domain->id, page_keys[i], length, manifest->id);
+      }
+      if (offset == SIZE_MAX) {
         reshard_error_set(&err, RESHARD_INTERNAL,
                           "catalog: out of memory binding page_keys[%zu]", i);
         break;
       }
-      entry->domain_id = domain->id;
-      entry->key_length = (uint32_t)length;
-      entry->count = 0;
-      entry->capacity = 0;
-      memcpy(entry->key, page_keys[i], length + 1);
-      entry->node.hash = page_hash(domain->id, page_keys[i], length);
-      reshard_table_insert(&m->pages, &entry->node);
-      m->page_entry_bytes += sizeof *entry + 1;
-      m->key_bytes += length;
+      slot_put(m, hash, offset);
+      added++;
+      m->bindings++;
+      continue;
     }
-    const uint32_t *ids = page_ids(entry);
+    page_record *r = record_at(m, slot_offset(m->slots[slot]));
+    const uint32_t *ids = record_ids(m, r);
     bool present = false;
-    for (uint32_t j = 0; j < entry->count && !present; j++) {
+    for (uint32_t j = 0; j < r->count && !present; j++) {
       present = ids[j] == manifest->id;
     }
     if (present) {
       continue;
     }
-    if (!page_add_id(m, entry, manifest->id)) {
+    if (!record_add_id(m, r, manifest->id)) {
       reshard_error_set(&err, RESHARD_INTERNAL,
                         "catalog: out of memory binding page_keys[%zu]", i);
       break;
@@ -322,31 +577,37 @@ static void memory_forget_pages(reshard_catalog *catalog,
   }
   uint64_t removed = 0;
   for (size_t i = 0; i < page_count; i++) {
-    page_entry *entry = find_page(m, domain->id, page_keys[i]);
-    if (entry == NULL) {
+    size_t length = strlen(page_keys[i]);
+    size_t slot = find_slot(m, domain->id, page_keys[i], length,
+                            page_hash(domain->id, page_keys[i], length));
+    if (slot == SIZE_MAX) {
       continue;
     }
+    page_record *r = record_at(m, slot_offset(m->slots[slot]));
     if (manifest == NULL) {
-      removed += entry->count;
-      m->bindings -= entry->count;
-      entry->count = 0;
+      removed += r->count;
+      m->bindings -= r->count;
+      if (r->count > 1) {
+        list_release(m, r->id);
+      }
+      r->count = 0;
     } else {
-      uint32_t *ids = entry->capacity == 0 ? &entry->ids.one : entry->ids.many;
-      for (uint32_t j = 0; j < entry->count; j++) {
+      const uint32_t *ids = record_ids(m, r);
+      for (uint32_t j = 0; j < r->count; j++) {
         if (ids[j] == manifest->id) {
-          memmove(&ids[j], &ids[j + 1], (entry->count - j - 1) * sizeof *ids);
-          entry->count--;
+          record_remove_id(m, r, j);
           removed++;
           m->bindings--;
           break;
         }
       }
     }
-    if (entry->count == 0) {
-      reshard_table_remove(&m->pages, &entry->node);
-      page_free(m, entry);
+    if (r->count == 0) {
+      record_forget(m, slot);
     }
   }
+  /* Records move only here, after the last one was used. */
+  arena_compact(m);
   cb(data, &err, removed);
 }
 
@@ -361,28 +622,31 @@ static void memory_lookup_pages(reshard_catalog *catalog,
   const domain_entry *domain = find_domain(m, model_domain);
   result.domain_known = domain != NULL && domain->manifest_count > 0;
   result.page_count = page_count;
-  size_t *start = malloc((page_count + 1) * sizeof *start);
-  page_entry **entries =
-      malloc((page_count ? page_count : 1) * sizeof *entries);
+  size_t *start = NULL;
+  page_record **records = NULL;
   const char **keys = NULL;
-  if (start == NULL || entries == NULL) {
+  if (page_count < SIZE_MAX / sizeof *start) {
+    start = malloc((page_count + 1) * sizeof *start);
+    records = malloc((page_count ? page_count : 1) * sizeof *records);
+  }
+  if (start == NULL || records == NULL) {
     goto oom;
   }
   size_t total = 0;
   for (size_t i = 0; i < page_count; i++) {
-    entries[i] = domain ? find_page(m, domain->id, page_keys[i]) : NULL;
-    total += entries[i] ? entries[i]->count : 0;
+    records[i] = domain ? find_page(m, domain->id, page_keys[i]) : NULL;
+    total += records[i] ? records[i]->count : 0;
   }
-  keys = malloc((total ? total : 1) * sizeof *keys);
-  if (keys == NULL) {
+  if (total >= SIZE_MAX / sizeof *keys ||
+      (keys = malloc((total ? total : 1) * sizeof *keys)) == NULL) {
     goto oom;
   }
   size_t at = 0;
   for (size_t i = 0; i < page_count; i++) {
     start[i] = at;
-    if (entries[i] != NULL) {
-      const uint32_t *ids = page_ids(entries[i]);
-      for (uint32_t j = 0; j < entries[i]->count; j++) {
+    if (records[i] != NULL) {
+      const uint32_t *ids = record_ids(m, records[i]);
+      for (uint32_t j = 0; j < records[i]->count; j++) {
         keys[at++] = m->manifest_by_id[ids[j]]->key;
       }
     }
@@ -392,12 +656,12 @@ static void memory_lookup_pages(reshard_catalog *catalog,
   result.manifest_keys = keys;
   cb(data, &err, &result);
   free(keys);
-  free(entries);
+  free(records);
   free(start);
   return;
 oom:
   free(keys);
-  free(entries);
+  free(records);
   free(start);
   reshard_error_set(&err, RESHARD_INTERNAL, "catalog: out of memory");
   cb(data, &err, NULL);
@@ -523,14 +787,16 @@ static void release_object(reshard_table_node *node, void *data) {
   free(node);
 }
 
-static void release_page(reshard_table_node *node, void *data) {
-  page_free(data, (page_entry *)node);
-}
-
 static void memory_close(reshard_catalog *catalog, reshard_catalog_close_cb cb,
                          void *data) {
   memory_catalog *m = (memory_catalog *)catalog;
-  reshard_table_clear(&m->pages, release_page, m);
+  for (size_t i = 0; i < m->list_count; i++) {
+    free(m->lists[i]);
+  }
+  free(m->lists);
+  free(m->free_lists);
+  free(m->slots);
+  free(m->arena);
   for (size_t i = 0; i < RESHARD_CATALOG_OBJECT_KINDS; i++) {
     reshard_table_clear(&m->objects[i], release_object, NULL);
     reshard_table_destroy(&m->objects[i]);
@@ -544,7 +810,6 @@ static void memory_close(reshard_catalog *catalog, reshard_catalog_close_cb cb,
   }
   free(m->manifest_by_id);
   free(m->domain_by_id);
-  reshard_table_destroy(&m->pages);
   reshard_table_destroy(&m->manifests);
   reshard_table_destroy(&m->domains);
   free(m);
@@ -572,8 +837,7 @@ reshard_status reshard_catalog_memory_open(uv_loop_t *loop,
                                            reshard_error *err) {
   memory_catalog *m = calloc(1, sizeof *m);
   bool ok = m != NULL && reshard_table_init(&m->domains, 16) &&
-            reshard_table_init(&m->manifests, 64) &&
-            reshard_table_init(&m->pages, 1024);
+            reshard_table_init(&m->manifests, 64);
   for (size_t i = 0; ok && i < RESHARD_CATALOG_OBJECT_KINDS; i++) {
     ok = reshard_table_init(&m->objects[i], 16);
   }
@@ -581,7 +845,6 @@ reshard_status reshard_catalog_memory_open(uv_loop_t *loop,
     if (m != NULL) {
       reshard_table_destroy(&m->domains);
       reshard_table_destroy(&m->manifests);
-      reshard_table_destroy(&m->pages);
       for (size_t i = 0; i < RESHARD_CATALOG_OBJECT_KINDS; i++) {
         reshard_table_destroy(&m->objects[i]);
       }
@@ -600,7 +863,14 @@ void reshard_catalog_memory_usage_get(const reshard_catalog *catalog,
                                       reshard_catalog_memory_usage *out) {
   const memory_catalog *m = (const memory_catalog *)catalog;
   out->bindings = m->bindings;
-  out->page_entries = m->pages.count;
-  out->binding_bytes = m->page_entry_bytes + reshard_table_memory(&m->pages);
+  out->page_entries = m->live_slots;
+  /* Everything written for the pages but their keys: record headers and
+   * padding, forgotten records not yet compacted, the slots, the id lists
+   * and the table of lists. */
+  out->binding_bytes = m->arena_used - m->key_bytes +
+                       m->slot_count * sizeof *m->slots + m->list_bytes +
+                       m->list_capacity * sizeof *m->lists +
+                       m->free_capacity * sizeof *m->free_lists;
   out->key_bytes = m->key_bytes;
+  out->arena_bytes = m->arena_capacity;
 }
