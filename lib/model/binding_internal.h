@@ -17,6 +17,12 @@
 
 struct reshard__region_address; /* binding.c's index of region ids */
 
+/* The bytes one range's values lie within, [start, end), at absolute
+ * addresses. */
+typedef struct reshard__binding_span {
+  uint64_t start, end;
+} reshard__binding_span;
+
 typedef struct reshard__binding_validation {
   const reshard_binding *binding;
   const reshard_descriptor *descriptor;
@@ -25,7 +31,16 @@ typedef struct reshard__binding_validation {
   reshard_arena *arena;
   reshard_error *err;
   uint64_t work;
-  size_t *source_index; /* bound range -> binding.ranges index */
+  /* Bound range -> binding.ranges index; NULL when the ranges arrived in
+   * the sorted order, each its own index (reshard__binding_source). */
+  size_t *source_index;
+  /* Each range's bounding span, filled while the ranges are checked:
+   * spans[i + 1] is binding.ranges[i]'s; spans[0] is a sentinel that
+   * binding_disjoint.c's table pass reads for an empty slot. With the
+   * lowest start, the highest end and the shortest span, they let the
+   * disjointness proof order the spans without a sort. */
+  reshard__binding_span *spans;
+  uint64_t span_low, span_high, span_shortest;
   /* Regions found by their id's address (index -1: no such region), open
    * addressing, at most half full; addresses past that are not kept.
    * Decoders share one string among ranges of one region (the daemon's
@@ -39,7 +54,19 @@ typedef struct reshard__binding_validation {
   uint64_t head_bytes[RESHARD_COMPONENT_VALUE + 1];
   bool item_power_of_two;
   uint64_t item_mask; /* itemsize - 1 then */
+  /* The last range's region id and layer, and where they were found
+   * (last_layer_index -1: none yet). */
+  const char *last_region_id;
+  ptrdiff_t last_region;
+  uint64_t last_layer;
+  ptrdiff_t last_layer_index;
 } reshard__binding_validation;
+
+/* The binding.ranges index of sorted bound range `bound`, for messages. */
+static inline size_t
+reshard__binding_source(const reshard__binding_validation *v, size_t bound) {
+  return v->source_index != NULL ? v->source_index[bound] : bound;
+}
 
 /* Charges `units` of validation work to `step`; fails once the total
  * passes max_validation_work. */
@@ -60,7 +87,12 @@ reshard_status reshard__binding_check_tiling(reshard__binding_validation *v,
                                              size_t *active);
 
 /* Proves no two of the `count` sorted ranges' values share a byte,
- * charging the work of each cluster of overlapping spans it compares. */
+ * charging the work of each cluster of overlapping spans it compares.
+ * When v->spans holds every range's span and they lie densely, proves
+ * first that no two spans overlap, in linear time and at no charge (no
+ * cluster has two members then); otherwise, and whenever spans overlap,
+ * the sorted proof decides, so its result and messages are the only
+ * ones. */
 reshard_status
 reshard__binding_check_disjoint(reshard__binding_validation *v,
                                 const reshard_bound_range *ranges,

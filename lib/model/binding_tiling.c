@@ -118,9 +118,10 @@ static reshard_status check_group_tiling(reshard__binding_validation *v,
             v->err, RESHARD_INVALID_ARGUMENT,
             "binding.ranges[%zu] and binding.ranges[%zu] both bind layer "
             "%llu component %s token %llu head %llu",
-            v->source_index[base + active[a]], v->source_index[base + r],
-            (unsigned long long)layer, name,
-            (unsigned long long)range->token_start, (unsigned long long)head);
+            reshard__binding_source(v, base + active[a]),
+            reshard__binding_source(v, base + r), (unsigned long long)layer,
+            name, (unsigned long long)range->token_start,
+            (unsigned long long)head);
       }
       active[kept++] = active[a];
     }

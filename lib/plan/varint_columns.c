@@ -47,24 +47,54 @@ reshard_status reshard__column_encoder_init(reshard__column_encoder *encoder,
   return RESHARD_OK;
 }
 
+/* The open batch's six column ends, in locals that the compiler keeps in
+ * registers. Through an array on the stack instead, the ends were stored
+ * one by one and reloaded as vectors, a store-forwarding stall on every
+ * call, and the planner calls thousands of times per plan. */
+typedef struct row_cursors {
+  uint8_t *c0, *c1, *c2, *c3, *c4, *c5;
+} row_cursors;
+
+static inline row_cursors load_cursors(const reshard__column_encoder *e) {
+  return (row_cursors){e->cursor[0], e->cursor[1], e->cursor[2],
+                       e->cursor[3], e->cursor[4], e->cursor[5]};
+}
+
+static inline void store_cursors(reshard__column_encoder *e, row_cursors c) {
+  e->cursor[0] = c.c0;
+  e->cursor[1] = c.c1;
+  e->cursor[2] = c.c2;
+  e->cursor[3] = c.c3;
+  e->cursor[4] = c.c4;
+  e->cursor[5] = c.c5;
+}
+
+/* Writes one copy's six fields at the ends of the six columns. */
+static inline void put_row(row_cursors *c, const reshard_copy *copy) {
+  c->c0 = reshard_varint_put(c->c0, copy->page_index);
+  c->c1 = reshard_varint_put(c->c1, copy->part_index);
+  c->c2 = reshard_varint_put(c->c2, copy->part_offset);
+  c->c3 = reshard_varint_put(c->c3, copy->region_index);
+  c->c4 = reshard_varint_put(c->c4, copy->region_offset);
+  c->c5 = reshard_varint_put(c->c5, copy->nbytes);
+}
+
 void reshard__column_encoder_rows(reshard__column_encoder *encoder,
                                   const reshard_copy *copies, size_t count) {
+  /* The planner drains after every stretch it batches, mostly with
+   * nothing new to encode (the stretch went through the group encoder):
+   * S5's pooled pages are 62 single-copy groups each, and reloading and
+   * storing the six cursors for nothing was a quarter of that plan. */
+  if (count == 0) {
+    return;
+  }
   /* Row by row into the open batch's six scratch columns: each copy is
    * read once, right after the batcher wrote it. */
-  uint8_t *c0 = encoder->cursor[0], *c1 = encoder->cursor[1];
-  uint8_t *c2 = encoder->cursor[2], *c3 = encoder->cursor[3];
-  uint8_t *c4 = encoder->cursor[4], *c5 = encoder->cursor[5];
+  row_cursors cursors = load_cursors(encoder);
   for (size_t i = 0; i < count; i++) {
-    const reshard_copy *copy = &copies[i];
-    c0 = reshard_varint_put(c0, copy->page_index);
-    c1 = reshard_varint_put(c1, copy->part_index);
-    c2 = reshard_varint_put(c2, copy->part_offset);
-    c3 = reshard_varint_put(c3, copy->region_index);
-    c4 = reshard_varint_put(c4, copy->region_offset);
-    c5 = reshard_varint_put(c5, copy->nbytes);
+    put_row(&cursors, &copies[i]);
   }
-  uint8_t *cursor[RESHARD_COPY_COLUMNS] = {c0, c1, c2, c3, c4, c5};
-  memcpy(encoder->cursor, cursor, sizeof cursor);
+  store_cursors(encoder, cursors);
   encoder->rows += count;
 }
 
@@ -341,12 +371,39 @@ static uint8_t *offset_column(uint8_t *out, const reshard_run *group,
   return out;
 }
 
+/* Groups of at most this many copies are written copy by copy, as rows
+ * are: column by column, a group costs six column walks (each repeated
+ * column's row, each offset column's stretches and lengths) before its
+ * first byte, which S5's groups, a single whole-block copy each, paid for
+ * one copy. A group of one row is written this way at any width: its
+ * columns repeat nothing. */
+enum { SMALL_GROUP_COPIES = 8 };
+
+/* Writes a group copy by copy (copy k of each sequence in turn). */
+static void small_group(reshard__column_encoder *encoder,
+                        const reshard_run *group, size_t width, uint64_t rows) {
+  row_cursors cursors = load_cursors(encoder);
+  for (uint64_t k = 0; k < rows; k++) {
+    for (size_t s = 0; s < width; s++) {
+      reshard_copy copy = reshard_run_copy(&group[s], k);
+      put_row(&cursors, &copy);
+    }
+  }
+  store_cursors(encoder, cursors);
+  encoder->rows += (size_t)rows * width;
+}
+
 void reshard__column_encoder_group(reshard__column_encoder *encoder,
                                    const reshard_run *group, size_t width) {
+  uint64_t rows = group->count;
+  if (rows == 1 ||
+      (rows <= SMALL_GROUP_COPIES && rows * width <= SMALL_GROUP_COPIES)) {
+    small_group(encoder, group, width, rows);
+    return;
+  }
   /* Straight from the sequences, in source order (copy k of each in
    * turn), column by column: the page, part, region and size columns
    * repeat one row; only the two offsets are encoded per copy. */
-  uint64_t rows = group->count;
   static const size_t repeated[] = {0, 1, 3, 5}; /* reshard_copy fields */
   for (size_t i = 0; i < sizeof repeated / sizeof repeated[0]; i++) {
     size_t c = repeated[i];

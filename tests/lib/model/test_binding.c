@@ -310,6 +310,11 @@ Test(binding, single_tensor_cache_binds_keys_only) {
   fx.binding.range_count = 2;
   validate_ok();
   cr_assert_eq(fx.out.range_count, 2);
+  /* No V groups: each layer's K group, then an empty one. */
+  static const size_t starts[] = {0, 1, 1, 2, 2};
+  for (size_t g = 0; g <= 4; g++) {
+    cr_assert_eq(fx.out.group_start[g], starts[g], "group %zu", g);
+  }
 }
 
 Test(binding, interleaved_strided_ranges_without_shared_bytes_are_valid) {
@@ -704,6 +709,100 @@ Test(binding, rejects_partly_aliased_regions_sharing_bytes) {
   fx.binding.ranges[3].region_id = "window";
   fx.binding.ranges[3].offset_bytes = 0; /* [100, 164): L1 K and L1 V */
   ASSERT_INVALID("share memory", "no two values may share a byte");
+}
+
+/* A paged pool in one region: 1-token blocks, every (layer, component,
+ * token) its own range, in the sorted order, at slots of 16 bytes taken
+ * in a scattered order (7 is prime to the 48 slots), a third of the slots
+ * left free. K blocks are 16 bytes, V blocks 8. The spans lie densely, so
+ * the disjointness proof orders them by slot rather than by a sort. */
+static void scattered_blocks(uint64_t region_bytes) {
+  fx.binding.range_count = 0;
+  fx.binding.regions[0].nbytes = region_bytes;
+  unsigned slot = 0;
+  for (uint64_t layer = 1; layer <= 2; layer++) {
+    for (unsigned c = K; c <= V; c++) {
+      uint64_t hb = c == K ? 8 : 4;
+      for (uint64_t t = 0; t < 8; t++) {
+        slot = (slot + 7) % 48;
+        add_range(layer, (reshard_component)c, t, 1, 2, 2, "kv", 16 * slot,
+                  2 * hb, hb);
+      }
+    }
+  }
+}
+
+Test(binding, scattered_blocks_are_proved_apart) {
+  scattered_blocks(4096);
+  validate_ok();
+  cr_assert_eq(fx.out.range_count, 32);
+  for (size_t g = 0; g <= 4; g++) {
+    cr_assert_eq(fx.out.group_start[g], 8 * g, "group %zu", g);
+  }
+  /* One work unit per range and region: no cluster was split. */
+  cr_assert_eq(fx.out.validation_work, 32 + 2 + 4 * 8 * 3);
+}
+
+Test(binding, rejects_scattered_blocks_sharing_a_slot) {
+  /* L1 V token 0 (8 bytes) starts 4 bytes into L1 K token 5's block: both
+   * start in one 8-byte slot of the proof's table. */
+  scattered_blocks(4096);
+  fx.binding.ranges[8].offset_bytes = fx.binding.ranges[5].offset_bytes + 4;
+  char message[96];
+  snprintf(
+      message, sizeof message,
+      "binding.ranges[5] and binding.ranges[8] share memory at address "
+      "0x%llx",
+      (unsigned long long)(KV_ADDRESS + fx.binding.ranges[8].offset_bytes));
+  ASSERT_INVALID(message, "no two values may share a byte");
+}
+
+Test(binding, rejects_scattered_blocks_overlapping_the_next_slot) {
+  /* L2 K token 3 (16 bytes) starts 8 bytes into L1 K token 6's block: the
+   * two start in neighbouring slots, and the pass over the slots finds the
+   * first one ending past the second's start. */
+  scattered_blocks(4096);
+  fx.binding.ranges[19].offset_bytes = fx.binding.ranges[6].offset_bytes + 8;
+  char message[96];
+  snprintf(
+      message, sizeof message,
+      "binding.ranges[6] and binding.ranges[19] share memory at address 0x%llx",
+      (unsigned long long)(KV_ADDRESS + fx.binding.ranges[19].offset_bytes));
+  ASSERT_INVALID(message, "no two values may share a byte");
+}
+
+Test(binding, sparse_scattered_blocks_are_proved_apart_by_the_sort) {
+  /* One block 1 MiB away: too few spans for a table of that many slots;
+   * the sorted proof decides, with the same answers. */
+  scattered_blocks(UINT64_C(1) << 21);
+  fx.binding.ranges[12].offset_bytes = UINT64_C(1) << 20;
+  validate_ok();
+  fx.binding.ranges[13].offset_bytes = (UINT64_C(1) << 20) + 4;
+  ASSERT_INVALID("binding.ranges[12] and binding.ranges[13] share memory");
+}
+
+Test(binding, neighbouring_ranges_of_other_regions_and_layers_are_told_apart) {
+  /* Ranges alternate between regions named by one shared string each and
+   * by copies, and between layers, so a remembered region or layer that
+   * is not the range's own would show. */
+  static char kv_copy[] = "kv", aux_copy[] = "aux";
+  fx.binding.range_count = 0;
+  add_range(1, K, 0, 4, 2, 2, "kv", 0, 16, 8);
+  add_range(1, K, 4, 4, 2, 2, "aux", 0, 16, 8);
+  add_range(1, V, 0, 4, 2, 2, aux_copy, 64, 8, 4);
+  add_range(1, V, 4, 4, 2, 2, aux_copy, 96, 8, 4);
+  add_range(2, K, 0, 4, 2, 2, kv_copy, 64, 16, 8);
+  add_range(2, K, 4, 4, 2, 2, "kv", 128, 16, 8);
+  add_range(2, V, 0, 8, 2, 2, "aux", 128, 8, 4);
+  validate_ok();
+  static const uint64_t regions[] = {0, 1, 1, 1, 0, 0, 1};
+  static const uint64_t layers[] = {0, 0, 0, 0, 1, 1, 1};
+  for (size_t r = 0; r < 7; r++) {
+    cr_assert_eq(fx.out.ranges[r].region_index, regions[r], "range %zu", r);
+    cr_assert_eq(fx.out.ranges[r].layer_index, layers[r], "range %zu", r);
+  }
+  fx.binding.ranges[5].global_layer_id = 3;
+  ASSERT_INVALID("binding.ranges[5].global_layer_id: layer 3 is not owned");
 }
 
 /* ---- tiling ----------------------------------------------------------- */

@@ -281,3 +281,112 @@ Test(varint_columns, group_encoder) {
     reshard_arena_destroy(&arena);
   }
 }
+
+/* Groups of a few copies, and groups of one row at any width, are written
+ * copy by copy rather than column by column (S5's groups are one
+ * whole-block copy each); the bytes must be the same. Here every field
+ * takes any length up to the full ten bytes, and groups of both kinds
+ * follow larger ones in one batch, so the cursors must carry over. */
+Test(varint_columns, small_groups_copy_by_copy) {
+  oracle_rng rng;
+  oracle_rng_seed(&rng, oracle_case_seed(oracle_base_seed(), 600, 0));
+  enum { MAX_WIDTH = 12, MAX_ROWS = 9, GROUPS = 6 };
+  reshard_run group[MAX_WIDTH];
+  reshard_copy copies[GROUPS * MAX_WIDTH * MAX_ROWS];
+  size_t small = 0, large = 0;
+  for (unsigned trial = 0; trial < 2000; trial++) {
+    reshard_arena arena;
+    reshard_arena_init(&arena, 0);
+    reshard__column_encoder encoder;
+    reshard_error err;
+    cr_assert_eq(reshard__column_encoder_init(&encoder,
+                                              GROUPS * MAX_WIDTH * MAX_ROWS, 1,
+                                              &arena, &arena, &err),
+                 RESHARD_OK);
+    size_t count = 0;
+    for (unsigned g = 0; g < GROUPS; g++) {
+      size_t width = (size_t)oracle_rng_between(&rng, 1, MAX_WIDTH);
+      uint64_t rows = oracle_rng_between(&rng, 0, 2) == 0
+                          ? 1
+                          : oracle_rng_between(&rng, 1, MAX_ROWS);
+      if (rows == 1 || rows * width <= 8) {
+        small++;
+      } else {
+        large++;
+      }
+      for (size_t s = 0; s < width; s++) {
+        /* Offsets and strides kept below 2^63 so no offset wraps. */
+        group[s] = (reshard_run){
+            .first = {.page_index = random_offset(&rng) |
+                                    (oracle_rng_between(&rng, 0, 9) == 0
+                                         ? UINT64_C(1) << 63
+                                         : 0),
+                      .part_index = random_offset(&rng),
+                      .part_offset = random_offset(&rng) >> 1,
+                      .region_index = random_offset(&rng),
+                      .region_offset = random_offset(&rng) >> 1,
+                      .nbytes = oracle_rng_between(&rng, 0, 9) == 0
+                                    ? UINT64_MAX
+                                    : random_offset(&rng) + 1},
+            .count = rows,
+            .part_stride = random_stride(&rng),
+            .region_stride = random_stride(&rng),
+        };
+      }
+      reshard__column_encoder_group(&encoder, group, width);
+      count = (size_t)(reshard__group_expand(group, width, copies + count) -
+                       copies);
+      cr_assert_eq(encoder.rows, count);
+    }
+    cr_assert_eq(reshard__column_encoder_close(&encoder, &err), RESHARD_OK);
+    const uint8_t *at = encoder.out.bytes[0];
+    char what[32];
+    snprintf(what, sizeof what, "trial %u", trial);
+    for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+      const uint8_t *end = at + encoder.out.column_bytes[c];
+      for (size_t i = 0; i < count; i++) {
+        uint64_t got = decode_varint(&at, end, what);
+        cr_assert_eq(got, field(&copies[i], c),
+                     "%s: column %u row %zu is %" PRIu64 ", want %" PRIu64,
+                     what, c, i, got, field(&copies[i], c));
+      }
+      cr_assert_eq(at, end, "%s: column %u has %td bytes too many", what, c,
+                   end - at);
+    }
+    reshard_arena_destroy(&arena);
+  }
+  /* Both encoders took part. */
+  cr_assert_gt(small, 1000);
+  cr_assert_gt(large, 1000);
+}
+
+/* A batch of rows pushed with nothing new (as the planner drains after
+ * each group) leaves the columns as they were. */
+Test(varint_columns, rows_of_nothing_leave_the_columns) {
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard__column_encoder encoder;
+  reshard_error err;
+  cr_assert_eq(
+      reshard__column_encoder_init(&encoder, 4, 1, &arena, &arena, &err),
+      RESHARD_OK);
+  reshard_copy copies[2] = {{1, 2, 300, 4, 70000, 6}, {7, 0, 1, 2, 3, 200}};
+  reshard__column_encoder_rows(&encoder, copies, 1);
+  reshard__column_encoder_rows(&encoder, copies + 1, 0);
+  reshard_run run = {.first = copies[1], .count = 1};
+  reshard__column_encoder_group(&encoder, &run, 1);
+  reshard__column_encoder_rows(&encoder, copies, 0);
+  cr_assert_eq(encoder.rows, 2);
+  cr_assert_eq(reshard__column_encoder_close(&encoder, &err), RESHARD_OK);
+  static const size_t want_sizes[RESHARD_COPY_COLUMNS] = {2, 2, 3, 2, 4, 3};
+  static const uint8_t want[] = {1, 7,    2,    0,    0xac, 0x02, 1,    4,
+                                 2, 0xf0, 0xa2, 0x04, 3,    6,    0xc8, 0x01};
+  size_t total = 0;
+  for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+    cr_assert_eq(encoder.out.column_bytes[c], want_sizes[c], "column %u", c);
+    total += want_sizes[c];
+  }
+  cr_assert_eq(total, sizeof want);
+  cr_assert_arr_eq(encoder.out.bytes[0], want, sizeof want);
+  reshard_arena_destroy(&arena);
+}
