@@ -1,12 +1,14 @@
 /* Transfer planning (SPEC §2.6), in the order the work is known:
  * request checks; source choice (per target layer and source head
- * interval, the replica at the target's replica ordinal); the logical
- * join, PlanLoad's own, of a layout whose shards are the chosen sources
- * with the target's part; the pools and the block table of the sources
- * the join reads; then lowering over both block tables, counted before it
- * is written; coalescing in the order (source, source region, source
- * offset, target region, target offset); batching with a batch closed at
- * every change of source; runs. */
+ * interval, the replica at the target's replica ordinal) and the logical
+ * join PlanLoad's reshard_join_build would give for it, written from the
+ * choices; the pools and the block table of the sources the join reads;
+ * then lowering over both block tables, counted before it is written;
+ * coalescing in the order (source, source region, source offset, target
+ * region, target offset); batching with a batch closed at every change of
+ * source; runs. A pooled target is lowered straight from its pool in that
+ * order where the walk allows it (see "Lowering straight from the
+ * pools"), otherwise bound, lowered and sorted. */
 #include "reshard/transfer.h"
 
 #include <stdlib.h>
@@ -16,7 +18,6 @@
 #include "plan/plan_internal.h"
 #include "reshard/checked.h"
 #include "reshard/join.h"
-#include "reshard/layout.h"
 
 /* Something found by a participant id: a pool, a shard. */
 typedef struct by_participant {
@@ -36,8 +37,9 @@ typedef struct transfer {
   const reshard_placement_part *target; /* the target's part */
   uint64_t source_dp;
   by_participant *pools; /* request.pools by participant id */
-  /* The synthetic layout's shard s is source participant shard_part[s]. */
-  reshard_layout layout;
+  /* Shard s (a chosen source participant, in participant id order) is
+   * shard_part[s]; the join is written by choose_sources, in the arena. */
+  size_t shard_count;
   const reshard_placement_part **shard_part;
   reshard_join *join;
   /* Per shard: its ordinal among the sources read, SIZE_MAX if unread. */
@@ -197,12 +199,8 @@ static const reshard_transfer_pool *find_pool(const transfer *t,
   return NULL;
 }
 
-/* A source choice: participant `part` serves `layer`. */
-typedef struct choice {
-  const reshard_placement_part *part;
-  uint64_t layer;
-} choice;
-
+/* Parts of a normalized placement are sorted by participant id, so their
+ * addresses order them as their ids do. */
 static int compare_owners(const void *a, const void *b) {
   const reshard_placement_part *x = *(const reshard_placement_part *const *)a;
   const reshard_placement_part *y = *(const reshard_placement_part *const *)b;
@@ -212,25 +210,23 @@ static int compare_owners(const void *a, const void *b) {
   if (x->replica_ordinal != y->replica_ordinal) {
     return x->replica_ordinal < y->replica_ordinal ? -1 : 1;
   }
-  return strcmp(x->participant_id, y->participant_id);
+  return x < y ? -1 : x > y;
 }
 
-static int compare_choices(const void *a, const void *b) {
-  const choice *x = a, *y = b;
-  int order = strcmp(x->part->participant_id, y->part->participant_id);
-  if (order != 0) {
-    return order;
-  }
-  return x->layer < y->layer ? -1 : x->layer > y->layer;
-}
-
-/* SPEC §2.6's source choice, as a layout: for every target layer and every
- * head interval of the source DP rank, the owner at position
+/* SPEC §2.6's source choice: for every target layer and every head
+ * interval of the source DP rank, the owner at position
  * target.replica_ordinal mod n of its n replicas sorted by
- * (replica_ordinal, participant_id); each chosen participant becomes a
- * shard of the layers it serves. The layout covers the target's layers
- * and every head, so it normalizes as any stored layout does, and the
- * join keeps only what the target holds. */
+ * (replica_ordinal, participant_id). Each chosen participant is a shard
+ * (numbered in participant id order) of the layers it serves, and the
+ * join PlanLoad's reshard_join_build would make of that layout and the
+ * target's part is written straight from the choices: per target
+ * (layer, component), the chosen owners of the layer in head order,
+ * clipped to the target's heads. Only part_index and the head interval
+ * of an entry are read here. The source placement tiles the heads of
+ * every layer exactly in each DP rank (reshard_placement_normalize), so
+ * the layout covers the target's layers, as normalizing it would prove;
+ * what normalizing could refuse, its part and fragment limits, is held
+ * here in its words. */
 static reshard_status choose_sources(transfer *t) {
   const reshard_placement *source = t->request->source_placement;
   const reshard_placement_part *target = t->target;
@@ -241,96 +237,139 @@ static reshard_status choose_sources(transfer *t) {
   if (!reshard_mul(layers, source->part_count, &choice_room)) {
     return no_memory(t);
   }
-  choice *choices = RESHARD_ARENA_ARRAY(t->arena, choice, choice_room + 1);
-  if (owners == NULL || choices == NULL) {
+  const reshard_placement_part **choices = RESHARD_ARENA_ARRAY(
+      t->arena, const reshard_placement_part *, choice_room + 1);
+  size_t *layer_first = RESHARD_ARENA_ARRAY(t->arena, size_t, layers + 1);
+  size_t *shard_of =
+      RESHARD_ARENA_ARRAY(t->arena, size_t, source->part_count + 1);
+  const reshard_placement_part **ranked_parts = RESHARD_ARENA_ARRAY(
+      t->arena, const reshard_placement_part *, source->part_count + 1);
+  size_t *cursor = RESHARD_ARENA_NEW(t->arena, size_t, source->part_count + 1);
+  if (owners == NULL || choices == NULL || layer_first == NULL ||
+      shard_of == NULL || ranked_parts == NULL || cursor == NULL) {
     return no_memory(t);
   }
+  for (size_t p = 0; p < source->part_count; p++) {
+    shard_of[p] = SIZE_MAX;
+  }
+  /* The source DP rank's parts in owner order, once: each layer's owners
+   * are those of them holding it, in that order, found by a cursor per
+   * part over its sorted layers as the target's sorted layers go by. */
+  size_t ranked = 0;
+  for (size_t p = 0; p < source->part_count; p++) {
+    if (source->parts[p].rank.dp == t->source_dp) {
+      ranked_parts[ranked++] = &source->parts[p];
+    }
+  }
+  qsort(ranked_parts, ranked, sizeof *ranked_parts, compare_owners);
   size_t chosen = 0;
   for (size_t l = 0; l < layers; l++) {
     uint64_t layer = target->layer_ids[l];
+    layer_first[l] = chosen;
     size_t n = 0;
-    for (size_t p = 0; p < source->part_count; p++) {
-      const reshard_placement_part *part = &source->parts[p];
-      if (part->rank.dp == t->source_dp && layer_index(part, layer) >= 0) {
+    for (size_t q = 0; q < ranked; q++) {
+      const reshard_placement_part *part = ranked_parts[q];
+      while (cursor[q] < part->layer_count &&
+             part->layer_ids[cursor[q]] < layer) {
+        cursor[q]++;
+      }
+      if (cursor[q] < part->layer_count &&
+          part->layer_ids[cursor[q]] == layer) {
         owners[n++] = part;
       }
     }
-    qsort(owners, n, sizeof *owners, compare_owners);
     for (size_t i = 0; i < n;) {
       size_t end = i + 1;
       while (end < n && owners[end]->head_start == owners[i]->head_start) {
         end++;
       }
       size_t replicas = end - i;
-      choices[chosen++] =
-          (choice){owners[i + target->replica_ordinal % replicas], layer};
+      const reshard_placement_part *part =
+          owners[i + target->replica_ordinal % replicas];
+      choices[chosen++] = part;
+      shard_of[part - source->parts] = 0;
       i = end;
     }
   }
-  qsort(choices, chosen, sizeof *choices, compare_choices);
+  layer_first[layers] = chosen;
   size_t shard_count = 0;
-  for (size_t i = 0; i < chosen; i++) {
-    shard_count += i == 0 || choices[i].part != choices[i - 1].part;
-  }
-  reshard_shard *shards =
-      RESHARD_ARENA_NEW(t->arena, reshard_shard, shard_count + 1);
-  uint64_t *layer_ids = RESHARD_ARENA_ARRAY(t->arena, uint64_t, chosen + 1);
-  if (shards == NULL || layer_ids == NULL) {
-    return no_memory(t);
-  }
-  size_t s = SIZE_MAX;
-  for (size_t i = 0; i < chosen; i++) {
-    if (i == 0 || choices[i].part != choices[i - 1].part) {
-      s = s == SIZE_MAX ? 0 : s + 1;
-      shards[s] = (reshard_shard){
-          .layer_ids = &layer_ids[i],
-          .head_start = choices[i].part->head_start,
-          .head_count = choices[i].part->head_count,
-          .key_suffix = choices[i].part->participant_id,
-      };
+  for (size_t p = 0; p < source->part_count; p++) {
+    if (shard_of[p] != SIZE_MAX) {
+      shard_of[p] = shard_count++;
     }
-    layer_ids[i] = choices[i].layer;
-    shards[s].layer_count++;
   }
-  t->layout = (reshard_layout){
-      .descriptor = source->descriptor,
-      .format = RESHARD_FORMAT_PLHD, /* any: only shards are read */
-      .shards = shards,
-      .shard_count = shard_count,
-  };
-  /* Only the target's layers: that is what the join reads. A copy, since
-   * normalizing sorts it in place and the placement may be shared. */
-  uint64_t *target_layers = RESHARD_ARENA_ARRAY(t->arena, uint64_t, layers + 1);
-  if (target_layers == NULL) {
-    return no_memory(t);
+  const reshard_limits *limits = &t->request->limits;
+  unsigned components = reshard_component_count(&source->descriptor);
+  uint64_t fragments = (uint64_t)chosen * components;
+  if (shard_count > limits->max_layout_parts) {
+    return reshard_error_set(
+        t->err, RESHARD_RESOURCE_EXHAUSTED,
+        "source_placement.shards: %zu parts exceed the limit "
+        "max_layout_parts %llu",
+        shard_count, (unsigned long long)limits->max_layout_parts);
   }
-  memcpy(target_layers, target->layer_ids, layers * sizeof *target_layers);
-  t->layout.descriptor.global_layer_ids = target_layers;
-  t->layout.descriptor.layer_count = layers;
-  reshard_limits limits = t->request->limits;
-  limits.max_layout_bytes = UINT64_MAX; /* no Part is ever stored */
-  reshard_status status = reshard_layout_normalize(
-      &t->layout, &limits, "source_placement", t->arena, t->err);
-  if (status) {
-    return status;
+  if (fragments > limits->max_layout_fragments) {
+    return reshard_error_set(
+        t->err, RESHARD_RESOURCE_EXHAUSTED,
+        "source_placement.shards: %llu fragments exceed the limit "
+        "max_layout_fragments %llu",
+        (unsigned long long)fragments,
+        (unsigned long long)limits->max_layout_fragments);
   }
+  t->shard_count = shard_count;
   t->shard_part = RESHARD_ARENA_ARRAY(t->arena, const reshard_placement_part *,
-                                      t->layout.shard_count + 1);
-  if (t->shard_part == NULL) {
+                                      shard_count + 1);
+  reshard_join *join = RESHARD_ARENA_NEW(t->arena, reshard_join, 1);
+  size_t *group_start = RESHARD_ARENA_ARRAY(t->arena, size_t, layers * 2 + 1);
+  reshard_join_entry *entries =
+      RESHARD_ARENA_ARRAY(t->arena, reshard_join_entry, (size_t)fragments + 1);
+  if (t->shard_part == NULL || join == NULL || group_start == NULL ||
+      entries == NULL) {
     return no_memory(t);
   }
-  for (size_t i = 0; i < t->layout.shard_count; i++) {
-    t->shard_part[i] =
-        reshard_placement_find_part(source, t->layout.shards[i].key_suffix);
+  for (size_t p = 0; p < source->part_count; p++) {
+    if (shard_of[p] != SIZE_MAX) {
+      t->shard_part[shard_of[p]] = &source->parts[p];
+    }
   }
-  t->join = reshard_join_build(&t->layout, target, t->err);
-  return t->join == NULL ? RESHARD_RESOURCE_EXHAUSTED : RESHARD_OK;
+  uint64_t head_start = target->head_start;
+  uint64_t head_end = target->head_start + target->head_count;
+  size_t e = 0;
+  for (size_t l = 0; l < layers; l++) {
+    for (unsigned c = 0; c < 2; c++) {
+      group_start[l * 2 + c] = e;
+      for (size_t i = layer_first[l]; c < components && i < layer_first[l + 1];
+           i++) {
+        const reshard_placement_part *part = choices[i];
+        uint64_t h0 =
+            part->head_start > head_start ? part->head_start : head_start;
+        uint64_t part_end = part->head_start + part->head_count;
+        uint64_t h1 = part_end < head_end ? part_end : head_end;
+        if (h0 < h1) {
+          entries[e++] = (reshard_join_entry){
+              .part_index = shard_of[part - source->parts],
+              .head_start = h0,
+              .head_end = h1,
+          };
+        }
+      }
+    }
+  }
+  group_start[layers * 2] = e;
+  *join = (reshard_join){
+      .group_count = layers * 2,
+      .group_start = group_start,
+      .entries = entries,
+      .entry_count = e,
+  };
+  t->join = join;
+  return RESHARD_OK;
 }
 
 /* The sources the join reads, by participant id, with their pools: every
  * one needs a pool, and they share the block table, so one block size. */
 static reshard_status find_sources(transfer *t) {
-  size_t shards = t->layout.shard_count;
+  size_t shards = t->shard_count;
   const reshard_transfer_request *request = t->request;
   t->shard_source = RESHARD_ARENA_ARRAY(t->arena, size_t, shards + 1);
   by_participant *read =
@@ -623,14 +662,538 @@ static reshard_status batch(transfer *t, const reshard_copy *copies,
   }
   out->copy_count = batcher.written;
   out->batch_count = batcher.batch_count;
-  out->batch_source =
-      RESHARD_ARENA_ARRAY(t->arena, size_t, out->batch_count + 1);
-  if (out->batch_source == NULL) {
-    return no_memory(t);
+  return RESHARD_OK;
+}
+
+/* ---- Lowering straight from the pools, in plan order ----
+ *
+ * A pooled target needs neither a bound binding nor a sort. Lowering
+ * meets one source tensor (a join entry of a target group), one source
+ * block and one target range at a time, and that *segment*'s copies are
+ * one or two regular axes (tokens, heads) whose source offsets grow with
+ * the axis of the larger source stride outermost, since the pool's
+ * strides nest. So when the segments themselves come out in plan order,
+ * each past the last byte the one before it reads, writing each
+ * segment's copies in turn is the sorted order, coalescing is a compare
+ * with the last copy written, and the batcher takes each coalesced copy
+ * once. The walk that gives that order for the pools engines use: per
+ * source, its tensors by (region, offset); within a region, tensor by
+ * tensor (vLLM's K then V halves, one layer a region) or, where the
+ * region's tensors share a block stride and lie within one stride of each
+ * other (FlashInfer's K and V inside each block), block by block; the
+ * blocks of the span by increasing id, the order the shared table gives
+ * every tensor. The count (for max_operations and max_bytes, before any
+ * copy is written) needs no walk: a segment's shape depends on its tensor,
+ * tokens and heads only (direct_count). The walk checks the order as it
+ * writes; one it refutes (a source block split by target blocks in an
+ * HND source, a per-head target over an NHD source) stops, and the plan
+ * is made by binding the target and sorting, as for any binding. */
+
+/* A segment's copies: `copies` as lower_segment lowers it, and what the
+ * walk writes, `outer` × `inner` pieces of `unit` bytes, the axes whose
+ * copies continue one another on both sides taken whole (what coalescing
+ * would merge them into), the inner axis the one of the smaller source
+ * stride. It depends on the job's strides, the tokens and the heads
+ * only, so the count is computed per job, not per segment. */
+typedef struct direct_shape {
+  uint64_t copies, unit;
+  uint64_t inner, inner_s, inner_d;
+  uint64_t outer, outer_s, outer_d;
+} direct_shape;
+
+/* One source tensor the join reads for one target group. */
+typedef struct direct_job {
+  size_t source;                    /* ordinal */
+  size_t group;                     /* the target group */
+  const reshard_join_entry *entry;  /* the heads it gives */
+  const reshard_pool_group *tensor; /* in the source's pool */
+  uint64_t head_start;              /* the source part's */
+  uint64_t line;                    /* its region's start on the line */
+  const reshard_pool_group *target; /* the target group's */
+  /* The target's ranges of a block (reshard_pool_window_ranges): one per
+   * head of [range_first, range_last) when split (HND), else one, over
+   * the target's heads; only heads the entry gives are walked. */
+  bool range_split;
+  uint64_t range_first, range_last;
+  uint64_t range_head_stride;
+  uint64_t target_head_start, target_head_end;
+  /* The shape of the job's last segment and its tokens and heads: most
+   * blocks of a tensor meet their target blocks alike. */
+  direct_shape shape;
+  uint64_t shape_tokens, shape_heads;
+} direct_job;
+
+static int compare_jobs(const void *a, const void *b) {
+  const direct_job *x = a, *y = b;
+  const uint64_t kx[4] = {x->source, x->tensor->region_index, x->tensor->offset,
+                          x->entry->head_start};
+  const uint64_t ky[4] = {y->source, y->tensor->region_index, y->tensor->offset,
+                          y->entry->head_start};
+  for (int i = 0; i < 4; i++) {
+    if (kx[i] != ky[i]) {
+      return kx[i] < ky[i] ? -1 : 1;
+    }
   }
-  for (size_t b = 0; b < out->batch_count; b++) {
-    out->batch_source[b] =
-        (size_t)out->copies[out->batches[b].first].page_index;
+  return x->group < y->group ? -1 : x->group > y->group;
+}
+
+typedef struct direct {
+  transfer *t;
+  const reshard_pooled_memory *target;
+  direct_job *jobs;
+  size_t job_count;
+  size_t *order; /* source table indices of the span, by id */
+  size_t blocks; /* source blocks of the span */
+  /* Tokens: source block i holds [block_start[i], block_start[i + 1]),
+   * target block j [target_start[j], target_start[j + 1]); source block
+   * i meets target blocks [target_first[i], target_end[i]). Computed
+   * once, so the walk divides nothing. */
+  uint64_t *block_start, *target_start;
+  size_t *target_first, *target_end;
+  /* The (source block, target block) pairs of the span by how many
+   * tokens they share: key the tokens, index how many pairs. */
+  reshard__keyed *overlap;
+  size_t overlap_count;
+  bool ordered;           /* no segment began before the last one ended */
+  uint64_t end;           /* the line's end of the last segment */
+  uint64_t copies, bytes; /* lowered as SPEC §2.2 step 3 counts them */
+  uint64_t pieces;        /* what the walk writes before coalescing */
+  reshard__batcher batcher;
+  reshard_copy pending; /* the last coalesced copy, not yet batched */
+  bool has_pending;
+} direct;
+
+/* A coalesced copy to the batcher. One that fits the open batch without
+ * filling it is what reshard__batcher_push does with it, a store and
+ * three additions, done here in line; anything else (a batch to close,
+ * a copy to split) is the batcher's. */
+static inline void direct_batch(direct *d, const reshard_copy *c) {
+  reshard__batcher *b = &d->batcher;
+  if (b->batch_ops + 1 < b->limits.max_operations &&
+      c->nbytes < b->limits.max_bytes - b->batch_bytes) {
+    b->out[b->written++] = *c;
+    b->batch_ops++;
+    b->batch_bytes += c->nbytes;
+    b->pushed++;
+    return;
+  }
+  reshard__batcher_push(b, c, 1);
+}
+
+/* Coalescing against the last copy: merged when both ends continue it
+ * (the source is the same one: the walk flushes at each change). */
+static inline void direct_put(direct *d, const reshard_copy *c) {
+  reshard_copy *p = &d->pending;
+  if (d->has_pending && p->part_index == c->part_index &&
+      p->region_index == c->region_index &&
+      p->part_offset + p->nbytes == c->part_offset &&
+      p->region_offset + p->nbytes == c->region_offset) {
+    p->nbytes += c->nbytes;
+    return;
+  }
+  if (d->has_pending) {
+    direct_batch(d, p);
+  }
+  *p = *c;
+  d->has_pending = true;
+}
+
+static void direct_flush(direct *d) {
+  if (d->has_pending) {
+    direct_batch(d, &d->pending);
+    d->has_pending = false;
+  }
+  reshard__batcher_finish(&d->batcher);
+}
+
+static direct_shape shape_of(const direct_job *job, uint64_t tokens,
+                             uint64_t heads, uint64_t hb) {
+  const reshard_pool_group *s = job->tensor;
+  uint64_t token_d = job->target->token_stride;
+  uint64_t head_d = job->range_head_stride;
+  bool rows = s->head_stride == hb && head_d == hb;
+  uint64_t row = heads * hb;
+  direct_shape sh = {.inner = 1, .outer = 1};
+  if (rows && (tokens == 1 || (s->token_stride == row && token_d == row))) {
+    sh.copies = 1;
+    sh.unit = tokens * row;
+    return sh;
+  }
+  if (rows) {
+    sh.copies = tokens;
+    sh.unit = row;
+    sh.inner = tokens;
+    sh.inner_s = s->token_stride;
+    sh.inner_d = token_d;
+  } else {
+    sh.copies = tokens * heads;
+    sh.unit = hb;
+    bool heads_inner =
+        heads > 1 && (tokens == 1 || s->head_stride < s->token_stride);
+    sh.inner = heads_inner ? heads : tokens;
+    sh.inner_s = heads_inner ? s->head_stride : s->token_stride;
+    sh.inner_d = heads_inner ? head_d : token_d;
+    sh.outer = heads_inner ? tokens : heads;
+    sh.outer_s = heads_inner ? s->token_stride : s->head_stride;
+    sh.outer_d = heads_inner ? token_d : head_d;
+  }
+  if (sh.inner > 1 && sh.inner_s == sh.unit && sh.inner_d == sh.unit) {
+    sh.unit *= sh.inner;
+    sh.inner = 1;
+  }
+  if (sh.inner == 1) {
+    sh.inner = sh.outer;
+    sh.inner_s = sh.outer_s;
+    sh.inner_d = sh.outer_d;
+    sh.outer = 1;
+    sh.outer_s = sh.outer_d = 0;
+    if (sh.inner > 1 && sh.inner_s == sh.unit && sh.inner_d == sh.unit) {
+      sh.unit *= sh.inner;
+      sh.inner = 1;
+    }
+  }
+  return sh;
+}
+
+/* One segment written in source order, after checking that it starts
+ * past the last byte the one before it reads (else the walk is not in
+ * plan order and stops). */
+static inline void direct_segment(direct *d, const direct_job *job,
+                                  uint64_t target_region, uint64_t source_at,
+                                  uint64_t target_at, const direct_shape *sh) {
+  uint64_t first = job->line + source_at;
+  if (first < d->end) {
+    d->ordered = false;
+    return;
+  }
+  d->end = first + (sh->outer - 1) * sh->outer_s +
+           (sh->inner - 1) * sh->inner_s + sh->unit;
+  for (uint64_t a = 0; a < sh->outer; a++) {
+    reshard_copy c = {
+        job->source,   job->tensor->region_index,   source_at + a * sh->outer_s,
+        target_region, target_at + a * sh->outer_d, sh->unit};
+    for (uint64_t b = 0; b < sh->inner; b++) {
+      direct_put(d, &c);
+      c.part_offset += sh->inner_s;
+      c.region_offset += sh->inner_d;
+    }
+  }
+}
+
+/* The heads a job's target range over head `h` (of its range loop)
+ * shares with its entry: [*h0, *h1), empty when *h0 >= *h1. */
+static inline void range_heads(const direct_job *job, uint64_t h, uint64_t *h0,
+                               uint64_t *h1) {
+  uint64_t start = job->range_split ? h : job->target_head_start;
+  uint64_t end = job->range_split ? h + 1 : job->target_head_end;
+  *h0 = job->entry->head_start > start ? job->entry->head_start : start;
+  *h1 = job->entry->head_end < end ? job->entry->head_end : end;
+}
+
+/* The first pass: every job meets every (source block, target block)
+ * pair of the span, and a segment's shape depends on its tokens, so the
+ * count is a sum over the pairs' distinct token counts (d->overlap). */
+static void direct_count(direct *d) {
+  d->copies = d->bytes = d->pieces = 0;
+  for (size_t j = 0; j < d->job_count; j++) {
+    const direct_job *job = &d->jobs[j];
+    uint64_t hb = d->t->head_bytes[job->group % 2];
+    for (uint64_t h = job->range_first; h < job->range_last; h++) {
+      uint64_t h0, h1;
+      range_heads(job, h, &h0, &h1);
+      if (h0 >= h1) {
+        continue;
+      }
+      for (size_t o = 0; o < d->overlap_count; o++) {
+        uint64_t tokens = d->overlap[o].key, times = d->overlap[o].index;
+        direct_shape sh = shape_of(job, tokens, h1 - h0, hb);
+        uint64_t copies, pieces, bytes;
+        /* Saturated: a sum past 64 bits fails the limits, as it must. */
+        if (!reshard_mul(times, sh.copies, &copies) ||
+            !reshard_add(d->copies, copies, &d->copies) ||
+            !reshard_mul3(times, sh.inner, sh.outer, &pieces) ||
+            !reshard_add(d->pieces, pieces, &d->pieces) ||
+            !reshard_mul3(times, tokens, (h1 - h0) * hb, &bytes) ||
+            !reshard_add(d->bytes, bytes, &d->bytes)) {
+          d->copies = d->bytes = d->pieces = UINT64_MAX;
+          return;
+        }
+      }
+    }
+  }
+}
+
+/* Source blocks order[k0 .. k1) of one tensor, each against the target
+ * blocks it meets, whose ranges are those reshard_pool_window_ranges
+ * writes for the target block's window (what reshard_pool_bind binds),
+ * made here from the job's target group without a division or a stored
+ * range. One call takes a tensor's every block where the walk goes
+ * tensor by tensor, so what a block shares stays in registers. */
+static void direct_blocks(direct *d, direct_job *job, size_t k0, size_t k1) {
+  const reshard_pool_group *s = job->tensor;
+  const reshard_pool_group *g = job->target;
+  const uint32_t *source_ids = d->t->request->source_block_ids;
+  const uint32_t *target_ids = d->target->block_ids;
+  const size_t *order = d->order;
+  const uint64_t *block_start = d->block_start;
+  const uint64_t *target_start = d->target_start;
+  uint64_t hb = d->t->head_bytes[job->group % 2];
+  for (size_t k = k0; k < k1 && d->ordered; k++) {
+    size_t i = order[k];
+    uint64_t start = block_start[i], end = block_start[i + 1];
+    uint64_t block_at = s->offset + (uint64_t)source_ids[i] * s->block_stride;
+    for (size_t j = d->target_first[i]; j < d->target_end[i]; j++) {
+      uint64_t token_start = target_start[j];
+      uint64_t at = g->offset + (uint64_t)target_ids[j] * g->block_stride;
+      uint64_t t0 = start > token_start ? start : token_start;
+      uint64_t t1 = end < target_start[j + 1] ? end : target_start[j + 1];
+      uint64_t source_t0 = block_at + (t0 - start) * s->token_stride;
+      uint64_t target_t0 = at + (t0 - token_start) * g->token_stride;
+      for (uint64_t h = job->range_first; h < job->range_last; h++) {
+        uint64_t h0, h1;
+        range_heads(job, h, &h0, &h1);
+        if (h0 >= h1) {
+          continue;
+        }
+        /* The range of head h starts at its head (HND), else at the
+         * target's first; h0 is where the segment starts in both. */
+        uint64_t range_head = job->range_split ? h : job->target_head_start;
+        uint64_t source_at =
+            source_t0 + (h0 - job->head_start) * s->head_stride;
+        uint64_t target_at =
+            target_t0 + (range_head - job->target_head_start) * g->head_stride +
+            (h0 - range_head) * job->range_head_stride;
+        if (t1 - t0 != job->shape_tokens || h1 - h0 != job->shape_heads) {
+          job->shape_tokens = t1 - t0;
+          job->shape_heads = h1 - h0;
+          job->shape = shape_of(job, t1 - t0, h1 - h0, hb);
+        }
+        direct_segment(d, job, g->region_index, source_at, target_at,
+                       &job->shape);
+      }
+    }
+  }
+}
+
+/* The walk (see above), writing through the batcher; d->ordered false
+ * when a segment began before the last one ended (the walk stops). */
+static reshard_status direct_walk(direct *d) {
+  direct_job *jobs = d->jobs;
+  d->end = 0;
+  d->ordered = true;
+  for (size_t a = 0; a < d->job_count && d->ordered;) {
+    if (stop_requested(d->t->request)) {
+      return reshard_error_set(d->t->err, RESHARD_DEADLINE_EXCEEDED,
+                               "plan: abandoned (deadline or cancellation)");
+    }
+    const reshard_pool_group *first = jobs[a].tensor;
+    size_t b = a + 1;
+    bool one_stride = true;
+    while (b < d->job_count && jobs[b].source == jobs[a].source &&
+           jobs[b].tensor->region_index == first->region_index) {
+      one_stride =
+          one_stride && jobs[b].tensor->block_stride == first->block_stride;
+      b++;
+    }
+    if (b - a > 1 && one_stride &&
+        jobs[b - 1].tensor->offset - first->offset < first->block_stride) {
+      for (size_t k = 0; k < d->blocks; k++) {
+        for (size_t j = a; j < b; j++) {
+          direct_blocks(d, &jobs[j], k, k + 1);
+        }
+      }
+    } else {
+      for (size_t j = a; j < b; j++) {
+        direct_blocks(d, &jobs[j], 0, d->blocks);
+      }
+    }
+    if (b == d->job_count || jobs[b].source != jobs[a].source) {
+      direct_flush(d);
+    }
+    a = b;
+  }
+  return RESHARD_OK;
+}
+
+/* The jobs by (source, region, offset), the span's source blocks by id,
+ * a target block's range buffer. False when memory runs out or the
+ * regions do not fit one 64-bit line (then the sorting path plans). */
+static bool direct_prepare(transfer *t, direct *d) {
+  const reshard_join *join = t->join;
+  d->t = t;
+  d->target = t->request->pooled;
+  uint64_t *bases = NULL;
+  size_t *first_region =
+      RESHARD_ARENA_ARRAY(t->arena, size_t, t->source_count + 1);
+  d->jobs = RESHARD_ARENA_ARRAY(t->arena, direct_job, join->entry_count + 1);
+  if (first_region == NULL || d->jobs == NULL || !region_bases(t, &bases)) {
+    return false;
+  }
+  const reshard_bound_pool *target = d->target->pool;
+  uint64_t target_head_start = target->part->head_start;
+  uint64_t target_head_end = target_head_start + target->part->head_count;
+  size_t at = 0;
+  for (size_t o = 0; o < t->source_count; o++) {
+    first_region[o] = at;
+    at += t->source_pool[o]->pool->region_count;
+  }
+  d->job_count = 0;
+  for (size_t g = 0; g < join->group_count; g++) {
+    uint64_t layer = t->target->layer_ids[g / 2];
+    for (size_t e = join->group_start[g]; e < join->group_start[g + 1]; e++) {
+      const reshard_join_entry *entry = &join->entries[e];
+      size_t o = t->shard_source[entry->part_index];
+      const reshard_placement_part *part = t->source_part[o];
+      size_t source_group = (size_t)layer_index(part, layer) * 2 + g % 2;
+      const reshard_pool_group *tensor =
+          &t->source_pool[o]->bound->groups[source_group];
+      size_t per_block = reshard_pool_ranges_per_block(target, g);
+      bool split = per_block > 1;
+      uint64_t first = split && entry->head_start > target_head_start
+                           ? entry->head_start
+                           : target_head_start;
+      uint64_t last = !split                              ? first + per_block
+                      : entry->head_end < target_head_end ? entry->head_end
+                                                          : target_head_end;
+      d->jobs[d->job_count++] = (direct_job){
+          .source = o,
+          .group = g,
+          .entry = entry,
+          .tensor = tensor,
+          .head_start = part->head_start,
+          .line = bases[first_region[o] + tensor->region_index],
+          .target = &target->groups[g],
+          .range_split = split,
+          .range_first = first,
+          .range_last = last > first ? last : first,
+          .range_head_stride = split ? target->groups[g].head_bytes
+                                     : target->groups[g].head_stride,
+          .target_head_start = target_head_start,
+          .target_head_end = target_head_end,
+      };
+    }
+  }
+  qsort(d->jobs, d->job_count, sizeof *d->jobs, compare_jobs);
+  uint64_t n = t->request->token_count;
+  d->blocks = (size_t)(n / t->block_size + (n % t->block_size != 0));
+  reshard__keyed *keyed =
+      RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, d->blocks + 1);
+  reshard__keyed *spare =
+      RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, d->blocks + 1);
+  d->order = RESHARD_ARENA_ARRAY(t->arena, size_t, d->blocks + 1);
+  uint64_t bt = target->block_size;
+  size_t target_blocks = (size_t)(n / bt + (n % bt != 0));
+  d->block_start = RESHARD_ARENA_ARRAY(t->arena, uint64_t, d->blocks + 1);
+  d->target_first = RESHARD_ARENA_ARRAY(t->arena, size_t, d->blocks + 1);
+  d->target_end = RESHARD_ARENA_ARRAY(t->arena, size_t, d->blocks + 1);
+  d->target_start = RESHARD_ARENA_ARRAY(t->arena, uint64_t, target_blocks + 1);
+  if (keyed == NULL || spare == NULL || d->order == NULL ||
+      d->block_start == NULL || d->target_first == NULL ||
+      d->target_end == NULL || d->target_start == NULL) {
+    return false;
+  }
+  /* Both tables cover [0, n) (checked), so no block start overflows. */
+  for (size_t i = 0; i < d->blocks; i++) {
+    uint64_t start = (uint64_t)i * t->block_size;
+    uint64_t end = n - start > t->block_size ? start + t->block_size : n;
+    d->block_start[i] = start;
+    d->target_first[i] = (size_t)(start / bt);
+    d->target_end[i] = (size_t)((end - 1) / bt + 1);
+  }
+  d->block_start[d->blocks] = n;
+  for (size_t j = 0; j < target_blocks; j++) {
+    d->target_start[j] = (uint64_t)j * bt;
+  }
+  d->target_start[target_blocks] = n;
+  size_t pairs = 0;
+  for (size_t i = 0; i < d->blocks; i++) {
+    pairs += d->target_end[i] - d->target_first[i];
+  }
+  reshard__keyed *tokens =
+      RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, pairs + 1);
+  reshard__keyed *tokens_spare =
+      RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, pairs + 1);
+  if (tokens == NULL || tokens_spare == NULL) {
+    return false;
+  }
+  size_t p = 0;
+  for (size_t i = 0; i < d->blocks; i++) {
+    for (size_t j = d->target_first[i]; j < d->target_end[i]; j++) {
+      uint64_t start = d->block_start[i] > d->target_start[j]
+                           ? d->block_start[i]
+                           : d->target_start[j];
+      uint64_t end = d->block_start[i + 1] < d->target_start[j + 1]
+                         ? d->block_start[i + 1]
+                         : d->target_start[j + 1];
+      tokens[p++] = (reshard__keyed){end - start, 0};
+    }
+  }
+  reshard__keyed *sorted_tokens =
+      reshard__sort_keyed(tokens, tokens_spare, pairs);
+  d->overlap = tokens_spare == sorted_tokens ? tokens : tokens_spare;
+  d->overlap_count = 0;
+  for (size_t q = 0; q < pairs; q++) {
+    if (d->overlap_count > 0 &&
+        d->overlap[d->overlap_count - 1].key == sorted_tokens[q].key) {
+      d->overlap[d->overlap_count - 1].index++;
+    } else {
+      d->overlap[d->overlap_count++] =
+          (reshard__keyed){sorted_tokens[q].key, 1};
+    }
+  }
+  for (size_t i = 0; i < d->blocks; i++) {
+    keyed[i] = (reshard__keyed){t->request->source_block_ids[i], i};
+  }
+  const reshard__keyed *sorted = reshard__sort_keyed(keyed, spare, d->blocks);
+  for (size_t i = 0; i < d->blocks; i++) {
+    d->order[i] = (size_t)sorted[i].index;
+  }
+  return true;
+}
+
+/* The sorting path lowers a pooled target over its bound ranges: one per
+ * block and group. */
+static reshard_status bind_pooled(transfer *t) {
+  const reshard_transfer_request *request = t->request;
+  const reshard_pooled_memory *pooled = request->pooled;
+  reshard_status status =
+      reshard_pool_bind(pooled->pool, pooled->block_ids, pooled->block_count,
+                        request->token_count, &request->limits, "pooled",
+                        t->arena, &t->bound, t->err);
+  t->bound.part = t->target;
+  return status;
+}
+
+/* What reshard_pool_bind refuses, in its order and words, without
+ * writing a range: the direct walk reads the target's ranges block by
+ * block from the pool. */
+static reshard_status check_pooled(transfer *t) {
+  const reshard_transfer_request *request = t->request;
+  const reshard_pooled_memory *pooled = request->pooled;
+  const reshard_bound_pool *pool = pooled->pool;
+  uint64_t span = request->token_count;
+  reshard_status status = reshard_block_table_check(
+      pool->block_size, pool->num_blocks, pooled->block_ids,
+      pooled->block_count, span, &request->limits, "pooled.block_ids", t->arena,
+      t->err);
+  if (status) {
+    return status;
+  }
+  uint64_t needed =
+      span / pool->block_size + (span % pool->block_size != 0 ? 1 : 0);
+  uint64_t ranges_per_block = 0;
+  for (size_t g = 0; g < pool->group_count; g++) {
+    ranges_per_block += reshard_pool_ranges_per_block(pool, g);
+  }
+  uint64_t range_count;
+  if (!reshard_mul(needed, ranges_per_block, &range_count) ||
+      range_count > request->limits.max_validation_work) {
+    return reshard_error_set(
+        t->err, RESHARD_RESOURCE_EXHAUSTED,
+        "pooled: %llu blocks × %llu ranges a block exceed the limit "
+        "max_validation_work %llu",
+        (unsigned long long)needed, (unsigned long long)ranges_per_block,
+        (unsigned long long)request->limits.max_validation_work);
   }
   return RESHARD_OK;
 }
@@ -638,14 +1201,7 @@ static reshard_status batch(transfer *t, const reshard_copy *copies,
 static reshard_status bind_target(transfer *t) {
   const reshard_transfer_request *request = t->request;
   if (request->pooled != NULL) {
-    /* The transfer lowers over bound ranges: one per block and group. */
-    const reshard_pooled_memory *pooled = request->pooled;
-    reshard_status status =
-        reshard_pool_bind(pooled->pool, pooled->block_ids, pooled->block_count,
-                          request->token_count, &request->limits, "pooled",
-                          t->arena, &t->bound, t->err);
-    t->bound.part = t->target;
-    return status;
+    return check_pooled(t);
   }
   if (request->bound_binding != NULL) {
     t->bound = *request->bound_binding;
@@ -661,6 +1217,93 @@ static reshard_status bind_target(transfer *t) {
                                   t->arena, &t->bound, t->err);
 }
 
+/* max_operations (on the lowered copies) and max_bytes, before any copy
+ * is written. */
+static reshard_status check_counts(const transfer *t, uint64_t copies,
+                                   uint64_t bytes) {
+  const reshard_limits *limits = &t->request->limits;
+  if (copies > limits->max_operations) {
+    return reshard_error_set(t->err, RESHARD_RESOURCE_EXHAUSTED,
+                             "plan: %llu copies exceed the limit "
+                             "max_operations %llu",
+                             (unsigned long long)copies,
+                             (unsigned long long)limits->max_operations);
+  }
+  if (bytes > limits->max_bytes) {
+    return reshard_error_set(t->err, RESHARD_RESOURCE_EXHAUSTED,
+                             "plan: %llu bytes exceed the limit max_bytes %llu",
+                             (unsigned long long)bytes,
+                             (unsigned long long)limits->max_bytes);
+  }
+  return RESHARD_OK;
+}
+
+/* What both paths return besides the batches: sources, stats, runs. */
+static reshard_status finish(transfer *t, uint64_t copies, uint64_t bytes,
+                             reshard_transfer_plan *out) {
+  const reshard_transfer_request *request = t->request;
+  out->batch_source =
+      RESHARD_ARENA_ARRAY(t->arena, size_t, out->batch_count + 1);
+  out->sources = RESHARD_ARENA_ARRAY(t->arena, size_t, t->source_count + 1);
+  if (out->batch_source == NULL || out->sources == NULL) {
+    return no_memory(t);
+  }
+  for (size_t b = 0; b < out->batch_count; b++) {
+    out->batch_source[b] =
+        (size_t)out->copies[out->batches[b].first].page_index;
+  }
+  for (size_t o = 0; o < t->source_count; o++) {
+    out->sources[o] = (size_t)(t->source_pool[o] - request->pools);
+  }
+  out->source_count = t->source_count;
+  out->operations = out->copy_count;
+  out->bytes = bytes;
+  out->copies_before_coalescing = copies;
+  out->participant = t->target;
+  if (request->runs) {
+    return reshard_runs_fold(out->copies, out->batches, out->batch_count,
+                             t->arena, &out->runs, t->err);
+  }
+  return RESHARD_OK;
+}
+
+/* The direct walk, after direct_count: limits, then each coalesced copy
+ * written once, by the batcher. *done is false when the walk turned out
+ * not to be in plan order (nothing is returned then; the caller plans
+ * by sorting, and what was written stays in the arena). */
+static reshard_status plan_direct(transfer *t, direct *d,
+                                  reshard_transfer_plan *out, bool *done) {
+  *done = false;
+  reshard_status status = check_counts(t, d->copies, d->bytes);
+  if (status) {
+    return status;
+  }
+  reshard__batching limits = {t->request->limits.max_batch_operations,
+                              t->request->limits.max_batch_bytes};
+  size_t max_copies, max_batches;
+  reshard__batch_bounds((size_t)d->pieces, d->bytes, &limits, &max_copies,
+                        &max_batches);
+  max_batches += t->source_count;
+  reshard_copy *copies =
+      RESHARD_ARENA_ARRAY(t->arena, reshard_copy, max_copies + 1);
+  reshard_batch *batches =
+      RESHARD_ARENA_ARRAY(t->arena, reshard_batch, max_batches + 1);
+  if (copies == NULL || batches == NULL) {
+    return no_memory(t);
+  }
+  reshard__batcher_init(&d->batcher, &limits, copies, batches);
+  if ((status = direct_walk(d)) || !d->ordered) {
+    return status;
+  }
+  *done = true;
+  out->copies = copies;
+  out->batches = batches;
+  out->copy_count = d->batcher.written;
+  out->batch_count = d->batcher.batch_count;
+  out->direct = true;
+  return finish(t, d->copies, d->bytes, out);
+}
+
 static reshard_status plan(transfer *t, reshard_transfer_plan *out) {
   const reshard_transfer_request *request = t->request;
   reshard_status status;
@@ -672,23 +1315,24 @@ static reshard_status plan(transfer *t, reshard_transfer_plan *out) {
   const reshard_descriptor *descriptor = &request->target_placement->descriptor;
   t->head_bytes[0] = reshard_head_bytes(descriptor, RESHARD_COMPONENT_KEY);
   t->head_bytes[1] = reshard_head_bytes(descriptor, RESHARD_COMPONENT_VALUE);
+  if (request->pooled != NULL) {
+    direct d = {0};
+    if (direct_prepare(t, &d)) {
+      bool done;
+      direct_count(&d);
+      if ((status = plan_direct(t, &d, out, &done)) || done) {
+        return status;
+      }
+    }
+    /* Not in order (or no room to find out): bind and sort. */
+    if ((status = bind_pooled(t))) {
+      return status;
+    }
+  }
   lowering count = {0};
-  if ((status = lower(t, &count))) {
+  if ((status = lower(t, &count)) ||
+      (status = check_counts(t, count.copies, count.bytes))) {
     return status;
-  }
-  if (count.copies > request->limits.max_operations) {
-    return reshard_error_set(
-        t->err, RESHARD_RESOURCE_EXHAUSTED,
-        "plan: %llu copies exceed the limit "
-        "max_operations %llu",
-        (unsigned long long)count.copies,
-        (unsigned long long)request->limits.max_operations);
-  }
-  if (count.bytes > request->limits.max_bytes) {
-    return reshard_error_set(t->err, RESHARD_RESOURCE_EXHAUSTED,
-                             "plan: %llu bytes exceed the limit max_bytes %llu",
-                             (unsigned long long)count.bytes,
-                             (unsigned long long)request->limits.max_bytes);
   }
   lowering write = {
       .out = RESHARD_ARENA_ARRAY(t->arena, reshard_copy, count.copies + 1)};
@@ -703,23 +1347,7 @@ static reshard_status plan(transfer *t, reshard_transfer_plan *out) {
   if ((status = batch(t, ordered, coalesced, write.bytes, out))) {
     return status;
   }
-  out->sources = RESHARD_ARENA_ARRAY(t->arena, size_t, t->source_count + 1);
-  if (out->sources == NULL) {
-    return no_memory(t);
-  }
-  for (size_t o = 0; o < t->source_count; o++) {
-    out->sources[o] = (size_t)(t->source_pool[o] - request->pools);
-  }
-  out->source_count = t->source_count;
-  out->operations = out->copy_count;
-  out->bytes = write.bytes;
-  out->copies_before_coalescing = write.copies;
-  out->participant = t->target;
-  if (request->runs) {
-    status = reshard_runs_fold(out->copies, out->batches, out->batch_count,
-                               t->arena, &out->runs, t->err);
-  }
-  return status;
+  return finish(t, write.copies, write.bytes, out);
 }
 
 reshard_status reshard_plan_transfer(const reshard_transfer_request *request,
@@ -729,7 +1357,6 @@ reshard_status reshard_plan_transfer(const reshard_transfer_request *request,
   memset(out, 0, sizeof *out);
   transfer t = {.request = request, .arena = arena, .err = err};
   reshard_status status = plan(&t, out);
-  reshard_join_free(t.join);
   if (status) {
     memset(out, 0, sizeof *out);
   }

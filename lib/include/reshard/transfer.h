@@ -49,7 +49,10 @@ typedef struct reshard_transfer_request {
   /* The target's memory: its participant and regions. Its ranges are
    * validated over [0, token_count) unless `bound_binding` is given (a
    * pooled target bound by reshard_pool_bind over that span), or
-   * `pooled` is (a validated pool and its block table, bound here). */
+   * `pooled` is (a validated pool and its block table: its table is
+   * checked as reshard_pool_bind checks it, and the plan is lowered
+   * straight from the pool where it can be, else bound here). `pooled`
+   * is read first, then `bound_binding`, then `binding`. */
   const reshard_binding *binding;
   const reshard_bound_binding *bound_binding;
   const reshard_pooled_memory *pooled;
@@ -82,6 +85,11 @@ typedef struct reshard_transfer_plan {
   uint64_t copies_before_coalescing;
   reshard_runs runs; /* with request.runs; all zero otherwise */
   const reshard_placement_part *participant; /* the target's part */
+  /* True when the copies were lowered straight from the pools and both
+   * block tables in plan order (a `pooled` target whose pieces come out
+   * in order), false when they were lowered, then sorted. The same plan
+   * either way; for tests and figures. */
+  bool direct;
 } reshard_transfer_plan;
 
 /* Plans a transfer. Errors (SPEC §2.6): FAILED_PRECONDITION when the

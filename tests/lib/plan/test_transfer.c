@@ -415,8 +415,39 @@ static int compare_copies(const void *a, const void *b) {
   return 0;
 }
 
+/* Two plans of one transfer are the same plan: copies, batches, sources,
+ * stats (runs compared by the caller). */
+static void plans_equal(const reshard_transfer_plan *a,
+                        const reshard_transfer_plan *b, bool runs,
+                        const char *description) {
+  cr_assert_eq(a->copy_count, b->copy_count, "%s", description);
+  cr_assert(memcmp(a->copies, b->copies, a->copy_count * sizeof *a->copies) ==
+                0,
+            "%s", description);
+  cr_assert_eq(a->batch_count, b->batch_count, "%s", description);
+  cr_assert(
+      memcmp(a->batches, b->batches, a->batch_count * sizeof *a->batches) == 0,
+      "%s", description);
+  cr_assert(memcmp(a->batch_source, b->batch_source,
+                   a->batch_count * sizeof *a->batch_source) == 0,
+            "%s", description);
+  cr_assert_eq(a->source_count, b->source_count, "%s", description);
+  cr_assert(
+      memcmp(a->sources, b->sources, a->source_count * sizeof *a->sources) == 0,
+      "%s", description);
+  cr_assert_eq(a->operations, b->operations, "%s", description);
+  cr_assert_eq(a->bytes, b->bytes, "%s", description);
+  cr_assert_eq(a->copies_before_coalescing, b->copies_before_coalescing, "%s",
+               description);
+  cr_assert_eq(a->participant, b->participant, "%s", description);
+  cr_assert_eq(b->runs.batch_count, runs ? b->batch_count : 0, "%s",
+               description);
+}
+
+/* Plans one case every way and checks each; *direct_plans counts the
+ * pooled plans lowered straight from the pools. */
 static void run_case(uint64_t seed, const oracle_topology *source,
-                     const oracle_topology *target) {
+                     const oracle_topology *target, int *direct_plans) {
   transfer_case c;
   case_build(&c, seed, source, target);
   reshard_error err;
@@ -432,6 +463,58 @@ static void run_case(uint64_t seed, const oracle_topology *source,
   cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &pooled, &err),
                RESHARD_OK, "%s: %s", c.description, err.message);
   execute_and_check(&c, &pooled);
+
+  /* The pool and its table as the daemon gives them (request.pooled, no
+   * binding) plan the same plan, whether lowered straight from the pools
+   * in plan order or bound and sorted. */
+  reshard_pooled_memory pooled_target = {&c.target_bound, c.target_table,
+                                         c.target_table_count};
+  request.bound_binding = NULL;
+  request.pooled = &pooled_target;
+  for (int runs = 0; runs < 2; runs++) {
+    request.runs = runs;
+    reshard_transfer_plan direct;
+    cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &direct, &err),
+                 RESHARD_OK, "%s: %s", c.description, err.message);
+    if (!runs) {
+      execute_and_check(&c, &direct);
+    }
+    plans_equal(&pooled, &direct, runs, c.description);
+    *direct_plans += direct.direct;
+    if (runs) {
+      reshard_transfer_plan bound_runs;
+      request.pooled = NULL;
+      request.bound_binding = &bound;
+      cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &bound_runs, &err),
+                   RESHARD_OK, "%s: %s", c.description, err.message);
+      cr_assert_eq(bound_runs.runs.run_count, direct.runs.run_count, "%s",
+                   c.description);
+      cr_assert(memcmp(bound_runs.runs.runs, direct.runs.runs,
+                       direct.runs.run_count * sizeof *direct.runs.runs) == 0,
+                "%s", c.description);
+      cr_assert(memcmp(bound_runs.runs.batch_first, direct.runs.batch_first,
+                       (direct.runs.batch_count + 1) *
+                           sizeof *direct.runs.batch_first) == 0,
+                "%s", c.description);
+    }
+  }
+  /* Small batches, so the batcher closes batches and splits copies
+   * inside the walk's writing: the same batches as the sorting path's. */
+  request.runs = false;
+  request.pooled = &pooled_target;
+  request.bound_binding = NULL;
+  request.limits.max_batch_operations = 1 + seed % 7;
+  request.limits.max_batch_bytes = 3000 + seed % 5000;
+  reshard_transfer_plan small_direct, small_bound;
+  cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &small_direct, &err),
+               RESHARD_OK, "%s: %s", c.description, err.message);
+  request.pooled = NULL;
+  request.bound_binding = &bound;
+  cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &small_bound, &err),
+               RESHARD_OK, "%s: %s", c.description, err.message);
+  plans_equal(&small_bound, &small_direct, false, c.description);
+  *direct_plans += small_direct.direct;
+  request.limits = reshard_limits_default();
 
   /* The explicit binding of the same memory plans the same copies. */
   reshard_binding explicit_binding;
@@ -478,9 +561,15 @@ static void run_case(uint64_t seed, const oracle_topology *source,
 
 Test(transfer, random_shapes_execute_exactly) {
   uint64_t base = oracle_base_seed();
+  int direct = 0;
   for (uint64_t i = 0; i < 150; i++) {
-    run_case(oracle_case_seed(base, 0x7a5f, i), NULL, NULL);
+    run_case(oracle_case_seed(base, 0x7a5f, i), NULL, NULL, &direct);
   }
+  /* Both ways a pooled target is planned occur (three plans a case): most
+   * walks are in order; an HND side split by the other's blocks, or a
+   * per-head target over an NHD source, is not. */
+  cr_assert_gt(direct, 225, "%d of 450 pooled plans direct", direct);
+  cr_assert_lt(direct, 450, "%d of 450 pooled plans direct", direct);
 }
 
 Test(transfer, the_layout_changes_engines_need) {
@@ -493,12 +582,14 @@ Test(transfer, the_layout_changes_engines_need) {
       {{1, 3, 2, 0}, {2, 1, 3, 0}},
   };
   uint64_t base = oracle_base_seed();
+  int direct = 0;
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     for (uint64_t i = 0; i < 12; i++) {
       run_case(oracle_case_seed(base, 0x7a60 + s, i), &shapes[s][0],
-               &shapes[s][1]);
+               &shapes[s][1], &direct);
     }
   }
+  cr_assert_gt(direct, 0);
 }
 
 /* ---- A fixed shape for the rules ---- */
@@ -674,4 +765,68 @@ Test(transfer_rules, refusals) {
   fx.request.limits.max_operations = 1;
   ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_RESOURCE_EXHAUSTED,
                "max_operations 1");
+  fx.request.limits = reshard_limits_default();
+  /* What normalizing the source choice as a layout would refuse. */
+  fixed_teardown();
+  fixed_setup(2, 1); /* the reader holds every head: two sources */
+  fx.request.limits.max_layout_parts = 1;
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_RESOURCE_EXHAUSTED,
+               "source_placement.shards: 2 parts exceed the limit "
+               "max_layout_parts 1");
+  fx.request.limits = reshard_limits_default();
+  fx.request.limits.max_layout_fragments = 3; /* 2 layers x 2 sources x 2 */
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_RESOURCE_EXHAUSTED,
+               "source_placement.shards: 8 fragments exceed the limit "
+               "max_layout_fragments 3");
+  fixed_teardown();
+
+  /* A pooled target (as the daemon gives it) is refused as
+   * reshard_pool_bind refuses its table, in the same words, and by the
+   * same limits on the plan. */
+  fixed_setup(2, 4);
+  reshard_pooled_memory pooled = {&fx.c.target_bound, fx.c.target_table,
+                                  fx.c.target_table_count};
+  fx.request.pooled = &pooled;
+  fx.request.bound_binding = NULL;
+  cr_assert_eq(plan_fixed(), RESHARD_OK, "%s", fx.err.message);
+  cr_assert(fx.plan.direct);
+  execute_and_check(&fx.c, &fx.plan);
+  static const uint32_t repeated[] = {1, 0, 1};
+  static const uint32_t outside[] = {1, 0, 2, 7};
+  const struct {
+    const uint32_t *ids;
+    size_t count;
+    reshard_limits limits;
+  } tables[] = {
+      {repeated, 3, reshard_limits_default()},
+      {outside, 4, reshard_limits_default()},
+      {fx.c.target_table, 2, reshard_limits_default()},
+      {fx.c.target_table, 3, reshard_limits_default()},
+  };
+  for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+    reshard_limits limits = tables[i].limits;
+    if (i == 3) {
+      limits.max_validation_work = 2; /* 3 blocks x 4 ranges a block */
+    }
+    reshard_error want;
+    reshard_bound_binding unused;
+    reshard_status code =
+        reshard_pool_bind(&fx.c.target_bound, tables[i].ids, tables[i].count,
+                          10, &limits, "pooled", &fx.c.arena, &unused, &want);
+    cr_assert_neq(code, RESHARD_OK, "table %zu", i);
+    pooled.block_ids = tables[i].ids;
+    pooled.block_count = tables[i].count;
+    fx.request.limits = limits;
+    cr_assert_eq(plan_fixed(), code, "table %zu", i);
+    cr_assert_str_eq(fx.err.message, want.message, "table %zu", i);
+  }
+  pooled.block_ids = fx.c.target_table;
+  pooled.block_count = fx.c.target_table_count;
+  fx.request.limits = reshard_limits_default();
+  fx.request.limits.max_operations = 1;
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_RESOURCE_EXHAUSTED,
+               "max_operations 1");
+  fx.request.limits = reshard_limits_default();
+  fx.request.limits.max_bytes = 1;
+  ASSERT_FAILS(plan_fixed(), fx.err, RESHARD_RESOURCE_EXHAUSTED, "max_bytes 1");
 }
