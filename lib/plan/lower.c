@@ -86,9 +86,17 @@ void reshard__cursor_write_pooled(reshard__range_cursor *cursor) {
         cursor->window_end, binding->ranges + binding->group_start[g]);
   }
   cursor->stale = false;
+  cursor->written = true;
+  cursor->written_start = cursor->window_start;
+  cursor->written_end = cursor->window_end;
 }
 
 void reshard__cursor_reset(reshard__range_cursor *cursor) {
+  if (cursor->pooled != NULL) {
+    /* The page's ranges depend on its window alone: what was written
+     * stays true for that window. */
+    return;
+  }
   const reshard_bound_binding *binding = cursor->binding;
   for (size_t g = 0; g < binding->group_count; g++) {
     cursor->next[g] = binding->group_start[g];
@@ -102,7 +110,8 @@ void reshard__cursor_advance(reshard__range_cursor *cursor, uint64_t page_start,
   if (cursor->pooled != NULL) {
     cursor->window_start = page_start;
     cursor->window_end = page_end;
-    cursor->stale = true;
+    cursor->stale = !cursor->written || cursor->written_start != page_start ||
+                    cursor->written_end != page_end;
     return;
   }
   const reshard_bound_binding *binding = cursor->binding;
@@ -510,14 +519,31 @@ static void remember(const reshard__page_lowering *page,
   }
 }
 
+/* Notes that the ranges of `region` move by `shift` (modulo 2^64), the
+ * true amount negative when `negative`; clears memo->uniform when the
+ * region's ranges move by different amounts. */
+static void note_region_shift(reshard__sequence_memo *memo, uint64_t region,
+                              uint64_t shift, bool negative) {
+  uint64_t mark = memo->serial << 1 | (uint64_t)negative;
+  if (memo->region_mark[region] >> 1 != memo->serial) {
+    memo->region_mark[region] = mark;
+    memo->region_shift[region] = shift;
+  } else if (memo->region_mark[region] != mark ||
+             memo->region_shift[region] != shift) {
+    memo->uniform = false;
+  }
+}
+
 /* For pooled memory: whether the page starts where the remembered one
  * did in its block, and if so the shift of each of its ranges (by
- * ordinal) from the block ids alone, none of its ranges written. */
+ * ordinal) from the block ids alone, none of its ranges written; also
+ * whether each region moves by one amount (memo->uniform). */
 static bool pooled_shift(const reshard__page_lowering *page,
                          reshard__sequence_memo *memo) {
   const reshard_pooled_memory *pooled = page->cursor->pooled;
   const reshard_bound_pool *pool = pooled->pool;
   uint64_t page_start = page->page_index * page->page_size;
+  memo->uniform = false;
   if (memo->join != page->join ||
       page_start % pool->block_size != memo->block_phase) {
     return false;
@@ -529,6 +555,26 @@ static bool pooled_shift(const reshard__page_lowering *page,
   const uint32_t *then = pooled->block_ids + memo->first_block;
   size_t groups = pool->group_count;
   size_t ordinal = 0;
+  memo->serial++;
+  memo->uniform = memo->region_mark != NULL;
+  memo->single = false;
+  if (blocks == 1 && memo->one_stride) {
+    /* One block, one stride: every range moves by one amount, so every
+     * region does. */
+    if (memo->ranges_per_page_block != memo->range_count) {
+      memo->uniform = false;
+      return false;
+    }
+    uint64_t shift = (uint64_t)now[0] * memo->block_stride -
+                     (uint64_t)then[0] * memo->block_stride;
+    memo->single = true;
+    memo->single_shift = shift;
+    for (size_t r = 0; memo->uniform && r < memo->region_count; r++) {
+      memo->region_shift[r] = shift;
+    }
+    memo->first_block = first;
+    return true;
+  }
   for (size_t i = 0; i < groups; i++) {
     size_t g = visited_group(i, groups);
     size_t per_block = page->cursor->ranges_per_block[g];
@@ -537,17 +583,27 @@ static bool pooled_shift(const reshard__page_lowering *page,
       continue;
     }
     if (ordinal + blocks * per_block > memo->range_count) {
+      memo->uniform = false;
       return false; /* not the remembered shape after all */
     }
     for (uint64_t j = 0; j < blocks; j++) {
-      /* Modulo 2^64: the sum the caller forms is the block's offset. */
-      uint64_t shift = (uint64_t)now[j] * stride - (uint64_t)then[j] * stride;
+      /* Modulo 2^64: the sum the caller forms is the block's offset. The
+       * products themselves do not wrap, every block's offset lying in
+       * its region (pool validation), so `to < from` is the sign of the
+       * true shift. */
+      uint64_t to = (uint64_t)now[j] * stride;
+      uint64_t from = (uint64_t)then[j] * stride;
+      uint64_t shift = to - from;
+      if (memo->uniform) {
+        note_region_shift(memo, pool->groups[g].region_index, shift, to < from);
+      }
       for (size_t h = 0; h < per_block; h++) {
         memo->shift[ordinal++] = shift;
       }
     }
   }
   if (ordinal != memo->range_count) {
+    memo->uniform = false;
     return false;
   }
   memo->first_block = first;
@@ -559,6 +615,8 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
                                      reshard__sequence_memo *memo,
                                      bool *reused) {
   *reused = false;
+  memo->uniform = false;
+  memo->single = false;
   bool same = false;
   if (page->cursor->pooled != NULL) {
     same = pooled_shift(page, memo);
@@ -577,9 +635,16 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
   if (same) {
     /* The same blocks: `out` still holds the remembered page's
      * sequences (the caller keeps them), which become this page's. */
-    for (size_t i = 0; i < memo->count; i++) {
-      out[i].first.page_index = page->page_index;
-      out[i].first.region_offset += memo->shift[memo->origin[i]];
+    if (memo->single) {
+      for (size_t i = 0; i < memo->count; i++) {
+        out[i].first.page_index = page->page_index;
+        out[i].first.region_offset += memo->single_shift;
+      }
+    } else {
+      for (size_t i = 0; i < memo->count; i++) {
+        out[i].first.page_index = page->page_index;
+        out[i].first.region_offset += memo->shift[memo->origin[i]];
+      }
     }
     memo->page_start = page->page_index * page->page_size;
     *reused = true;

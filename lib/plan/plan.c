@@ -201,17 +201,78 @@ static reshard_status batch_stretch(reshard__planner *plan,
   return drain_batched(plan, sinks);
 }
 
-/* Batches a page lowered as sequences, a group at a time where a group
- * fits the open batch and in stretches of whole rows (or of one row's
- * copies) where a batch closes inside it. A page that could fill a
- * batch's byte budget goes through `scratch` and the batcher copy by copy
- * (a copy may be split there). */
+/* Batches page `page`, lowered as sequences, when it fits the open batch
+ * whole: what batching it group by group does, since the batch can close
+ * only at its last copy. Its runs are the page before's moved when this
+ * page is that one shifted one amount per region and that one was folded
+ * whole too; else its groups are folded, and its runs become the
+ * template for the next page. */
+static reshard_status batch_whole_page(reshard__planner *plan,
+                                       const reshard__page_sequences *sequences,
+                                       uint64_t page, uint64_t page_bytes,
+                                       batch_sinks *sinks,
+                                       reshard_load_plan *out) {
+  reshard__batcher *batcher = sinks->batcher;
+  if (plan->keep_copies) {
+    reshard__page_sequences_expand(sequences, batcher->out + batcher->written);
+  }
+  reshard__batcher_commit(batcher, (size_t)sequences->copies, page_bytes);
+  reshard__run_folder *folder = sinks->folder;
+  if (folder != NULL) {
+    size_t first_run = folder->run_count;
+    if (sequences->shifted && plan->run_template.valid &&
+        plan->run_template.page == sequences->from_page) {
+      reshard__run_folder_shifted(folder, plan->run_template.first,
+                                  plan->run_template.end, page,
+                                  sequences->region_shift, sequences->copies);
+      out->run_template_pages++;
+    } else {
+      size_t first = 0;
+      for (size_t g = 0; g < sequences->group_count; g++) {
+        size_t end = sequences->group_ends[g];
+        reshard_status status = reshard__run_folder_group(
+            folder, sequences->sequences + first, end - first, plan->err);
+        if (status) {
+          return status;
+        }
+        first = end;
+      }
+    }
+    plan->run_template.page = page;
+    plan->run_template.first = first_run;
+    plan->run_template.end = folder->run_count;
+    plan->run_template.valid = true;
+    sinks->folded_copies = batcher->written;
+  }
+  if (sinks->encoder != NULL) {
+    size_t first = 0;
+    for (size_t g = 0; g < sequences->group_count; g++) {
+      size_t end = sequences->group_ends[g];
+      reshard__column_encoder_group(sinks->encoder,
+                                    sequences->sequences + first, end - first);
+      first = end;
+    }
+  }
+  return drain_batched(plan, sinks);
+}
+
+/* Batches page `page`, lowered as sequences: whole when it fits the open
+ * batch, else a group at a time where a group fits the open batch and in
+ * stretches of whole rows (or of one row's copies) where a batch closes
+ * inside it. A page that could fill a batch's byte budget goes through
+ * `scratch` and the batcher copy by copy (a copy may be split there). */
 static reshard_status batch_sequences(reshard__planner *plan,
                                       const reshard__page_sequences *sequences,
-                                      uint64_t page_bytes, batch_sinks *sinks,
-                                      reshard_copy *scratch) {
+                                      uint64_t page, uint64_t page_bytes,
+                                      batch_sinks *sinks, reshard_copy *scratch,
+                                      reshard_load_plan *out) {
   reshard__batcher *batcher = sinks->batcher;
   const reshard__batching *limits = &batcher->limits;
+  if (reshard__batcher_fits(batcher, (size_t)sequences->copies, page_bytes)) {
+    return batch_whole_page(plan, sequences, page, page_bytes, sinks, out);
+  }
+  /* Runs split across batches are no page's template. */
+  plan->run_template.valid = false;
   if (page_bytes > limits->max_bytes - batcher->batch_bytes) {
     reshard__page_sequences_expand(sequences, scratch);
     reshard__batcher_push(batcher, scratch, (size_t)sequences->copies);
@@ -227,9 +288,12 @@ static reshard_status batch_sequences(reshard__planner *plan,
     size_t column = 0;
     while (row < count) {
       uint64_t room = limits->max_operations - batcher->batch_ops;
-      uint64_t rows = column == 0 ? room / width : 0;
-      if (rows > count - row) {
-        rows = count - row;
+      /* Whole rows that fit; no division where the rest of the group
+       * does (left * width is at most the page's copies: no wrap). */
+      uint64_t left = count - row;
+      uint64_t rows = 0;
+      if (column == 0) {
+        rows = left * width <= room ? left : room / width;
       }
       reshard_status status;
       if (rows > 0) {
@@ -352,6 +416,34 @@ static reshard_status lower_pages(reshard__planner *plan,
       !sequence->memo.ranges || !sequence->memo.shift) {
     return reshard__plan_no_memory(plan);
   }
+  if (plan->cursor.pooled != NULL) {
+    /* One amount per region, to tell when a shifted page is the last one
+     * moved (reshard__sequence_memo.uniform). */
+    const reshard_bound_pool *pool = plan->cursor.pooled->pool;
+    reshard__sequence_memo *memo = &sequence->memo;
+    memo->region_count = pool->region_count;
+    memo->region_shift =
+        RESHARD_ARENA_ARRAY(plan->arena, uint64_t, memo->region_count + 1);
+    memo->region_mark =
+        RESHARD_ARENA_NEW(plan->arena, uint64_t, memo->region_count + 1);
+    if (!memo->region_shift || !memo->region_mark) {
+      return reshard__plan_no_memory(plan);
+    }
+    memo->one_stride = true;
+    bool seen = false;
+    for (size_t g = 0; g < pool->group_count; g++) {
+      size_t per_block = plan->cursor.ranges_per_block[g];
+      if (per_block == 0) {
+        continue;
+      }
+      memo->ranges_per_page_block += per_block; /* < the cursor's room */
+      if (seen && pool->groups[g].block_stride != memo->block_stride) {
+        memo->one_stride = false;
+      }
+      memo->block_stride = pool->groups[g].block_stride;
+      seen = true;
+    }
+  }
   if (request->runs) {
     reshard_status status = reshard__run_folder_init(
         &folder, max_copies, max_batches, plan->arena, plan->err);
@@ -389,9 +481,10 @@ static reshard_status lower_pages(reshard__planner *plan,
     if (by_sequences) {
       out->sequence_pages++;
       out->reused_pages += sequences.reused;
-      status = batch_sequences(plan, &sequences, plan->page_bytes[page], &sinks,
-                               coalesced);
+      status = batch_sequences(plan, &sequences, page, plan->page_bytes[page],
+                               &sinks, coalesced, out);
     } else {
+      plan->run_template.valid = false;
       batch_copies(&lowering, plan->page_bytes[page], &batcher, lowered, keys,
                    spare, coalesced);
       status = drain_batched(plan, &sinks);

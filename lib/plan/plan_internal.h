@@ -39,6 +39,11 @@ typedef struct reshard__range_cursor {
   reshard_bound_binding page_binding;
   uint64_t window_start, window_end;
   bool stale; /* page_binding is not yet the window's */
+  /* The window page_binding was last written for: the ranges are a
+   * function of the window alone, so pass 2 does not write again the
+   * page pass 1 last wrote. */
+  uint64_t written_start, written_end;
+  bool written;
 } reshard__range_cursor;
 
 reshard_status reshard__cursor_init(reshard__range_cursor *cursor,
@@ -107,6 +112,31 @@ typedef struct reshard__sequence_memo {
   size_t range_count; /* the page's open ranges */
   size_t room;
   bool overflowed;
+  /* Pooled memory: whether the last shift moved every range of a region
+   * by one and the same amount (as integers, not only modulo 2^64), and
+   * that amount per region index (region_shift, valid for the regions
+   * the page's ranges lie in). Then every relation between two copies of
+   * one region (touching, coalescing, a run's progression, which one
+   * comes first) is the remembered page's, so the page's coalesced
+   * sequences and its runs are the remembered page's moved by
+   * region_shift. region_mark holds (serial << 1 | negative) per region,
+   * `serial` counting the shifts; NULL without a pool. */
+  bool uniform;
+  uint64_t *region_shift;
+  uint64_t *region_mark;
+  uint64_t serial;
+  size_t region_count;
+  /* Pooled memory whose present groups share one block stride
+   * (`block_stride`; every engine layout measured): a page of one block
+   * moves every range by the same amount, `single_shift`, when `single`
+   * says the last shift was such a one (memo->shift is then not
+   * written). `ranges_per_page_block`: the ranges one block of a page
+   * stands for, over all groups. */
+  bool one_stride;
+  uint64_t block_stride;
+  size_t ranges_per_page_block;
+  bool single;
+  uint64_t single_shift;
 } reshard__sequence_memo;
 
 /* Writes the page's copies into `out` as strided sequences (reshard_run:
@@ -134,6 +164,14 @@ typedef struct reshard__page_sequences {
   size_t group_count;
   uint64_t copies;
   bool reused; /* the remembered page's sequences, shifted */
+  /* The coalesced sequences of page `from_page` (the sequence page
+   * before this one) with each region offset moved by
+   * region_shift[region index], one amount per region (see
+   * reshard__sequence_memo.uniform): the same groups, and, batched and
+   * folded alike, the same runs moved alike. */
+  bool shifted;
+  uint64_t from_page;
+  const uint64_t *region_shift;
 } reshard__page_sequences;
 
 /* Scratch for reshard__page_sequences: `room` entries in each array.
@@ -147,6 +185,16 @@ typedef struct reshard__sequence_scratch {
   size_t *group_ends;
   size_t room;
   reshard__sequence_memo memo;
+  /* Whether `sorted` and `group_ends` hold the coalesced page the memo
+   * remembers (page `sorted_page`: sorted_count sequences in
+   * sorted_groups groups, sorted_copies copies), so that a page shifted
+   * from it by one amount per region takes them moved, without sorting,
+   * coalescing or grouping again. */
+  bool sorted_current;
+  size_t sorted_count;
+  size_t sorted_groups;
+  uint64_t sorted_copies;
+  uint64_t sorted_page;
 } reshard__sequence_scratch;
 
 /* Lowers a page to sequences when they can stand for its coalesced copies:
@@ -268,6 +316,18 @@ reshard_status reshard__run_folder_copies(reshard__run_folder *folder,
 reshard_status reshard__run_folder_group(reshard__run_folder *folder,
                                          const reshard_run *group, size_t width,
                                          reshard_error *err);
+/* Appends to the open batch runs [first, end) of the folder, each moved
+ * to page `page_index` and its region offset moved by
+ * region_shift[its region index], standing for `copies` copies: what
+ * folding a page does when its copies are those runs' page's moved by
+ * one amount per region, both pages wholly inside one batch (a run's
+ * class includes its page, so no copy of either page meets a run of
+ * another, and the greedy fold depends only on how copies of one region
+ * lie relative to each other). The runs must be the fold of exactly
+ * that page. */
+void reshard__run_folder_shifted(reshard__run_folder *folder, size_t first,
+                                 size_t end, uint64_t page_index,
+                                 const uint64_t *region_shift, uint64_t copies);
 /* Closes the open batch. */
 void reshard__run_folder_close(reshard__run_folder *folder);
 void reshard__run_folder_finish(const reshard__run_folder *folder,
@@ -337,6 +397,15 @@ typedef struct reshard__planner {
   /* A stretch of a group cut at a batch boundary (sequence_scratch.room
    * entries, made the first time one is needed). */
   reshard_run *stretch;
+  /* The runs the last page folded into, runs [first, end) of the
+   * folder, when that page was folded from its sequences wholly inside
+   * one batch: a page that is it shifted one amount per region takes
+   * them moved (reshard__run_folder_shifted) instead of folding. */
+  struct {
+    uint64_t page;
+    size_t first, end;
+    bool valid;
+  } run_template;
   /* Pages whose sequences could not stand for their copies; past a few,
    * the plan stops trying and lowers copy by copy. */
   unsigned sequence_refusals;

@@ -480,6 +480,24 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
   return RESHARD_OK;
 }
 
+void reshard__run_folder_shifted(reshard__run_folder *folder, size_t first,
+                                 size_t end, uint64_t page_index,
+                                 const uint64_t *region_shift,
+                                 uint64_t copies) {
+  /* Strides are differences of two copies of one region, which moved
+   * alike, so only the first copies move. The classes of the new page
+   * stay out of the table: no later copy is of its page. */
+  reshard_run *runs = folder->runs;
+  reshard_run *out = runs + folder->run_count;
+  for (size_t r = first; r < end; r++, out++) {
+    *out = runs[r];
+    out->first.page_index = page_index;
+    out->first.region_offset += region_shift[out->first.region_index];
+  }
+  folder->run_count += end - first;
+  folder->open_copies += (size_t)copies;
+}
+
 void reshard__run_folder_close(reshard__run_folder *folder) {
   folder->batch_first[++folder->batch_count] = folder->run_count;
   folder->live = 0;

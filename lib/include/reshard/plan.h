@@ -104,6 +104,11 @@ typedef struct reshard_load_plan {
    * blocks but for their addresses (a pooled page that starts where the
    * one before it did in its block, whatever its blocks). */
   uint64_t reused_pages;
+  /* With request.runs: of those, pages whose runs were the runs of the
+   * page before them moved to their blocks, not folded again (both pages
+   * wholly inside one batch, each region's ranges moved by one amount;
+   * the same runs either way). */
+  uint64_t run_template_pages;
   reshard_join **built_joins; /* per source; non-NULL where built here */
   /* With request.runs: the batches folded into runs (runs.batch_count ==
    * batch_count, runs.batch_first non-NULL even for an empty plan); all

@@ -32,6 +32,7 @@
 #include <criterion/parameterized.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "reshard/arena.h"
@@ -237,6 +238,82 @@ static void refuse_bad_tables(oracle_case *c,
   }
 }
 
+/* Gives each layer's region of a per-layer pool (vLLM, FlashInfer) a
+ * block stride of its own, layer l's padded by 16 * l items a block, as
+ * an engine that aligns each layer's blocks differently would: then the
+ * regions of one page move by different amounts from page to page, and
+ * the planner must move each by its own (and cannot take one shift for
+ * the whole page). Returns whether it padded. */
+static bool pad_layer_strides(reshard_pool *pool, oracle_pool_style style,
+                              uint64_t itemsize) {
+  if (style != ORACLE_POOL_VLLM && style != ORACLE_POOL_FLASHINFER) {
+    return false;
+  }
+  size_t components = pool->tensor_count / pool->region_count;
+  for (size_t t = 0; t < pool->tensor_count; t++) {
+    reshard_pool_tensor *tensor = &pool->tensors[t];
+    size_t layer = t / components, component = t % components;
+    uint64_t stride = tensor->block_stride_bytes + 16 * itemsize * layer;
+    tensor->block_stride_bytes = stride;
+    if (style == ORACLE_POOL_VLLM) {
+      /* [2, blocks, block, heads, dim]: V after all of K's blocks. */
+      tensor->offset_bytes = component * pool->num_blocks * stride;
+      pool->regions[layer].nbytes = components * pool->num_blocks * stride;
+    } else {
+      pool->regions[layer].nbytes = pool->num_blocks * stride;
+    }
+  }
+  return true;
+}
+
+/* Pages p >= 1 of the plan whose copies, and page p - 1's, each lie in
+ * one batch: the pages whose runs are page p - 1's moved, when every
+ * page is the one before it shifted one amount per region. */
+static uint64_t whole_page_pairs(const reshard_load_plan *plan) {
+  size_t pages = (size_t)plan->hit_pages;
+  size_t *first = calloc(pages + 1, sizeof *first);
+  size_t *last = calloc(pages + 1, sizeof *last);
+  cr_assert(first != NULL && last != NULL);
+  for (size_t b = 0; b < plan->batch_count; b++) {
+    const reshard_batch *batch = &plan->batches[b];
+    for (size_t i = batch->first; i < batch->first + batch->count; i++) {
+      size_t p = (size_t)plan->copies[i].page_index;
+      cr_assert_lt(p, pages);
+      if (first[p] == 0) {
+        first[p] = b + 1;
+      }
+      last[p] = b + 1;
+    }
+  }
+  uint64_t pairs = 0;
+  for (size_t p = 1; p < pages; p++) {
+    pairs += first[p - 1] == last[p - 1] && first[p] == last[p];
+  }
+  free(first);
+  free(last);
+  return pairs;
+}
+
+/* The same batches and runs. */
+static void expect_same_runs(const reshard_load_plan *a,
+                             const reshard_load_plan *b, const char *what) {
+  cr_assert_eq(a->batch_count, b->batch_count, "%s: batches", what);
+  cr_assert_eq(
+      memcmp(a->batches, b->batches, a->batch_count * sizeof *a->batches), 0,
+      "%s: batches differ", what);
+  cr_assert_eq(a->runs.run_count, b->runs.run_count, "%s: runs", what);
+  cr_assert_eq(a->runs.batch_count, b->runs.batch_count, "%s: run batches",
+               what);
+  cr_assert_eq(memcmp(a->runs.batch_first, b->runs.batch_first,
+                      (a->runs.batch_count + 1) * sizeof *a->runs.batch_first),
+               0, "%s: runs per batch differ", what);
+  for (size_t r = 0; r < a->runs.run_count; r++) {
+    cr_assert_eq(
+        memcmp(&a->runs.runs[r], &b->runs.runs[r], sizeof a->runs.runs[r]), 0,
+        "%s: run %zu differs", what, r);
+  }
+}
+
 /* Builds, binds, plans both ways, executes and compares one case. */
 static void run_pool_case(const pool_spec *spec, uint64_t stream,
                           unsigned index, pool_result *result) {
@@ -286,16 +363,22 @@ static void run_pool_case(const pool_spec *spec, uint64_t stream,
   reshard_pool pool;
   oracle_build_pool(&c.descriptor, part, style, block_size, num_blocks,
                     &c.arena, &pool);
+  /* Drawn apart from `rng`, so the rest of the case is what it was. */
+  oracle_rng pad_rng;
+  oracle_rng_seed(&pad_rng, seed ^ 0x5ad5ad5ad5ull);
+  bool padded = oracle_rng_chance(&pad_rng, 50) &&
+                pad_layer_strides(&pool, style, c.descriptor.itemsize);
   uint32_t *ids = oracle_block_table(&rng, &c.arena, num_blocks);
   char what[1536];
   snprintf(what, sizeof what,
            "RESHARD_ORACLE_SEED=0x%016" PRIx64 " stream %" PRIu64
            " case %u: pool %s in place of the case's memory, %s (%" PRIu64
            " tokens, page %" PRIu64 "), %" PRIu64
-           " blocks, table %zu for %" PRIu64 " needed%s%s [%s]",
+           " blocks, table %zu for %" PRIu64 " needed%s%s%s [%s]",
            base, stream, index, oracle_pool_style_name(style),
            relation_name(spec->relation), block_size, page, num_blocks, table,
-           needed, spec->runs ? ", runs" : "",
+           needed, padded ? ", layer strides padded" : "",
+           spec->runs ? ", runs" : "",
            spec->small_batches ? ", small batches" : "", c.description);
 
   reshard_limits limits = reshard_limits_default();
@@ -368,6 +451,38 @@ static void run_pool_case(const pool_spec *spec, uint64_t stream,
       table_plan.hit_pages > 1) {
     cr_assert_eq(table_plan.reused_pages, table_sequence_pages - 1,
                  "%s: pages planned as the page before them shifted", what);
+  }
+  /* Runs taken from the page before, moved (reshard__run_folder_shifted):
+   * only for shifted pages, and, where every page is the one before it
+   * with one block per page (each region then moves by one amount: its
+   * tensors share a block stride), for every page that lies wholly in
+   * one batch after a page that did. */
+  cr_assert_leq(table_plan.run_template_pages, table_plan.reused_pages,
+                "%s: pages whose runs were the page before's moved", what);
+  if (!spec->runs) {
+    cr_assert_eq(table_plan.run_template_pages, 0, "%s", what);
+  } else if (block_size == page && spec->opts.max_sources == 1 &&
+             table_sequence_pages == table_plan.hit_pages) {
+    cr_assert_eq(table_plan.run_template_pages, whole_page_pairs(&table_plan),
+                 "%s: pages whose runs were the page before's moved", what);
+  }
+  if (spec->runs) {
+    /* As the daemon asks: runs without the copies, the same batches and
+     * runs. */
+    reshard_arena runs_arena;
+    reshard_load_plan runs_plan;
+    reshard_arena_init(&runs_arena, 0);
+    c.request.omit_copies = true;
+    reshard_status status =
+        reshard_plan_load(&c.request, &runs_arena, &runs_plan, &err);
+    c.request.omit_copies = false;
+    cr_assert_eq(status, RESHARD_OK, "%s: runs without copies: %s", what,
+                 err.message);
+    cr_assert_null(runs_plan.copies, "%s", what);
+    cr_assert_eq(runs_plan.run_template_pages, table_plan.run_template_pages,
+                 "%s: runs without copies", what);
+    expect_same_runs(&runs_plan, &table_plan, what);
+    oracle_plan_release(&c, &runs_arena, &runs_plan);
   }
   oracle_plan_release(&c, &table_arena, &table_plan);
   if (index == 0) {
