@@ -197,10 +197,27 @@ static reshard_status prepare_dir(const char *path, reshard_error *err) {
   return status;
 }
 
+/* The version a format record names, when this build reads it; 0
+ * otherwise. */
+static unsigned format_version(const MDB_val *value) {
+  for (unsigned v = RESHARD_CATALOG_LMDB_OLDEST_VERSION;
+       v <= RESHARD_CATALOG_LMDB_VERSION; v++) {
+    char format[64];
+    int n = snprintf(format, sizeof format, "%s %u",
+                     RESHARD_CATALOG_LMDB_FORMAT, v);
+    if (value->mv_size == (size_t)n &&
+        memcmp(value->mv_data, format, value->mv_size) == 0) {
+      return v;
+    }
+  }
+  return 0;
+}
+
 /* Checks the format record in a read-only transaction, so a foreign
- * environment is never written. Sets *fresh for an empty environment. */
+ * environment is never written. Sets *fresh for an empty environment, and
+ * *version to the catalog's format version otherwise. */
 static reshard_status check_format(lmdb_catalog *c, bool *fresh,
-                                   reshard_error *err) {
+                                   unsigned *version, reshard_error *err) {
   MDB_txn *txn;
   int rc = mdb_txn_begin(c->env, NULL, MDB_RDONLY, &txn);
   if (rc != 0) {
@@ -212,6 +229,7 @@ static reshard_status check_format(lmdb_catalog *c, bool *fresh,
   MDB_dbi dbi;
   rc = mdb_dbi_open(txn, DB_META, 0, &dbi);
   *fresh = false;
+  *version = 0;
   if (rc == MDB_NOTFOUND) {
     MDB_dbi main_db;
     MDB_stat stat;
@@ -231,28 +249,27 @@ static reshard_status check_format(lmdb_catalog *c, bool *fresh,
   } else if (rc == 0) {
     MDB_val key = str_val(META_FORMAT_KEY), value;
     rc = mdb_get(txn, dbi, &key, &value);
-    char expected[64];
-    snprintf(expected, sizeof expected, "%s %u", RESHARD_CATALOG_LMDB_FORMAT,
-             RESHARD_CATALOG_LMDB_VERSION);
-    size_t prefix = strlen(RESHARD_CATALOG_LMDB_FORMAT) + 1;
+    size_t prefix = strlen(RESHARD_CATALOG_LMDB_FORMAT);
     if (rc == MDB_NOTFOUND ||
-        (rc == 0 && (value.mv_size < prefix ||
-                     memcmp(value.mv_data, expected, prefix) != 0))) {
+        (rc == 0 &&
+         (value.mv_size < prefix + 1 ||
+          memcmp(value.mv_data, RESHARD_CATALOG_LMDB_FORMAT, prefix) != 0 ||
+          ((const char *)value.mv_data)[prefix] != ' '))) {
       rc = 0;
       status = reshard_error_set(
           err, RESHARD_INVALID_ARGUMENT,
           "catalog lmdb:%s: holds an LMDB environment whose meta record is "
           "not reshardd's; refusing to use it",
           c->path);
-    } else if (rc == 0 &&
-               (value.mv_size != strlen(expected) ||
-                memcmp(value.mv_data, expected, value.mv_size) != 0)) {
+    } else if (rc == 0 && (*version = format_version(&value)) == 0) {
       status = reshard_error_set(
           err, RESHARD_INVALID_ARGUMENT,
           "catalog lmdb:%s: catalog format \"%.*s\"; this reshardd reads "
-          "\"%s\" only; refusing to use it",
+          "\"%s %u\" and \"%s %u\" only; refusing to use it",
           c->path, (int)(value.mv_size > 40 ? 40 : value.mv_size),
-          (const char *)value.mv_data, expected);
+          (const char *)value.mv_data, RESHARD_CATALOG_LMDB_FORMAT,
+          RESHARD_CATALOG_LMDB_OLDEST_VERSION, RESHARD_CATALOG_LMDB_FORMAT,
+          RESHARD_CATALOG_LMDB_VERSION);
     }
   }
   if (rc != 0 && status == RESHARD_OK) {
@@ -266,8 +283,9 @@ static reshard_status check_format(lmdb_catalog *c, bool *fresh,
   return status;
 }
 
-/* Opens (creating them in a fresh environment) the named databases. */
-static reshard_status open_dbs(lmdb_catalog *c, bool fresh,
+/* Opens (creating them in a fresh environment) the named databases; in a
+ * fresh one, writes the format record and sets *version to it. */
+static reshard_status open_dbs(lmdb_catalog *c, bool fresh, unsigned *version,
                                reshard_error *err) {
   MDB_txn *txn;
   int rc = mdb_txn_begin(c->env, NULL, 0, &txn);
@@ -294,10 +312,23 @@ static reshard_status open_dbs(lmdb_catalog *c, bool fresh,
     int n = snprintf(format, sizeof format, "%s %u",
                      RESHARD_CATALOG_LMDB_FORMAT, RESHARD_CATALOG_LMDB_VERSION);
     MDB_val key = str_val(META_FORMAT_KEY), value = {(size_t)n, format};
-    /* Another daemon may have initialised it in the meantime. */
+    /* Another daemon may have initialised it in the meantime, perhaps an
+     * older one with format 1: its record is what the catalog is (on
+     * MDB_KEYEXIST, `value` is the record stored). */
     rc = mdb_put(txn, c->meta, &key, &value, MDB_NOOVERWRITE);
     if (rc == MDB_KEYEXIST) {
       rc = 0;
+      *version = format_version(&value);
+      if (*version == 0) {
+        mdb_txn_abort(txn);
+        return reshard_error_set(err, RESHARD_INVALID_ARGUMENT,
+                                 "catalog lmdb:%s: initialised meanwhile with "
+                                 "a format this reshardd does not read; "
+                                 "refusing to use it",
+                                 c->path);
+      }
+    } else {
+      *version = RESHARD_CATALOG_LMDB_VERSION;
     }
   }
   if (rc != 0) {
@@ -337,6 +368,7 @@ static void log_opened(lmdb_catalog *c, bool fresh, int dead_readers) {
   reshard_log_str(&line, "catalog", "lmdb");
   reshard_log_str(&line, "path", c->path);
   reshard_log_bool(&line, "created", fresh);
+  reshard_log_str(&line, "page_keys", c->packed_keys ? "packed-hex" : "raw");
   reshard_log_u64(&line, "domains", domains.ms_entries);
   reshard_log_u64(&line, "manifests", manifests.ms_entries);
   reshard_log_u64(&line, "bindings", pages.ms_entries);
@@ -456,10 +488,13 @@ reshard_status reshard_catalog_lmdb_open(uv_loop_t *loop, const char *path,
     c->map_size = info.me_mapsize;
   }
   bool fresh = false;
-  status = check_format(c, &fresh, err);
+  unsigned version = 0;
+  status = check_format(c, &fresh, &version, err);
   if (status == RESHARD_OK) {
-    status = open_dbs(c, fresh, err);
+    status = open_dbs(c, fresh, &version, err);
   }
+  /* The format decides for the catalog's whole life (lmdb_internal.h). */
+  c->packed_keys = version >= 2;
   if (status != RESHARD_OK) {
     close_env(c);
     free(c);

@@ -23,17 +23,21 @@
  * the data. */
 #define RESHARD_CATALOG_LMDB_DEFAULT_MAP_SIZE (64ull << 30)
 
-/* The catalog format this build reads and writes (the `meta` record). */
+/* The catalog format (the `meta` record, "reshardd-catalog N"). This build
+ * creates version 2 (page keys of lowercase hex stored packed) and opens
+ * versions 1 (every page key raw) and 2, each going on as it was written;
+ * a build that knows version 1 only refuses version 2. */
 #define RESHARD_CATALOG_LMDB_FORMAT "reshardd-catalog"
-#define RESHARD_CATALOG_LMDB_VERSION 1u
+#define RESHARD_CATALOG_LMDB_VERSION 2u
+#define RESHARD_CATALOG_LMDB_OLDEST_VERSION 1u
 
 /* Opens (creating it when missing) the catalog in directory `path` on
  * `loop`, with a memory map of `map_size` bytes (0: the default above).
  * Refuses, touching no byte of it, a directory holding files other than
  * LMDB's data.mdb and lock.mdb, a data.mdb that is not an LMDB environment,
- * and an LMDB environment that is not a reshardd catalog of this version:
- * INVALID_ARGUMENT with a message naming `path`. INTERNAL when memory or a
- * thread cannot be had. */
+ * and an LMDB environment that is not a reshardd catalog of a version this
+ * build reads: INVALID_ARGUMENT with a message naming `path`. INTERNAL when
+ * memory or a thread cannot be had. */
 reshard_status reshard_catalog_lmdb_open(uv_loop_t *loop, const char *path,
                                          uint64_t map_size,
                                          reshard_catalog **out,

@@ -27,16 +27,36 @@
  * idle catalog never keeps the loop alive.
  *
  * Named databases (docs/catalog.md):
- *   meta           "format" -> "reshardd-catalog 1"
+ *   meta           "format" -> "reshardd-catalog 2" (or 1, see below)
  *   manifests      manifest key -> u32 id, u32 domain id, record
  *   manifest_keys  u32 id -> manifest key + NUL
  *   domains        model domain -> u32 id
  *   pages          u32 domain id (big-endian) + page key -> u32 manifest
- *                  ids (sorted duplicates)
+ *                  ids (sorted duplicates); in format 2 a page key of
+ *                  lowercase hex of even length is stored as the bytes it
+ *                  spells, and the top bit of the domain id says so
  *   placements     placement id -> record
  *   memory_pools   memory pool id -> record
  * The object databases are created when missing, so a catalog written
- * before they existed opens and gains them. */
+ * before they existed opens and gains them.
+ *
+ * Page keys, format 2: content-addressed keys are hex digests, and storing
+ * 64 hex characters as their 32 bytes is what brings a binding under SPEC
+ * §7's 64 bytes beyond the key (docs/catalog.md "Memory per binding at ten
+ * million"). The marker that a key is packed is the top bit of its
+ * big-endian domain id rather than a tag byte: it costs no byte, keeps the
+ * page-key limit at 511 - 4 = 507, and is free because domain ids are dense
+ * (the count of domains when one is created) and are refused from 2^31 on
+ * (lmdb_manifests.c), so no real id has that bit. Only the lowercase even-
+ * length spelling packs, so each packed key decodes to exactly one text;
+ * a raw key that happens to be the same bytes has the bit clear, so the two
+ * never meet. One domain's pages are two ranges of the B-tree (raw keys,
+ * then packed); nothing scans a domain, and a scan would walk both.
+ * A catalog of format 1 (written before format 2) keeps every key raw: the
+ * format is read at open and decides for the catalog's whole life. An
+ * older reshardd reads "reshardd-catalog 1" only, so it refuses a format 2
+ * catalog instead of misreading its packed keys; a separate meta key would
+ * have been ignored by it, hence the version in the format record. */
 #ifndef RESHARD_CATALOG_LMDB_INTERNAL_H
 #define RESHARD_CATALOG_LMDB_INTERNAL_H
 
@@ -86,6 +106,7 @@ typedef struct lmdb_catalog {
   MDB_dbi objects[RESHARD_CATALOG_OBJECT_KINDS]; /* by kind */
   uint64_t map_size;
   int max_key;
+  bool packed_keys; /* format 2: hex page keys are stored packed */
 
   /* Loop thread only. */
   MDB_txn *read_txn;
@@ -125,6 +146,11 @@ static inline uint32_t read_u32(const void *at) {
   memcpy(&value, at, sizeof value);
   return value;
 }
+
+/* The top bit of a pages key's domain id: the page key is stored packed.
+ * Domain ids stay below it in every catalog. */
+#define LMDB_PACKED_KEY 0x80000000u
+#define LMDB_MAX_DOMAINS LMDB_PACKED_KEY
 
 /* ---- catalog_lmdb.c ---- */
 
@@ -184,6 +210,26 @@ void reshard__lmdb_get_manifests(reshard_catalog *catalog,
                                  reshard_catalog_get_cb cb, void *data);
 
 /* ---- lmdb_pages.c ---- */
+
+/* Writes into `buffer` (4 + `length` bytes at least) the pages key of
+ * `page_key` (`length` bytes, no NUL) in domain `domain_id` (below
+ * LMDB_PACKED_KEY), packed when `packed_format` and the key is lowercase
+ * hex of even length, and returns it. Every operation on a binding (add,
+ * lookup, forget by manifest, forget of every binding of a page) builds its
+ * key here, so all see the same key. */
+MDB_val reshard__lmdb_page_key(bool packed_format, uint8_t *buffer,
+                               uint32_t domain_id, const char *page_key,
+                               size_t length);
+
+/* The inverse, for whatever reads page keys back out of the database:
+ * writes the page key with a NUL into `out` (`capacity` bytes; twice
+ * key->mv_size always suffice), its length into *length and its domain id
+ * into *domain_id. 0; MDB_BAD_VALSIZE when `capacity` is too small;
+ * MDB_CORRUPTED for a key reshard__lmdb_page_key never writes in a catalog
+ * of that format. */
+int reshard__lmdb_page_key_decode(bool packed_format, const MDB_val *key,
+                                  uint32_t *domain_id, char *out,
+                                  size_t capacity, size_t *length);
 
 /* Writer thread: applies a WRITE_ADD or a WRITE_FORGET in `txn`. */
 int reshard__lmdb_apply_add(lmdb_catalog *c, MDB_txn *txn, write_op *op);

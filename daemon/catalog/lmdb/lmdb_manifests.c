@@ -22,6 +22,11 @@ int reshard__lmdb_find_domain(lmdb_catalog *c, MDB_txn *txn, const char *domain,
       return MDB_CORRUPTED;
     }
     *id = read_u32(value.mv_data);
+    /* No id reaches the packed-key bit (reshard__lmdb_apply_put); one that
+     * did would make its raw keys read as another domain's packed ones. */
+    if (*id >= LMDB_MAX_DOMAINS) {
+      return MDB_CORRUPTED;
+    }
   }
   return rc;
 }
@@ -78,8 +83,14 @@ int reshard__lmdb_apply_put(lmdb_catalog *c, MDB_txn *txn, write_op *op) {
     if ((rc = mdb_stat(txn, c->domains, &stat)) != 0) {
       return rc;
     }
-    if (stat.ms_entries >= UINT32_MAX) {
-      return MDB_MAP_FULL;
+    /* The top bit of a domain id marks packed page keys (lmdb_internal.h),
+     * in a catalog of either format, so the formats accept the same. */
+    if (stat.ms_entries >= LMDB_MAX_DOMAINS) {
+      reshard_error_set(&op->err, RESHARD_RESOURCE_EXHAUSTED,
+                        "model_domain %s: the LMDB catalog holds at most "
+                        "2^31 model domains and has that many",
+                        op->domain);
+      return 0;
     }
     domain_id = (uint32_t)stat.ms_entries;
     MDB_val dk = str_val(op->domain), dv = {sizeof domain_id, &domain_id};

@@ -1,25 +1,112 @@
-/* The LMDB catalog's page bindings (lmdb_internal.h): binding and
- * forgetting on the writer thread, and add_pages / forget_pages /
- * lookup_pages on the loop. */
+/* The LMDB catalog's page bindings (lmdb_internal.h): the pages key, raw
+ * or packed, and its decoding; binding and forgetting on the writer thread,
+ * and add_pages / forget_pages / lookup_pages on the loop. */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "catalog/lmdb/lmdb_internal.h"
 
-/* The pages key: the domain id, big-endian so one domain's pages sort
- * together, then the page key bytes. `buffer` holds 4 + max_key bytes. */
-static MDB_val page_val(uint8_t *buffer, uint32_t domain_id,
-                        const char *page_key, size_t length) {
-  buffer[0] = (uint8_t)(domain_id >> 24);
-  buffer[1] = (uint8_t)(domain_id >> 16);
-  buffer[2] = (uint8_t)(domain_id >> 8);
-  buffer[3] = (uint8_t)domain_id;
-  memcpy(buffer + 4, page_key, length);
-  MDB_val v = {4 + length, buffer};
+/* True for a page key that a catalog of format 2 stores packed: lowercase
+ * hexadecimal of even length, the form of content-addressed keys (a sha256
+ * digest is 64 such characters). Uppercase or odd-length hex stays raw: only
+ * the one spelling whose bytes decode back to the same text packs. */
+static bool packs(const char *page_key, size_t length) {
+  if (length == 0 || length % 2 != 0) {
+    return false;
+  }
+  for (size_t i = 0; i < length; i++) {
+    char ch = page_key[i];
+    if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static uint8_t nibble(char ch) {
+  return (uint8_t)(ch <= '9' ? ch - '0' : ch - 'a' + 10);
+}
+
+MDB_val reshard__lmdb_page_key(bool packed_format, uint8_t *buffer,
+                               uint32_t domain_id, const char *page_key,
+                               size_t length) {
+  assert((domain_id & LMDB_PACKED_KEY) == 0); /* reshard__lmdb_find_domain */
+  uint32_t prefix = domain_id;
+  size_t stored = length;
+  if (packed_format && packs(page_key, length)) {
+    prefix |= LMDB_PACKED_KEY;
+    stored = length / 2;
+    for (size_t i = 0; i < stored; i++) {
+      buffer[4 + i] =
+          (uint8_t)(nibble(page_key[2 * i]) << 4 | nibble(page_key[2 * i + 1]));
+    }
+  } else {
+    memcpy(buffer + 4, page_key, length);
+  }
+  buffer[0] = (uint8_t)(prefix >> 24);
+  buffer[1] = (uint8_t)(prefix >> 16);
+  buffer[2] = (uint8_t)(prefix >> 8);
+  buffer[3] = (uint8_t)prefix;
+  MDB_val v = {4 + stored, buffer};
   return v;
 }
 
+int reshard__lmdb_page_key_decode(bool packed_format, const MDB_val *key,
+                                  uint32_t *domain_id, char *out,
+                                  size_t capacity, size_t *length) {
+  if (key->mv_size <= 4) {
+    return MDB_CORRUPTED;
+  }
+  const uint8_t *at = key->mv_data;
+  uint32_t prefix = (uint32_t)at[0] << 24 | (uint32_t)at[1] << 16 |
+                    (uint32_t)at[2] << 8 | at[3];
+  const uint8_t *bytes = at + 4;
+  size_t stored = key->mv_size - 4;
+  bool packed = (prefix & LMDB_PACKED_KEY) != 0;
+  if (packed && !packed_format) {
+    return MDB_CORRUPTED; /* a format 1 catalog never packs */
+  }
+  /* Room for the text and its NUL, checked without overflow. */
+  if (capacity == 0 || stored > (packed ? (capacity - 1) / 2 : capacity - 1)) {
+    return MDB_BAD_VALSIZE;
+  }
+  size_t text = packed ? 2 * stored : stored;
+  if (packed) {
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < stored; i++) {
+      out[2 * i] = hex[bytes[i] >> 4];
+      out[2 * i + 1] = hex[bytes[i] & 15];
+    }
+  } else {
+    memcpy(out, bytes, stored);
+    /* A raw key holds no NUL (page keys are C strings), and in a catalog
+     * that packs, never a key that packs: either would be a key no add
+     * wrote. */
+    if (memchr(bytes, 0, stored) != NULL ||
+        (packed_format && packs(out, stored))) {
+      return MDB_CORRUPTED;
+    }
+  }
+  out[text] = '\0';
+  *domain_id = prefix & ~LMDB_PACKED_KEY;
+  *length = text;
+  return 0;
+}
+
+static MDB_val page_val(const lmdb_catalog *c, uint8_t *buffer,
+                        uint32_t domain_id, const char *page_key,
+                        size_t length) {
+  return reshard__lmdb_page_key(c->packed_keys, buffer, domain_id, page_key,
+                                length);
+}
+
+/* The limit is on the page key as the client sends it, whatever its
+ * stored form: a packed catalog could hold hex keys of up to 1 014
+ * characters, but one limit for every key in every catalog format means a
+ * key one catalog accepts, every other accepts too (re-registering in a
+ * new catalog never meets a new refusal). */
 static bool page_key_fits(const lmdb_catalog *c, size_t length) {
   return length + 4 <= (size_t)c->max_key;
 }
@@ -75,8 +162,8 @@ int reshard__lmdb_apply_add(lmdb_catalog *c, MDB_txn *txn, write_op *op) {
   }
   uint8_t buffer[4 + 512];
   for (size_t i = 0; i < op->page_count; i++) {
-    MDB_val key =
-        page_val(buffer, domain_id, op->page_keys[i], strlen(op->page_keys[i]));
+    MDB_val key = page_val(c, buffer, domain_id, op->page_keys[i],
+                           strlen(op->page_keys[i]));
     MDB_val value = {sizeof manifest_id, &manifest_id};
     rc = mdb_put(txn, c->pages, &key, &value, MDB_NODUPDATA);
     if (rc == 0) {
@@ -117,7 +204,7 @@ int reshard__lmdb_apply_forget(lmdb_catalog *c, MDB_txn *txn, write_op *op) {
     if (length == 0 || !page_key_fits(c, length)) {
       continue;
     }
-    MDB_val key = page_val(buffer, domain_id, op->page_keys[i], length);
+    MDB_val key = page_val(c, buffer, domain_id, op->page_keys[i], length);
     MDB_val value = {sizeof manifest_id, &manifest_id};
     if (op->manifest_key != NULL) {
       rc = mdb_cursor_get(cursor, &key, &value, MDB_GET_BOTH);
@@ -166,7 +253,7 @@ static bool all_bound(lmdb_catalog *c, MDB_txn *txn, const char *model_domain,
       bound = false;
       break;
     }
-    MDB_val key = page_val(buffer, domain_id, page_keys[i], length);
+    MDB_val key = page_val(c, buffer, domain_id, page_keys[i], length);
     MDB_val value = {sizeof manifest_id, &manifest_id};
     bound = mdb_cursor_get(cursor, &key, &value, MDB_GET_BOTH) == 0;
   }
@@ -234,7 +321,7 @@ static bool nothing_bound(lmdb_catalog *c, MDB_txn *txn,
     if (length == 0 || !page_key_fits(c, length)) {
       continue;
     }
-    MDB_val key = page_val(buffer, domain_id, page_keys[i], length);
+    MDB_val key = page_val(c, buffer, domain_id, page_keys[i], length);
     MDB_val value = {sizeof manifest_id, &manifest_id};
     rc = mdb_cursor_get(cursor, &key, &value,
                         manifest_key ? MDB_GET_BOTH : MDB_SET);
@@ -340,7 +427,7 @@ void reshard__lmdb_lookup_pages(reshard_catalog *catalog,
     if (cursor == NULL || length == 0 || !page_key_fits(c, length)) {
       continue;
     }
-    MDB_val key = page_val(buffer, domain_id, page_keys[i], length);
+    MDB_val key = page_val(c, buffer, domain_id, page_keys[i], length);
     rc = collect_page(c, txn, cursor, &key, &keys, &count, &capacity);
   }
   if (cursor != NULL) {

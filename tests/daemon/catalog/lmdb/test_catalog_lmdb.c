@@ -3,7 +3,9 @@
  * batched commits, a full map, the refusal of foreign or corrupted
  * directories without touching a byte of them, and objects (placements and
  * memory pools): stored once, forgotten, durable across a reopen and a
- * kill -9, and added to a catalog written before they existed. */
+ * kill -9, and added to a catalog written before they existed; page keys of
+ * lowercase hex stored packed beside raw ones (format 2), and a format 1
+ * catalog going on with raw keys. */
 #define _XOPEN_SOURCE 700
 #include <criterion/criterion.h>
 #include <ftw.h>
@@ -18,6 +20,7 @@
 
 #include "catalog/catalog_open.h"
 #include "catalog/lmdb/catalog_lmdb.h"
+#include "catalog/lmdb/lmdb_internal.h"
 
 #define CATALOG_TEST_RECORD "rec"
 #include "../catalog_results.h"
@@ -436,9 +439,11 @@ Test(catalog_lmdb, refuses_foreign_and_other_version_environments) {
   expect_refused(path, file, "not reshardd's");
 
   snprintf(path, sizeof path, "%s/newer", dir);
-  foreign_env(path, "meta", "format", "reshardd-catalog 2");
+  foreign_env(path, "meta", "format", "reshardd-catalog 3");
   snprintf(file, sizeof file, "%s/data.mdb", path);
-  expect_refused(path, file, "reshardd-catalog 2");
+  expect_refused(path, file,
+                 "catalog format \"reshardd-catalog 3\"; this reshardd reads "
+                 "\"reshardd-catalog 1\" and \"reshardd-catalog 2\" only");
 }
 
 Test(catalog_lmdb, creates_missing_directories) {
@@ -622,16 +627,17 @@ Test(catalog_lmdb, an_acknowledged_object_survives_kill_9) {
   cr_assert_eq(r.found, 1);
 }
 
-/* A catalog written by a build without objects (the five databases of
- * catalog format 1 only) opens, keeps its records and gains objects. */
-Test(catalog_lmdb, a_catalog_from_before_objects_opens_and_works) {
-  close_catalog();
-  char path[128];
-  snprintf(path, sizeof path, "%s/old", dir);
+/* Writes, with the LMDB API, a catalog as an older build would: the five
+ * databases of catalog format 1 only (no object databases), meta "format"
+ * -> `format`, manifest "m1" (id 0) in domain "d0" (id `domain_id`), and
+ * "m1" bound to each of `pages` stored raw, as format 1 stores every key. */
+static void write_old_catalog(const char *path, const char *format,
+                              uint32_t domain_id, const char *const *pages,
+                              size_t page_count) {
   make_dir(path);
   MDB_env *env;
   MDB_txn *txn;
-  MDB_dbi meta, manifests, manifest_keys, domains, pages;
+  MDB_dbi meta, manifests, manifest_keys, domains, pages_db;
   cr_assert_eq(mdb_env_create(&env), 0);
   cr_assert_eq(mdb_env_set_maxdbs(env, 8), 0);
   cr_assert_eq(mdb_env_open(env, path, 0, 0600), 0);
@@ -645,21 +651,43 @@ Test(catalog_lmdb, a_catalog_from_before_objects_opens_and_works) {
   cr_assert_eq(
       mdb_dbi_open(txn, "pages",
                    MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED | MDB_INTEGERDUP,
-                   &pages),
+                   &pages_db),
       0);
-  MDB_val k = {6, (void *)"format"}, v = {18, (void *)"reshardd-catalog 1"};
+  MDB_val k = {6, (void *)"format"}, v = {strlen(format), (void *)format};
   cr_assert_eq(mdb_put(txn, meta, &k, &v, 0), 0);
-  /* Manifest "m1" (id 0) in domain "d0" (id 0), record "rec". */
+  /* Manifest "m1" (id 0) in the domain, record "rec". */
   uint32_t zero = 0;
   uint8_t value[11] = {0, 0, 0, 0, 0, 0, 0, 0, 'r', 'e', 'c'};
+  memcpy(value + 4, &domain_id, 4);
   MDB_val mk = {2, (void *)"m1"}, mv = {sizeof value, value};
   cr_assert_eq(mdb_put(txn, manifests, &mk, &mv, 0), 0);
   MDB_val ik = {4, &zero}, iv = {3, (void *)"m1"};
   cr_assert_eq(mdb_put(txn, manifest_keys, &ik, &iv, 0), 0);
-  MDB_val dk = {2, (void *)"d0"}, dv = {4, &zero};
+  MDB_val dk = {2, (void *)"d0"}, dv = {4, &domain_id};
   cr_assert_eq(mdb_put(txn, domains, &dk, &dv, 0), 0);
+  for (size_t i = 0; i < page_count; i++) {
+    uint8_t key[4 + 512];
+    size_t length = strlen(pages[i]);
+    cr_assert_leq(length, 507);
+    key[0] = (uint8_t)(domain_id >> 24);
+    key[1] = (uint8_t)(domain_id >> 16);
+    key[2] = (uint8_t)(domain_id >> 8);
+    key[3] = (uint8_t)domain_id;
+    memcpy(key + 4, pages[i], length);
+    MDB_val pk = {4 + length, key}, pv = {4, &zero};
+    cr_assert_eq(mdb_put(txn, pages_db, &pk, &pv, 0), 0);
+  }
   cr_assert_eq(mdb_txn_commit(txn), 0);
   mdb_env_close(env);
+}
+
+/* A catalog written by a build without objects (the five databases of
+ * catalog format 1 only) opens, keeps its records and gains objects. */
+Test(catalog_lmdb, a_catalog_from_before_objects_opens_and_works) {
+  close_catalog();
+  char path[128];
+  snprintf(path, sizeof path, "%s/old", dir);
+  write_old_catalog(path, "reshardd-catalog 1", 0, NULL, 0);
 
   reshard_error err;
   cr_assert_eq(reshard_catalog_lmdb_open(&loop, path, 0, &catalog, &err),
@@ -684,4 +712,377 @@ Test(catalog_lmdb, a_catalog_from_before_objects_opens_and_works) {
   lookup(domain, &page, 1, &r);
   cr_assert_eq(r.page_start[1], 1);
   cr_assert_str_eq(r.keys[0], "m1");
+}
+
+/* ---- Page keys: lowercase hex of even length stored packed (format 2) ---- */
+
+/* Which of "m1" (bit 0) and "m2" (bit 1) each page is bound to. */
+typedef struct page_sets {
+  int calls;
+  reshard_error err;
+  bool domain_known;
+  unsigned mask[32];
+} page_sets;
+
+static void on_page_sets(void *data, const reshard_error *err,
+                         const reshard_catalog_pages *pages) {
+  page_sets *r = data;
+  r->calls++;
+  r->err = *err;
+  memset(r->mask, 0, sizeof r->mask);
+  if (pages == NULL) {
+    return;
+  }
+  r->domain_known = pages->domain_known;
+  cr_assert_leq(pages->page_count, 32);
+  for (size_t i = 0; i < pages->page_count; i++) {
+    for (size_t k = pages->start[i]; k < pages->start[i + 1]; k++) {
+      const char *key = pages->manifest_keys[k];
+      cr_assert(strcmp(key, "m1") == 0 || strcmp(key, "m2") == 0, "%s", key);
+      unsigned bit = key[1] == '1' ? 1u : 2u;
+      cr_assert_eq(r->mask[i] & bit, 0, "page %zu lists %s twice", i, key);
+      r->mask[i] |= bit;
+    }
+  }
+}
+
+static void lookup_sets(const char *const *pages, size_t n, page_sets *r) {
+  catalog->vtable->lookup_pages(catalog, domain, pages, n, on_page_sets, r);
+  settle();
+  cr_assert_eq(r->err.code, RESHARD_OK, "%s", r->err.message);
+}
+
+/* True for the keys format 2 packs. */
+static bool is_packable(const char *key) {
+  size_t length = strlen(key);
+  if (length == 0 || length % 2 != 0) {
+    return false;
+  }
+  return strspn(key, "0123456789abcdef") == length;
+}
+
+/* Reads the closed catalog at `path` with the LMDB API: its format record
+ * must be `format`, and its pages keys, decoded, exactly `expected` (each
+ * once, in domain 0), each stored packed (the top bit of the domain id set,
+ * half the length) when `packed_format` and the key packs, raw otherwise. */
+static void expect_stored(const char *path, const char *format,
+                          bool packed_format, const char *const *expected,
+                          size_t count) {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi meta, pages;
+  MDB_cursor *cursor;
+  cr_assert_eq(mdb_env_create(&env), 0);
+  cr_assert_eq(mdb_env_set_maxdbs(env, 8), 0);
+  cr_assert_eq(mdb_env_open(env, path, MDB_RDONLY, 0600), 0);
+  cr_assert_eq(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+  cr_assert_eq(mdb_dbi_open(txn, "meta", 0, &meta), 0);
+  MDB_val k = {6, (void *)"format"}, v;
+  cr_assert_eq(mdb_get(txn, meta, &k, &v), 0);
+  cr_assert_eq(v.mv_size, strlen(format));
+  cr_assert_eq(memcmp(v.mv_data, format, v.mv_size), 0);
+  cr_assert_eq(mdb_dbi_open(txn, "pages", 0, &pages), 0);
+  cr_assert_eq(mdb_cursor_open(txn, pages, &cursor), 0);
+  bool seen[32] = {false};
+  cr_assert_leq(count, 32);
+  size_t found = 0;
+  int rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST);
+  for (; rc == 0; rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT_NODUP)) {
+    char text[1100];
+    size_t length = 0;
+    uint32_t domain_id = 1;
+    cr_assert_eq(reshard__lmdb_page_key_decode(packed_format, &k, &domain_id,
+                                               text, sizeof text, &length),
+                 0);
+    cr_assert_eq(domain_id, 0);
+    cr_assert_eq(strlen(text), length);
+    size_t i = 0;
+    while (i < count && strcmp(expected[i], text) != 0) {
+      i++;
+    }
+    cr_assert_lt(i, count, "stored key %s was never added", text);
+    cr_assert(!seen[i], "key %s stored twice", text);
+    seen[i] = true;
+    found++;
+    bool packed = packed_format && is_packable(text);
+    const uint8_t *at = k.mv_data;
+    cr_assert_eq((at[0] & 0x80) != 0, packed, "%s", text);
+    cr_assert_eq(k.mv_size, 4 + (packed ? length / 2 : length), "%s", text);
+  }
+  cr_assert_eq(rc, MDB_NOTFOUND);
+  cr_assert_eq(found, count);
+  mdb_cursor_close(cursor);
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+}
+
+/* 506 lowercase hex digits (the longest even length within 507), 507 (odd:
+ * raw) and 508 (over the limit). */
+static char hex506[507], hex507[508], hex508[509], raw507[508];
+
+static void fill_long_keys(void) {
+  for (size_t i = 0; i < 508; i++) {
+    hex508[i] = "0123456789abcdef"[(i * 7 + 3) % 16];
+  }
+  hex508[508] = '\0';
+  memcpy(hex507, hex508, 507);
+  hex507[507] = '\0';
+  memcpy(hex506, hex508, 506);
+  hex506[506] = '\0';
+  memset(raw507, 'k', 507);
+  raw507[507] = '\0';
+}
+
+/* Packed and raw keys in one domain: keys whose stored bytes would be the
+ * same ("4142" packs to the bytes of "AB", "30" to those of "0") stay apart,
+ * and every operation finds the key the add stored. */
+Test(catalog_lmdb, packed_and_raw_page_keys_share_a_domain) {
+  fill_long_keys();
+  const char *pages[] = {
+      "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+      "ab",   /* 1: packs to one byte */
+      "abc",  /* 2: odd: raw */
+      "AB",   /* 3: uppercase: raw, the bytes "4142" packs to */
+      "aB",   /* 4: mixed case: raw */
+      "4142", /* 5: packs to "AB" */
+      "30",   /* 6: packs to "0" */
+      "0",    /* 7: raw */
+      "00",   /* 8: packs to a NUL byte */
+      "ff",   /* 9 */
+      "g0",   /* 10: not hex: raw */
+      raw507, /* 11: the longest raw key */
+      hex506, /* 12: the longest packed key */
+      hex507, /* 13: odd: raw, 507 bytes */
+  };
+  enum { N = sizeof pages / sizeof *pages };
+  result r = {0};
+  publish("m1", domain, &r);
+  publish("m2", domain, &r);
+  add("m1", pages, N, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert_eq(r.count, N);
+  const char *odd[N / 2];
+  for (size_t i = 0; i < N / 2; i++) {
+    odd[i] = pages[2 * i + 1];
+  }
+  add("m2", odd, N / 2, &r);
+  cr_assert_eq(r.count, N / 2);
+  add("m2", odd, N / 2, &r);
+  cr_assert_eq(r.count, 0); /* idempotent */
+
+  page_sets s = {0};
+  lookup_sets(pages, N, &s);
+  cr_assert(s.domain_known);
+  for (size_t i = 0; i < N; i++) {
+    cr_assert_eq(s.mask[i], i % 2 ? 3u : 1u, "page %zu", i);
+  }
+
+  /* The empty key and one over the limit are refused, naming the key. */
+  const char *refused[] = {"ab", ""};
+  add("m1", refused, 2, &r);
+  cr_assert_eq(r.err.code, RESHARD_INVALID_ARGUMENT);
+  cr_assert(strstr(r.err.message, "page_keys[1]: 0 bytes") != NULL, "%s",
+            r.err.message);
+  cr_assert(strstr(r.err.message, "1 to 507 bytes") != NULL, "%s",
+            r.err.message);
+  refused[1] = hex508;
+  add("m1", refused, 2, &r);
+  cr_assert_eq(r.err.code, RESHARD_INVALID_ARGUMENT);
+  cr_assert(strstr(r.err.message, "page_keys[1]: 508 bytes") != NULL, "%s",
+            r.err.message);
+  lookup_sets(refused, 2, &s);
+  cr_assert_eq(s.mask[0], 3);
+  cr_assert_eq(s.mask[1], 0);
+  refused[1] = "";
+  lookup_sets(refused, 2, &s);
+  cr_assert_eq(s.mask[1], 0);
+
+  /* Forgetting a packed key leaves the raw key of the same bytes, and the
+   * other way round. */
+  forget("m1", pages + 5, 1, &r); /* "4142" */
+  cr_assert_eq(r.count, 1);
+  forget("m2", pages + 3, 1, &r); /* "AB" */
+  cr_assert_eq(r.count, 1);
+  forget(NULL, pages + 6, 1, &r); /* "30": every binding (m1 only) */
+  cr_assert_eq(r.count, 1);
+  lookup_sets(pages, N, &s);
+  cr_assert_eq(s.mask[6], 0);
+  forget(NULL, pages + 7, 1, &r); /* "0" */
+  cr_assert_eq(r.count, 2);
+  forget(NULL, pages + 12, 1, &r); /* the longest packed key */
+  cr_assert_eq(r.count, 1);
+  unsigned after[N];
+  lookup_sets(pages, N, &s);
+  for (size_t i = 0; i < N; i++) {
+    after[i] = i % 2 ? 3u : 1u;
+  }
+  after[3] = 1;
+  after[5] = 2;
+  after[6] = 0;
+  after[7] = 0;
+  after[12] = 0;
+  for (size_t i = 0; i < N; i++) {
+    cr_assert_eq(s.mask[i], after[i], "page %zu: %u", i, s.mask[i]);
+  }
+
+  /* A reopened catalog finds the same, and stores what it was given. */
+  close_catalog();
+  open_catalog(0);
+  lookup_sets(pages, N, &s);
+  for (size_t i = 0; i < N; i++) {
+    cr_assert_eq(s.mask[i], after[i], "page %zu after a reopen", i);
+  }
+  close_catalog();
+  const char *left[N];
+  size_t kept = 0;
+  for (size_t i = 0; i < N; i++) {
+    if (after[i] != 0) {
+      left[kept++] = pages[i];
+    }
+  }
+  expect_stored(dir, "reshardd-catalog 2", true, left, kept);
+
+  /* Every binding of every page forgotten. */
+  open_catalog(0);
+  forget(NULL, pages, N, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  uint64_t bindings = 0;
+  for (size_t i = 0; i < N; i++) {
+    bindings += (after[i] & 1) + (after[i] >> 1);
+  }
+  cr_assert_eq(r.count, bindings);
+  lookup_sets(pages, N, &s);
+  for (size_t i = 0; i < N; i++) {
+    cr_assert_eq(s.mask[i], 0, "page %zu", i);
+  }
+}
+
+/* The stored bytes, exactly: "4142" in domain 0 is 0x80 0 0 0 'A' 'B', "AB"
+ * is 0 0 0 0 'A' 'B'. */
+Test(catalog_lmdb, packed_keys_are_the_bytes_they_spell) {
+  uint8_t buffer[4 + 512];
+  MDB_val key = reshard__lmdb_page_key(true, buffer, 0, "4142", 4);
+  const uint8_t packed[] = {0x80, 0, 0, 0, 'A', 'B'};
+  cr_assert_eq(key.mv_size, sizeof packed);
+  cr_assert_eq(memcmp(key.mv_data, packed, sizeof packed), 0);
+  key = reshard__lmdb_page_key(true, buffer, 0x01020304, "AB", 2);
+  const uint8_t raw[] = {1, 2, 3, 4, 'A', 'B'};
+  cr_assert_eq(key.mv_size, sizeof raw);
+  cr_assert_eq(memcmp(key.mv_data, raw, sizeof raw), 0);
+  key = reshard__lmdb_page_key(false, buffer, 7, "4142", 4);
+  const uint8_t old[] = {0, 0, 0, 7, '4', '1', '4', '2'};
+  cr_assert_eq(key.mv_size, sizeof old);
+  cr_assert_eq(memcmp(key.mv_data, old, sizeof old), 0);
+
+  char text[16];
+  size_t length;
+  uint32_t domain_id;
+  MDB_val k = {sizeof packed, (void *)packed};
+  cr_assert_eq(reshard__lmdb_page_key_decode(true, &k, &domain_id, text,
+                                             sizeof text, &length),
+               0);
+  cr_assert_str_eq(text, "4142");
+  cr_assert_eq(domain_id, 0);
+  cr_assert_eq(length, 4);
+  /* Too small for the text and its NUL. */
+  cr_assert_eq(
+      reshard__lmdb_page_key_decode(true, &k, &domain_id, text, 4, &length),
+      MDB_BAD_VALSIZE);
+  /* Keys no add writes: packed in format 1, a raw key that packs in format
+   * 2, a raw NUL, no page key at all. */
+  cr_assert_eq(reshard__lmdb_page_key_decode(false, &k, &domain_id, text,
+                                             sizeof text, &length),
+               MDB_CORRUPTED);
+  MDB_val o = {sizeof old, (void *)old};
+  cr_assert_eq(reshard__lmdb_page_key_decode(true, &o, &domain_id, text,
+                                             sizeof text, &length),
+               MDB_CORRUPTED);
+  cr_assert_eq(reshard__lmdb_page_key_decode(false, &o, &domain_id, text,
+                                             sizeof text, &length),
+               0);
+  cr_assert_str_eq(text, "4142");
+  cr_assert_eq(domain_id, 7);
+  const uint8_t nul[] = {0, 0, 0, 0, 'a', 0};
+  MDB_val z = {sizeof nul, (void *)nul};
+  cr_assert_eq(reshard__lmdb_page_key_decode(false, &z, &domain_id, text,
+                                             sizeof text, &length),
+               MDB_CORRUPTED);
+  MDB_val e = {4, (void *)nul};
+  cr_assert_eq(reshard__lmdb_page_key_decode(true, &e, &domain_id, text,
+                                             sizeof text, &length),
+               MDB_CORRUPTED);
+}
+
+/* A catalog of format 1 goes on as it was written: its raw hex keys are
+ * found, new ones are stored raw too, and its format record stays. */
+Test(catalog_lmdb, a_format_1_catalog_keeps_its_keys_raw) {
+  close_catalog();
+  fill_long_keys();
+  char path[128];
+  snprintf(path, sizeof path, "%s/format1", dir);
+  const char *old_pages[] = {
+      "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "AB",
+      raw507};
+  write_old_catalog(path, "reshardd-catalog 1", 0, old_pages, 3);
+  reshard_error err;
+  cr_assert_eq(reshard_catalog_lmdb_open(&loop, path, 0, &catalog, &err),
+               RESHARD_OK, "%s", err.message);
+  const char *pages[] = {
+      old_pages[0],
+      old_pages[1],
+      old_pages[2],
+      "4142",
+      "30",
+      "0",
+      hex507,
+      "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+  };
+  enum { N = sizeof pages / sizeof *pages };
+  page_sets s = {0};
+  lookup_sets(pages, N, &s);
+  cr_assert(s.domain_known);
+  for (size_t i = 0; i < N; i++) {
+    cr_assert_eq(s.mask[i], i < 3 ? 1u : 0u, "page %zu", i);
+  }
+  result r = {0};
+  publish("m2", domain, &r);
+  cr_assert(r.created);
+  add("m1", pages, N, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert_eq(r.count, N - 3);
+  add("m2", pages, 2, &r);
+  cr_assert_eq(r.count, 2);
+  forget("m1", pages + 1, 1, &r); /* "AB" */
+  cr_assert_eq(r.count, 1);
+  close_catalog();
+  expect_stored(path, "reshardd-catalog 1", false, pages, N);
+
+  cr_assert_eq(reshard_catalog_lmdb_open(&loop, path, 0, &catalog, &err),
+               RESHARD_OK, "%s", err.message);
+  lookup_sets(pages, N, &s);
+  for (size_t i = 0; i < N; i++) {
+    cr_assert_eq(s.mask[i], i == 0 ? 3u : i == 1 ? 2u : 1u, "page %zu", i);
+  }
+  forget(NULL, pages, N, &r);
+  cr_assert_eq(r.count, N + 1);
+}
+
+/* A domain id with the packed-key bit, which no catalog allocates, is
+ * refused as corruption rather than read as another domain's packed keys. */
+Test(catalog_lmdb, a_domain_id_with_the_packed_bit_is_corruption) {
+  close_catalog();
+  char path[128];
+  snprintf(path, sizeof path, "%s/bad-domain", dir);
+  write_old_catalog(path, "reshardd-catalog 2", 0x80000000u, NULL, 0);
+  reshard_error err;
+  cr_assert_eq(reshard_catalog_lmdb_open(&loop, path, 0, &catalog, &err),
+               RESHARD_OK, "%s", err.message);
+  const char *page = "ab";
+  result r = {0};
+  lookup(domain, &page, 1, &r);
+  cr_assert_eq(r.err.code, RESHARD_INTERNAL);
+  cr_assert(strstr(r.err.message, "MDB_CORRUPTED") != NULL, "%s",
+            r.err.message);
+  add("m1", &page, 1, &r);
+  cr_assert_neq(r.err.code, RESHARD_OK);
 }
