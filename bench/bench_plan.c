@@ -784,11 +784,80 @@ typedef struct transfer_timing {
   size_t copies, before, batches, sources, runs, expanded;
   uint64_t bytes;
   bool runs_match; /* with runs: they expand to the explicit copies */
+  bool direct;     /* with runs: emitted by the walk, no copy written */
 } transfer_timing;
+
+static int compare_transfer_copies(const void *a, const void *b) {
+  const reshard_copy *x = a, *y = b;
+  const uint64_t kx[5] = {x->page_index, x->part_index, x->part_offset,
+                          x->region_index, x->region_offset};
+  const uint64_t ky[5] = {y->page_index, y->part_index, y->part_offset,
+                          y->region_index, y->region_offset};
+  for (int i = 0; i < 5; i++) {
+    if (kx[i] != ky[i]) {
+      return kx[i] < ky[i] ? -1 : 1;
+    }
+  }
+  return 0;
+}
+
+/* Whether runs-only `plan`'s runs stand for exactly the copies of the
+ * explicit plan of the same request, planned here apart (with copies,
+ * without runs): the same batches, and each batch's runs, expanded and
+ * sorted by the explicit key, its copies. *expanded: the copies the
+ * runs stand for. */
+static bool transfer_runs_match(transfer_scenario *t,
+                                const reshard_transfer_plan *plan,
+                                size_t *expanded) {
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_error err;
+  reshard_transfer_plan explicit_plan;
+  reshard_pooled_memory target = {&t->target_bound, t->target_pool.block_ids,
+                                  t->target_pool.block_count};
+  reshard_transfer_request request = t->request;
+  request.pooled = &target;
+  request.runs = false;
+  request.omit_copies = false;
+  bool match = reshard_plan_transfer(&request, &arena, &explicit_plan, &err) ==
+                   RESHARD_OK &&
+               plan->runs.batch_count == explicit_plan.batch_count &&
+               plan->batch_count == explicit_plan.batch_count;
+  reshard_copy *copies =
+      RESHARD_ARENA_ARRAY(&arena, reshard_copy, explicit_plan.copy_count + 1);
+  match = match && copies != NULL;
+  *expanded = 0;
+  for (size_t b = 0; match && b < explicit_plan.batch_count; b++) {
+    const reshard_batch *batch = &explicit_plan.batches[b];
+    size_t n = 0;
+    for (size_t i = plan->runs.batch_first[b];
+         match && i < plan->runs.batch_first[b + 1]; i++) {
+      const reshard_run *run = &plan->runs.runs[i];
+      for (uint64_t k = 0; match && k < run->count; k++) {
+        match = n < batch->count;
+        if (match) {
+          copies[n++] = reshard_run_copy(run, k);
+        }
+      }
+    }
+    *expanded += n;
+    match = match && n == batch->count;
+    if (match) {
+      qsort(copies, n, sizeof *copies, compare_transfer_copies);
+      match = memcmp(copies, explicit_plan.copies + batch->first,
+                     n * sizeof *copies) == 0;
+    }
+  }
+  match = match && *expanded == explicit_plan.copy_count;
+  reshard_arena_destroy(&arena);
+  return match;
+}
 
 /* Plans `t` `count` times, each call binding the target's block table
  * over its pool (as the daemon does per call) and planning in a fresh
- * arena; with `runs` the plan is folded into runs too. */
+ * arena; with `runs` the plan is of runs only (omit_copies, as the
+ * daemon asks), and the first one's runs are checked against the
+ * explicit plan (transfer_runs_match). */
 static int time_transfer(transfer_scenario *t, bool runs, int count,
                          transfer_timing *out) {
   double *samples = malloc(sizeof(double) * (size_t)count);
@@ -798,6 +867,7 @@ static int time_transfer(transfer_scenario *t, bool runs, int count,
   memset(out, 0, sizeof *out);
   out->runs_match = true;
   t->request.runs = runs;
+  t->request.omit_copies = runs;
   int failed = 0;
   for (int r = 0; r < count && !failed; r++) {
     reshard_arena arena;
@@ -825,22 +895,14 @@ static int time_transfer(transfer_scenario *t, bool runs, int count,
       if (runs) {
         /* Runs stand for exactly the explicit copies, batch by batch. */
         out->runs = plan.runs.run_count;
-        out->runs_match = plan.runs.batch_count == plan.batch_count;
-        for (size_t b = 0; out->runs_match && b < plan.batch_count; b++) {
-          uint64_t n = 0;
-          for (size_t i = plan.runs.batch_first[b];
-               i < plan.runs.batch_first[b + 1]; i++) {
-            n += plan.runs.runs[i].count;
-          }
-          out->expanded += (size_t)n;
-          out->runs_match = n == plan.batches[b].count;
-        }
-        out->runs_match = out->runs_match && out->expanded == plan.copy_count;
+        out->direct = plan.direct;
+        out->runs_match = transfer_runs_match(t, &plan, &out->expanded);
       }
     }
     reshard_arena_destroy(&arena);
   }
   t->request.runs = false;
+  t->request.omit_copies = false;
   if (!failed) {
     out->cold_ns = samples[0];
     bench_sort_samples(samples + 1, (size_t)(count - 1));
@@ -867,7 +929,8 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
              "prefill participant, one shared scattered table; the first "
              "decode participant's pool and table; per call the target table "
              "bound, then the plan; fresh arena; cold = first call, warm = "
-             "median of the other %d): explicit | with runs\n",
+             "median of the other %d): explicit | runs only (no copies "
+             "kept, as the daemon asks; checked against the explicit plan)\n",
              count - 1);
       printf("%-16s %6s %7s %5s %8s %8s %7s %12s | %9s %9s %7s | %7s %9s "
              "%9s %7s %6s\n",
@@ -892,13 +955,14 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
       double copies = plain.copies ? (double)plain.copies : 1.0;
       double entries = runs.runs ? (double)runs.runs : 1.0;
       printf("%-16s %6llu %7zu %5zu %8zu %8zu %7zu %12llu | %7.1fus "
-             "%7.1fus %7.2f | %7zu %7.1fus %7.1fus %7.2f %6.1f%s\n",
+             "%7.1fus %7.2f | %7zu %7.1fus %7.1fus %7.2f %6.1f%s%s\n",
              spec->name, (unsigned long long)t.tokens, t.pool_count,
              plain.sources, plain.before, plain.copies, plain.batches,
              (unsigned long long)plain.bytes, plain.cold_ns / 1e3,
              plain.warm_ns / 1e3, plain.warm_ns / copies, runs.runs,
              runs.cold_ns / 1e3, runs.warm_ns / 1e3, runs.warm_ns / entries,
-             copies / entries, same ? "" : "  MISMATCH");
+             copies / entries, runs.direct ? "" : "  (runs sorted)",
+             same ? "" : "  MISMATCH");
       if (!same) {
         fprintf(stderr,
                 "%s: MISMATCH: the runs expand to %zu copies, the explicit "

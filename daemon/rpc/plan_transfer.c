@@ -112,7 +112,8 @@ static void encode_transfer(transfer_ctx *ctx, reshard_arena *arena) {
   }
   /* reshard_plan_transfer writes no varint columns: there is no response
    * memory to send them from, and the batches are encoded from the copies
-   * (or the runs) into the one send buffer. */
+   * (or, with runs, from the runs alone: the plan has no copies then)
+   * into the one send buffer. */
   reshard_transfer_response response;
   if (reshard_transfer_response_measure(
           &ctx->plan, ctx->source_pools, &ctx->binding, ctx->source.id,
@@ -256,6 +257,10 @@ static void transfer_plan(transfer_ctx *ctx) {
       .participant_field = reshard__pooled_participant_field(request->pooled),
       .limits = ctx->limits,
       .runs = request->runs,
+      /* With runs the response is written from the runs alone
+       * (reshard_transfer_response_measure reads no copy then), so the
+       * planner need not write the explicit copies. */
+      .omit_copies = request->runs,
   };
   reshard_call_reserve(ctx->call,
                        reshard__planner_plan_reservation(

@@ -159,7 +159,9 @@ size_t reshard_store_response_write(const reshard_store_response *response,
 reshard_response_pieces_fn reshard_store_response_write_pieces;
 
 /* A PlanTransferResponse, measured and ready to write. With runs requested
- * (plan->runs.batch_first non-NULL) the batches carry runs. */
+ * (plan->runs.batch_first non-NULL) the batches carry runs, written from
+ * the runs and the batches' bytes alone: plan->copies is not read and may
+ * be NULL (a plan made with request.omit_copies). */
 typedef struct reshard_transfer_response {
   const reshard_transfer_plan *plan;
   const reshard_transfer_pool *pools; /* the request's: plan->sources index

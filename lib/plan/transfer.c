@@ -7,8 +7,9 @@
  * coalescing in the order (source, source region, source offset, target
  * region, target offset); batching with a batch closed at every change of
  * source; runs. A pooled target is lowered straight from its pool in that
- * order where the walk allows it (see "Lowering straight from the
- * pools"), otherwise bound, lowered and sorted. */
+ * order where the walk allows it (transfer_direct.c, which with runs and
+ * omit_copies emits the runs itself, writing no copy), otherwise bound,
+ * lowered and sorted here. */
 #include "reshard/transfer.h"
 
 #include <stdlib.h>
@@ -16,11 +17,11 @@
 
 #include "base/keyed_sort.h"
 #include "plan/plan_internal.h"
+#include "plan/transfer_internal.h"
 #include "reshard/checked.h"
-#include "reshard/join.h"
 
 /* Something found by a participant id: a pool, a shard. */
-typedef struct by_participant {
+typedef struct reshard__transfer_by_participant {
   const char *participant_id;
   size_t index;
 } by_participant;
@@ -30,36 +31,8 @@ static int compare_by_participant(const void *a, const void *b) {
                 ((const by_participant *)b)->participant_id);
 }
 
-typedef struct transfer {
-  const reshard_transfer_request *request;
-  reshard_arena *arena;
-  reshard_error *err;
-  const reshard_placement_part *target; /* the target's part */
-  uint64_t source_dp;
-  by_participant *pools; /* request.pools by participant id */
-  /* Shard s (a chosen source participant, in participant id order) is
-   * shard_part[s]; the join is written by choose_sources, in the arena. */
-  size_t shard_count;
-  const reshard_placement_part **shard_part;
-  reshard_join *join;
-  /* Per shard: its ordinal among the sources read, SIZE_MAX if unread. */
-  size_t *shard_source;
-  /* Per source ordinal: its part and its pool. */
-  const reshard_placement_part **source_part;
-  const reshard_transfer_pool **source_pool;
-  size_t source_count;
-  uint64_t block_size;
-  reshard_bound_binding bound; /* the target's */
-  uint64_t head_bytes[2];
-} transfer;
-
-static reshard_status no_memory(const transfer *t) {
-  return reshard_error_set(t->err, RESHARD_RESOURCE_EXHAUSTED,
-                           "plan: out of memory");
-}
-
-static ptrdiff_t layer_index(const reshard_placement_part *part,
-                             uint64_t layer) {
+ptrdiff_t reshard__transfer_layer_index(const reshard_placement_part *part,
+                                        uint64_t layer) {
   size_t low = 0, high = part->layer_count;
   while (low < high) {
     size_t mid = low + (high - low) / 2;
@@ -80,7 +53,7 @@ static const char *participant_field(const reshard_transfer_request *request) {
                                             : "binding.participant_id";
 }
 
-static reshard_status check_target(transfer *t) {
+static reshard_status check_target(reshard__transfer *t) {
   const reshard_transfer_request *request = t->request;
   const reshard_placement *placement = request->target_placement;
   reshard_error *err = t->err;
@@ -143,12 +116,12 @@ static reshard_status check_target(transfer *t) {
 
 /* Every pool is of a source participant, one per participant; their
  * order by participant id is kept for finding them. */
-static reshard_status check_pools(transfer *t) {
+static reshard_status check_pools(reshard__transfer *t) {
   const reshard_transfer_request *request = t->request;
   t->pools =
       RESHARD_ARENA_ARRAY(t->arena, by_participant, request->pool_count + 1);
   if (t->pools == NULL) {
-    return no_memory(t);
+    return reshard__transfer_no_memory(t);
   }
   for (size_t i = 0; i < request->pool_count; i++) {
     const reshard_pool *pool = request->pools[i].pool;
@@ -180,7 +153,7 @@ static reshard_status check_pools(transfer *t) {
   return RESHARD_OK;
 }
 
-static const reshard_transfer_pool *find_pool(const transfer *t,
+static const reshard_transfer_pool *find_pool(const reshard__transfer *t,
                                               const char *participant) {
   const reshard_transfer_request *request = t->request;
   size_t low = 0, high = request->pool_count;
@@ -227,7 +200,7 @@ static int compare_owners(const void *a, const void *b) {
  * the layout covers the target's layers, as normalizing it would prove;
  * what normalizing could refuse, its part and fragment limits, is held
  * here in its words. */
-static reshard_status choose_sources(transfer *t) {
+static reshard_status choose_sources(reshard__transfer *t) {
   const reshard_placement *source = t->request->source_placement;
   const reshard_placement_part *target = t->target;
   size_t layers = target->layer_count;
@@ -235,7 +208,7 @@ static reshard_status choose_sources(transfer *t) {
       t->arena, const reshard_placement_part *, source->part_count + 1);
   uint64_t choice_room;
   if (!reshard_mul(layers, source->part_count, &choice_room)) {
-    return no_memory(t);
+    return reshard__transfer_no_memory(t);
   }
   const reshard_placement_part **choices = RESHARD_ARENA_ARRAY(
       t->arena, const reshard_placement_part *, choice_room + 1);
@@ -247,7 +220,7 @@ static reshard_status choose_sources(transfer *t) {
   size_t *cursor = RESHARD_ARENA_NEW(t->arena, size_t, source->part_count + 1);
   if (owners == NULL || choices == NULL || layer_first == NULL ||
       shard_of == NULL || ranked_parts == NULL || cursor == NULL) {
-    return no_memory(t);
+    return reshard__transfer_no_memory(t);
   }
   for (size_t p = 0; p < source->part_count; p++) {
     shard_of[p] = SIZE_MAX;
@@ -325,7 +298,7 @@ static reshard_status choose_sources(transfer *t) {
       RESHARD_ARENA_ARRAY(t->arena, reshard_join_entry, (size_t)fragments + 1);
   if (t->shard_part == NULL || join == NULL || group_start == NULL ||
       entries == NULL) {
-    return no_memory(t);
+    return reshard__transfer_no_memory(t);
   }
   for (size_t p = 0; p < source->part_count; p++) {
     if (shard_of[p] != SIZE_MAX) {
@@ -368,7 +341,7 @@ static reshard_status choose_sources(transfer *t) {
 
 /* The sources the join reads, by participant id, with their pools: every
  * one needs a pool, and they share the block table, so one block size. */
-static reshard_status find_sources(transfer *t) {
+static reshard_status find_sources(reshard__transfer *t) {
   size_t shards = t->shard_count;
   const reshard_transfer_request *request = t->request;
   t->shard_source = RESHARD_ARENA_ARRAY(t->arena, size_t, shards + 1);
@@ -380,7 +353,7 @@ static reshard_status find_sources(transfer *t) {
       RESHARD_ARENA_ARRAY(t->arena, const reshard_transfer_pool *, shards + 1);
   if (t->shard_source == NULL || read == NULL || t->source_part == NULL ||
       t->source_pool == NULL) {
-    return no_memory(t);
+    return reshard__transfer_no_memory(t);
   }
   for (size_t s = 0; s < shards; s++) {
     t->shard_source[s] = SIZE_MAX;
@@ -480,20 +453,15 @@ static void lower_segment(lowering *low, uint64_t page,
   }
 }
 
-static bool stop_requested(const reshard_transfer_request *request) {
-  return request->should_stop != NULL &&
-         request->should_stop(request->should_stop_context);
-}
-
 /* One pass over every (target group, joined source, target range, source
  * block): counting when low->out is NULL, else writing. */
-static reshard_status lower(transfer *t, lowering *low) {
+static reshard_status lower(reshard__transfer *t, lowering *low) {
   const reshard_join *join = t->join;
   const reshard_bound_binding *bound = &t->bound;
   const uint32_t *ids = t->request->source_block_ids;
   uint64_t bs = t->block_size;
   for (size_t g = 0; g < join->group_count; g++) {
-    if (stop_requested(t->request)) {
+    if (reshard__transfer_stop_requested(t->request)) {
       return reshard_error_set(t->err, RESHARD_DEADLINE_EXCEEDED,
                                "plan: abandoned (deadline or cancellation)");
     }
@@ -504,7 +472,8 @@ static reshard_status lower(transfer *t, lowering *low) {
       const reshard_join_entry *entry = &join->entries[e];
       size_t o = t->shard_source[entry->part_index];
       const reshard_placement_part *part = t->source_part[o];
-      size_t source_group = (size_t)layer_index(part, layer) * 2 + component;
+      size_t source_group =
+          (size_t)reshard__transfer_layer_index(part, layer) * 2 + component;
       const reshard_pool_group *source =
           &t->source_pool[o]->bound->groups[source_group];
       for (size_t r = bound->group_start[g]; r < bound->group_start[g + 1];
@@ -559,7 +528,8 @@ static int compare_copies(const void *a, const void *b) {
  * read the same byte, so it is a sort key without ties. False when the
  * regions' sizes add up past 64 bits (then the copies are sorted by
  * comparison). */
-static bool region_bases(const transfer *t, uint64_t **out) {
+bool reshard__transfer_region_bases(const reshard__transfer *t,
+                                    uint64_t **out) {
   size_t regions = 0;
   for (size_t o = 0; o < t->source_count; o++) {
     regions += t->source_pool[o]->pool->region_count;
@@ -587,7 +557,7 @@ static bool region_bases(const transfer *t, uint64_t **out) {
  * sort on each copy's place among the source regions), then each copy
  * merged into the previous one when both its ends continue it. Returns
  * the coalesced copies, in the arena, and their count in *count. */
-static reshard_copy *coalesce(const transfer *t, reshard_copy *copies,
+static reshard_copy *coalesce(const reshard__transfer *t, reshard_copy *copies,
                               size_t *count) {
   size_t n = *count;
   uint64_t *bases = NULL;
@@ -597,7 +567,7 @@ static reshard_copy *coalesce(const transfer *t, reshard_copy *copies,
   reshard__keyed *spare = RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, n + 1);
   reshard_copy *sorted = RESHARD_ARENA_ARRAY(t->arena, reshard_copy, n + 1);
   if (first_region != NULL && keyed != NULL && spare != NULL &&
-      sorted != NULL && region_bases(t, &bases)) {
+      sorted != NULL && reshard__transfer_region_bases(t, &bases)) {
     size_t at = 0;
     for (size_t o = 0; o < t->source_count; o++) {
       first_region[o] = at;
@@ -636,7 +606,7 @@ static reshard_copy *coalesce(const transfer *t, reshard_copy *copies,
 }
 
 /* SPEC §2.2 step 5, a batch closed at every change of source. */
-static reshard_status batch(transfer *t, const reshard_copy *copies,
+static reshard_status batch(reshard__transfer *t, const reshard_copy *copies,
                             size_t count, uint64_t bytes,
                             reshard_transfer_plan *out) {
   reshard__batching limits = {t->request->limits.max_batch_operations,
@@ -647,7 +617,7 @@ static reshard_status batch(transfer *t, const reshard_copy *copies,
   out->copies = RESHARD_ARENA_ARRAY(t->arena, reshard_copy, max_copies + 1);
   out->batches = RESHARD_ARENA_ARRAY(t->arena, reshard_batch, max_batches + 1);
   if (out->copies == NULL || out->batches == NULL) {
-    return no_memory(t);
+    return reshard__transfer_no_memory(t);
   }
   reshard__batcher batcher;
   reshard__batcher_init(&batcher, &limits, out->copies, out->batches);
@@ -665,495 +635,9 @@ static reshard_status batch(transfer *t, const reshard_copy *copies,
   return RESHARD_OK;
 }
 
-/* ---- Lowering straight from the pools, in plan order ----
- *
- * A pooled target needs neither a bound binding nor a sort. Lowering
- * meets one source tensor (a join entry of a target group), one source
- * block and one target range at a time, and that *segment*'s copies are
- * one or two regular axes (tokens, heads) whose source offsets grow with
- * the axis of the larger source stride outermost, since the pool's
- * strides nest. So when the segments themselves come out in plan order,
- * each past the last byte the one before it reads, writing each
- * segment's copies in turn is the sorted order, coalescing is a compare
- * with the last copy written, and the batcher takes each coalesced copy
- * once. The walk that gives that order for the pools engines use: per
- * source, its tensors by (region, offset); within a region, tensor by
- * tensor (vLLM's K then V halves, one layer a region) or, where the
- * region's tensors share a block stride and lie within one stride of each
- * other (FlashInfer's K and V inside each block), block by block; the
- * blocks of the span by increasing id, the order the shared table gives
- * every tensor. The count (for max_operations and max_bytes, before any
- * copy is written) needs no walk: a segment's shape depends on its tensor,
- * tokens and heads only (direct_count). The walk checks the order as it
- * writes; one it refutes (a source block split by target blocks in an
- * HND source, a per-head target over an NHD source) stops, and the plan
- * is made by binding the target and sorting, as for any binding. */
-
-/* A segment's copies: `copies` as lower_segment lowers it, and what the
- * walk writes, `outer` × `inner` pieces of `unit` bytes, the axes whose
- * copies continue one another on both sides taken whole (what coalescing
- * would merge them into), the inner axis the one of the smaller source
- * stride. It depends on the job's strides, the tokens and the heads
- * only, so the count is computed per job, not per segment. */
-typedef struct direct_shape {
-  uint64_t copies, unit;
-  uint64_t inner, inner_s, inner_d;
-  uint64_t outer, outer_s, outer_d;
-} direct_shape;
-
-/* One source tensor the join reads for one target group. */
-typedef struct direct_job {
-  size_t source;                    /* ordinal */
-  size_t group;                     /* the target group */
-  const reshard_join_entry *entry;  /* the heads it gives */
-  const reshard_pool_group *tensor; /* in the source's pool */
-  uint64_t head_start;              /* the source part's */
-  uint64_t line;                    /* its region's start on the line */
-  const reshard_pool_group *target; /* the target group's */
-  /* The target's ranges of a block (reshard_pool_window_ranges): one per
-   * head of [range_first, range_last) when split (HND), else one, over
-   * the target's heads; only heads the entry gives are walked. */
-  bool range_split;
-  uint64_t range_first, range_last;
-  uint64_t range_head_stride;
-  uint64_t target_head_start, target_head_end;
-  /* The shape of the job's last segment and its tokens and heads: most
-   * blocks of a tensor meet their target blocks alike. */
-  direct_shape shape;
-  uint64_t shape_tokens, shape_heads;
-} direct_job;
-
-static int compare_jobs(const void *a, const void *b) {
-  const direct_job *x = a, *y = b;
-  const uint64_t kx[4] = {x->source, x->tensor->region_index, x->tensor->offset,
-                          x->entry->head_start};
-  const uint64_t ky[4] = {y->source, y->tensor->region_index, y->tensor->offset,
-                          y->entry->head_start};
-  for (int i = 0; i < 4; i++) {
-    if (kx[i] != ky[i]) {
-      return kx[i] < ky[i] ? -1 : 1;
-    }
-  }
-  return x->group < y->group ? -1 : x->group > y->group;
-}
-
-typedef struct direct {
-  transfer *t;
-  const reshard_pooled_memory *target;
-  direct_job *jobs;
-  size_t job_count;
-  size_t *order; /* source table indices of the span, by id */
-  size_t blocks; /* source blocks of the span */
-  /* Tokens: source block i holds [block_start[i], block_start[i + 1]),
-   * target block j [target_start[j], target_start[j + 1]); source block
-   * i meets target blocks [target_first[i], target_end[i]). Computed
-   * once, so the walk divides nothing. */
-  uint64_t *block_start, *target_start;
-  size_t *target_first, *target_end;
-  /* The (source block, target block) pairs of the span by how many
-   * tokens they share: key the tokens, index how many pairs. */
-  reshard__keyed *overlap;
-  size_t overlap_count;
-  bool ordered;           /* no segment began before the last one ended */
-  uint64_t end;           /* the line's end of the last segment */
-  uint64_t copies, bytes; /* lowered as SPEC §2.2 step 3 counts them */
-  uint64_t pieces;        /* what the walk writes before coalescing */
-  reshard__batcher batcher;
-  reshard_copy pending; /* the last coalesced copy, not yet batched */
-  bool has_pending;
-} direct;
-
-/* A coalesced copy to the batcher. One that fits the open batch without
- * filling it is what reshard__batcher_push does with it, a store and
- * three additions, done here in line; anything else (a batch to close,
- * a copy to split) is the batcher's. */
-static inline void direct_batch(direct *d, const reshard_copy *c) {
-  reshard__batcher *b = &d->batcher;
-  if (b->batch_ops + 1 < b->limits.max_operations &&
-      c->nbytes < b->limits.max_bytes - b->batch_bytes) {
-    b->out[b->written++] = *c;
-    b->batch_ops++;
-    b->batch_bytes += c->nbytes;
-    b->pushed++;
-    return;
-  }
-  reshard__batcher_push(b, c, 1);
-}
-
-/* Coalescing against the last copy: merged when both ends continue it
- * (the source is the same one: the walk flushes at each change). */
-static inline void direct_put(direct *d, const reshard_copy *c) {
-  reshard_copy *p = &d->pending;
-  if (d->has_pending && p->part_index == c->part_index &&
-      p->region_index == c->region_index &&
-      p->part_offset + p->nbytes == c->part_offset &&
-      p->region_offset + p->nbytes == c->region_offset) {
-    p->nbytes += c->nbytes;
-    return;
-  }
-  if (d->has_pending) {
-    direct_batch(d, p);
-  }
-  *p = *c;
-  d->has_pending = true;
-}
-
-static void direct_flush(direct *d) {
-  if (d->has_pending) {
-    direct_batch(d, &d->pending);
-    d->has_pending = false;
-  }
-  reshard__batcher_finish(&d->batcher);
-}
-
-static direct_shape shape_of(const direct_job *job, uint64_t tokens,
-                             uint64_t heads, uint64_t hb) {
-  const reshard_pool_group *s = job->tensor;
-  uint64_t token_d = job->target->token_stride;
-  uint64_t head_d = job->range_head_stride;
-  bool rows = s->head_stride == hb && head_d == hb;
-  uint64_t row = heads * hb;
-  direct_shape sh = {.inner = 1, .outer = 1};
-  if (rows && (tokens == 1 || (s->token_stride == row && token_d == row))) {
-    sh.copies = 1;
-    sh.unit = tokens * row;
-    return sh;
-  }
-  if (rows) {
-    sh.copies = tokens;
-    sh.unit = row;
-    sh.inner = tokens;
-    sh.inner_s = s->token_stride;
-    sh.inner_d = token_d;
-  } else {
-    sh.copies = tokens * heads;
-    sh.unit = hb;
-    bool heads_inner =
-        heads > 1 && (tokens == 1 || s->head_stride < s->token_stride);
-    sh.inner = heads_inner ? heads : tokens;
-    sh.inner_s = heads_inner ? s->head_stride : s->token_stride;
-    sh.inner_d = heads_inner ? head_d : token_d;
-    sh.outer = heads_inner ? tokens : heads;
-    sh.outer_s = heads_inner ? s->token_stride : s->head_stride;
-    sh.outer_d = heads_inner ? token_d : head_d;
-  }
-  if (sh.inner > 1 && sh.inner_s == sh.unit && sh.inner_d == sh.unit) {
-    sh.unit *= sh.inner;
-    sh.inner = 1;
-  }
-  if (sh.inner == 1) {
-    sh.inner = sh.outer;
-    sh.inner_s = sh.outer_s;
-    sh.inner_d = sh.outer_d;
-    sh.outer = 1;
-    sh.outer_s = sh.outer_d = 0;
-    if (sh.inner > 1 && sh.inner_s == sh.unit && sh.inner_d == sh.unit) {
-      sh.unit *= sh.inner;
-      sh.inner = 1;
-    }
-  }
-  return sh;
-}
-
-/* One segment written in source order, after checking that it starts
- * past the last byte the one before it reads (else the walk is not in
- * plan order and stops). */
-static inline void direct_segment(direct *d, const direct_job *job,
-                                  uint64_t target_region, uint64_t source_at,
-                                  uint64_t target_at, const direct_shape *sh) {
-  uint64_t first = job->line + source_at;
-  if (first < d->end) {
-    d->ordered = false;
-    return;
-  }
-  d->end = first + (sh->outer - 1) * sh->outer_s +
-           (sh->inner - 1) * sh->inner_s + sh->unit;
-  for (uint64_t a = 0; a < sh->outer; a++) {
-    reshard_copy c = {
-        job->source,   job->tensor->region_index,   source_at + a * sh->outer_s,
-        target_region, target_at + a * sh->outer_d, sh->unit};
-    for (uint64_t b = 0; b < sh->inner; b++) {
-      direct_put(d, &c);
-      c.part_offset += sh->inner_s;
-      c.region_offset += sh->inner_d;
-    }
-  }
-}
-
-/* The heads a job's target range over head `h` (of its range loop)
- * shares with its entry: [*h0, *h1), empty when *h0 >= *h1. */
-static inline void range_heads(const direct_job *job, uint64_t h, uint64_t *h0,
-                               uint64_t *h1) {
-  uint64_t start = job->range_split ? h : job->target_head_start;
-  uint64_t end = job->range_split ? h + 1 : job->target_head_end;
-  *h0 = job->entry->head_start > start ? job->entry->head_start : start;
-  *h1 = job->entry->head_end < end ? job->entry->head_end : end;
-}
-
-/* The first pass: every job meets every (source block, target block)
- * pair of the span, and a segment's shape depends on its tokens, so the
- * count is a sum over the pairs' distinct token counts (d->overlap). */
-static void direct_count(direct *d) {
-  d->copies = d->bytes = d->pieces = 0;
-  for (size_t j = 0; j < d->job_count; j++) {
-    const direct_job *job = &d->jobs[j];
-    uint64_t hb = d->t->head_bytes[job->group % 2];
-    for (uint64_t h = job->range_first; h < job->range_last; h++) {
-      uint64_t h0, h1;
-      range_heads(job, h, &h0, &h1);
-      if (h0 >= h1) {
-        continue;
-      }
-      for (size_t o = 0; o < d->overlap_count; o++) {
-        uint64_t tokens = d->overlap[o].key, times = d->overlap[o].index;
-        direct_shape sh = shape_of(job, tokens, h1 - h0, hb);
-        uint64_t copies, pieces, bytes;
-        /* Saturated: a sum past 64 bits fails the limits, as it must. */
-        if (!reshard_mul(times, sh.copies, &copies) ||
-            !reshard_add(d->copies, copies, &d->copies) ||
-            !reshard_mul3(times, sh.inner, sh.outer, &pieces) ||
-            !reshard_add(d->pieces, pieces, &d->pieces) ||
-            !reshard_mul3(times, tokens, (h1 - h0) * hb, &bytes) ||
-            !reshard_add(d->bytes, bytes, &d->bytes)) {
-          d->copies = d->bytes = d->pieces = UINT64_MAX;
-          return;
-        }
-      }
-    }
-  }
-}
-
-/* Source blocks order[k0 .. k1) of one tensor, each against the target
- * blocks it meets, whose ranges are those reshard_pool_window_ranges
- * writes for the target block's window (what reshard_pool_bind binds),
- * made here from the job's target group without a division or a stored
- * range. One call takes a tensor's every block where the walk goes
- * tensor by tensor, so what a block shares stays in registers. */
-static void direct_blocks(direct *d, direct_job *job, size_t k0, size_t k1) {
-  const reshard_pool_group *s = job->tensor;
-  const reshard_pool_group *g = job->target;
-  const uint32_t *source_ids = d->t->request->source_block_ids;
-  const uint32_t *target_ids = d->target->block_ids;
-  const size_t *order = d->order;
-  const uint64_t *block_start = d->block_start;
-  const uint64_t *target_start = d->target_start;
-  uint64_t hb = d->t->head_bytes[job->group % 2];
-  for (size_t k = k0; k < k1 && d->ordered; k++) {
-    size_t i = order[k];
-    uint64_t start = block_start[i], end = block_start[i + 1];
-    uint64_t block_at = s->offset + (uint64_t)source_ids[i] * s->block_stride;
-    for (size_t j = d->target_first[i]; j < d->target_end[i]; j++) {
-      uint64_t token_start = target_start[j];
-      uint64_t at = g->offset + (uint64_t)target_ids[j] * g->block_stride;
-      uint64_t t0 = start > token_start ? start : token_start;
-      uint64_t t1 = end < target_start[j + 1] ? end : target_start[j + 1];
-      uint64_t source_t0 = block_at + (t0 - start) * s->token_stride;
-      uint64_t target_t0 = at + (t0 - token_start) * g->token_stride;
-      for (uint64_t h = job->range_first; h < job->range_last; h++) {
-        uint64_t h0, h1;
-        range_heads(job, h, &h0, &h1);
-        if (h0 >= h1) {
-          continue;
-        }
-        /* The range of head h starts at its head (HND), else at the
-         * target's first; h0 is where the segment starts in both. */
-        uint64_t range_head = job->range_split ? h : job->target_head_start;
-        uint64_t source_at =
-            source_t0 + (h0 - job->head_start) * s->head_stride;
-        uint64_t target_at =
-            target_t0 + (range_head - job->target_head_start) * g->head_stride +
-            (h0 - range_head) * job->range_head_stride;
-        if (t1 - t0 != job->shape_tokens || h1 - h0 != job->shape_heads) {
-          job->shape_tokens = t1 - t0;
-          job->shape_heads = h1 - h0;
-          job->shape = shape_of(job, t1 - t0, h1 - h0, hb);
-        }
-        direct_segment(d, job, g->region_index, source_at, target_at,
-                       &job->shape);
-      }
-    }
-  }
-}
-
-/* The walk (see above), writing through the batcher; d->ordered false
- * when a segment began before the last one ended (the walk stops). */
-static reshard_status direct_walk(direct *d) {
-  direct_job *jobs = d->jobs;
-  d->end = 0;
-  d->ordered = true;
-  for (size_t a = 0; a < d->job_count && d->ordered;) {
-    if (stop_requested(d->t->request)) {
-      return reshard_error_set(d->t->err, RESHARD_DEADLINE_EXCEEDED,
-                               "plan: abandoned (deadline or cancellation)");
-    }
-    const reshard_pool_group *first = jobs[a].tensor;
-    size_t b = a + 1;
-    bool one_stride = true;
-    while (b < d->job_count && jobs[b].source == jobs[a].source &&
-           jobs[b].tensor->region_index == first->region_index) {
-      one_stride =
-          one_stride && jobs[b].tensor->block_stride == first->block_stride;
-      b++;
-    }
-    if (b - a > 1 && one_stride &&
-        jobs[b - 1].tensor->offset - first->offset < first->block_stride) {
-      for (size_t k = 0; k < d->blocks; k++) {
-        for (size_t j = a; j < b; j++) {
-          direct_blocks(d, &jobs[j], k, k + 1);
-        }
-      }
-    } else {
-      for (size_t j = a; j < b; j++) {
-        direct_blocks(d, &jobs[j], 0, d->blocks);
-      }
-    }
-    if (b == d->job_count || jobs[b].source != jobs[a].source) {
-      direct_flush(d);
-    }
-    a = b;
-  }
-  return RESHARD_OK;
-}
-
-/* The jobs by (source, region, offset), the span's source blocks by id,
- * a target block's range buffer. False when memory runs out or the
- * regions do not fit one 64-bit line (then the sorting path plans). */
-static bool direct_prepare(transfer *t, direct *d) {
-  const reshard_join *join = t->join;
-  d->t = t;
-  d->target = t->request->pooled;
-  uint64_t *bases = NULL;
-  size_t *first_region =
-      RESHARD_ARENA_ARRAY(t->arena, size_t, t->source_count + 1);
-  d->jobs = RESHARD_ARENA_ARRAY(t->arena, direct_job, join->entry_count + 1);
-  if (first_region == NULL || d->jobs == NULL || !region_bases(t, &bases)) {
-    return false;
-  }
-  const reshard_bound_pool *target = d->target->pool;
-  uint64_t target_head_start = target->part->head_start;
-  uint64_t target_head_end = target_head_start + target->part->head_count;
-  size_t at = 0;
-  for (size_t o = 0; o < t->source_count; o++) {
-    first_region[o] = at;
-    at += t->source_pool[o]->pool->region_count;
-  }
-  d->job_count = 0;
-  for (size_t g = 0; g < join->group_count; g++) {
-    uint64_t layer = t->target->layer_ids[g / 2];
-    for (size_t e = join->group_start[g]; e < join->group_start[g + 1]; e++) {
-      const reshard_join_entry *entry = &join->entries[e];
-      size_t o = t->shard_source[entry->part_index];
-      const reshard_placement_part *part = t->source_part[o];
-      size_t source_group = (size_t)layer_index(part, layer) * 2 + g % 2;
-      const reshard_pool_group *tensor =
-          &t->source_pool[o]->bound->groups[source_group];
-      size_t per_block = reshard_pool_ranges_per_block(target, g);
-      bool split = per_block > 1;
-      uint64_t first = split && entry->head_start > target_head_start
-                           ? entry->head_start
-                           : target_head_start;
-      uint64_t last = !split                              ? first + per_block
-                      : entry->head_end < target_head_end ? entry->head_end
-                                                          : target_head_end;
-      d->jobs[d->job_count++] = (direct_job){
-          .source = o,
-          .group = g,
-          .entry = entry,
-          .tensor = tensor,
-          .head_start = part->head_start,
-          .line = bases[first_region[o] + tensor->region_index],
-          .target = &target->groups[g],
-          .range_split = split,
-          .range_first = first,
-          .range_last = last > first ? last : first,
-          .range_head_stride = split ? target->groups[g].head_bytes
-                                     : target->groups[g].head_stride,
-          .target_head_start = target_head_start,
-          .target_head_end = target_head_end,
-      };
-    }
-  }
-  qsort(d->jobs, d->job_count, sizeof *d->jobs, compare_jobs);
-  uint64_t n = t->request->token_count;
-  d->blocks = (size_t)(n / t->block_size + (n % t->block_size != 0));
-  reshard__keyed *keyed =
-      RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, d->blocks + 1);
-  reshard__keyed *spare =
-      RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, d->blocks + 1);
-  d->order = RESHARD_ARENA_ARRAY(t->arena, size_t, d->blocks + 1);
-  uint64_t bt = target->block_size;
-  size_t target_blocks = (size_t)(n / bt + (n % bt != 0));
-  d->block_start = RESHARD_ARENA_ARRAY(t->arena, uint64_t, d->blocks + 1);
-  d->target_first = RESHARD_ARENA_ARRAY(t->arena, size_t, d->blocks + 1);
-  d->target_end = RESHARD_ARENA_ARRAY(t->arena, size_t, d->blocks + 1);
-  d->target_start = RESHARD_ARENA_ARRAY(t->arena, uint64_t, target_blocks + 1);
-  if (keyed == NULL || spare == NULL || d->order == NULL ||
-      d->block_start == NULL || d->target_first == NULL ||
-      d->target_end == NULL || d->target_start == NULL) {
-    return false;
-  }
-  /* Both tables cover [0, n) (checked), so no block start overflows. */
-  for (size_t i = 0; i < d->blocks; i++) {
-    uint64_t start = (uint64_t)i * t->block_size;
-    uint64_t end = n - start > t->block_size ? start + t->block_size : n;
-    d->block_start[i] = start;
-    d->target_first[i] = (size_t)(start / bt);
-    d->target_end[i] = (size_t)((end - 1) / bt + 1);
-  }
-  d->block_start[d->blocks] = n;
-  for (size_t j = 0; j < target_blocks; j++) {
-    d->target_start[j] = (uint64_t)j * bt;
-  }
-  d->target_start[target_blocks] = n;
-  size_t pairs = 0;
-  for (size_t i = 0; i < d->blocks; i++) {
-    pairs += d->target_end[i] - d->target_first[i];
-  }
-  reshard__keyed *tokens =
-      RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, pairs + 1);
-  reshard__keyed *tokens_spare =
-      RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, pairs + 1);
-  if (tokens == NULL || tokens_spare == NULL) {
-    return false;
-  }
-  size_t p = 0;
-  for (size_t i = 0; i < d->blocks; i++) {
-    for (size_t j = d->target_first[i]; j < d->target_end[i]; j++) {
-      uint64_t start = d->block_start[i] > d->target_start[j]
-                           ? d->block_start[i]
-                           : d->target_start[j];
-      uint64_t end = d->block_start[i + 1] < d->target_start[j + 1]
-                         ? d->block_start[i + 1]
-                         : d->target_start[j + 1];
-      tokens[p++] = (reshard__keyed){end - start, 0};
-    }
-  }
-  reshard__keyed *sorted_tokens =
-      reshard__sort_keyed(tokens, tokens_spare, pairs);
-  d->overlap = tokens_spare == sorted_tokens ? tokens : tokens_spare;
-  d->overlap_count = 0;
-  for (size_t q = 0; q < pairs; q++) {
-    if (d->overlap_count > 0 &&
-        d->overlap[d->overlap_count - 1].key == sorted_tokens[q].key) {
-      d->overlap[d->overlap_count - 1].index++;
-    } else {
-      d->overlap[d->overlap_count++] =
-          (reshard__keyed){sorted_tokens[q].key, 1};
-    }
-  }
-  for (size_t i = 0; i < d->blocks; i++) {
-    keyed[i] = (reshard__keyed){t->request->source_block_ids[i], i};
-  }
-  const reshard__keyed *sorted = reshard__sort_keyed(keyed, spare, d->blocks);
-  for (size_t i = 0; i < d->blocks; i++) {
-    d->order[i] = (size_t)sorted[i].index;
-  }
-  return true;
-}
-
 /* The sorting path lowers a pooled target over its bound ranges: one per
  * block and group. */
-static reshard_status bind_pooled(transfer *t) {
+static reshard_status bind_pooled(reshard__transfer *t) {
   const reshard_transfer_request *request = t->request;
   const reshard_pooled_memory *pooled = request->pooled;
   reshard_status status =
@@ -1167,7 +651,7 @@ static reshard_status bind_pooled(transfer *t) {
 /* What reshard_pool_bind refuses, in its order and words, without
  * writing a range: the direct walk reads the target's ranges block by
  * block from the pool. */
-static reshard_status check_pooled(transfer *t) {
+static reshard_status check_pooled(reshard__transfer *t) {
   const reshard_transfer_request *request = t->request;
   const reshard_pooled_memory *pooled = request->pooled;
   const reshard_bound_pool *pool = pooled->pool;
@@ -1198,7 +682,7 @@ static reshard_status check_pooled(transfer *t) {
   return RESHARD_OK;
 }
 
-static reshard_status bind_target(transfer *t) {
+static reshard_status bind_target(reshard__transfer *t) {
   const reshard_transfer_request *request = t->request;
   if (request->pooled != NULL) {
     return check_pooled(t);
@@ -1219,8 +703,8 @@ static reshard_status bind_target(transfer *t) {
 
 /* max_operations (on the lowered copies) and max_bytes, before any copy
  * is written. */
-static reshard_status check_counts(const transfer *t, uint64_t copies,
-                                   uint64_t bytes) {
+reshard_status reshard__transfer_check_counts(const reshard__transfer *t,
+                                              uint64_t copies, uint64_t bytes) {
   const reshard_limits *limits = &t->request->limits;
   if (copies > limits->max_operations) {
     return reshard_error_set(t->err, RESHARD_RESOURCE_EXHAUSTED,
@@ -1238,19 +722,27 @@ static reshard_status check_counts(const transfer *t, uint64_t copies,
   return RESHARD_OK;
 }
 
-/* What both paths return besides the batches: sources, stats, runs. */
-static reshard_status finish(transfer *t, uint64_t copies, uint64_t bytes,
-                             reshard_transfer_plan *out) {
+/* What both paths return besides the batches: sources, stats, runs. The
+ * direct walk's runs path gives batch_source and the runs itself (it has
+ * no copies to read them from). */
+reshard_status reshard__transfer_finish(reshard__transfer *t, uint64_t copies,
+                                        uint64_t bytes,
+                                        reshard_transfer_plan *out) {
   const reshard_transfer_request *request = t->request;
-  out->batch_source =
-      RESHARD_ARENA_ARRAY(t->arena, size_t, out->batch_count + 1);
   out->sources = RESHARD_ARENA_ARRAY(t->arena, size_t, t->source_count + 1);
-  if (out->batch_source == NULL || out->sources == NULL) {
-    return no_memory(t);
+  if (out->sources == NULL) {
+    return reshard__transfer_no_memory(t);
   }
-  for (size_t b = 0; b < out->batch_count; b++) {
-    out->batch_source[b] =
-        (size_t)out->copies[out->batches[b].first].page_index;
+  if (out->batch_source == NULL) {
+    out->batch_source =
+        RESHARD_ARENA_ARRAY(t->arena, size_t, out->batch_count + 1);
+    if (out->batch_source == NULL) {
+      return reshard__transfer_no_memory(t);
+    }
+    for (size_t b = 0; b < out->batch_count; b++) {
+      out->batch_source[b] =
+          (size_t)out->copies[out->batches[b].first].page_index;
+    }
   }
   for (size_t o = 0; o < t->source_count; o++) {
     out->sources[o] = (size_t)(t->source_pool[o] - request->pools);
@@ -1260,51 +752,23 @@ static reshard_status finish(transfer *t, uint64_t copies, uint64_t bytes,
   out->bytes = bytes;
   out->copies_before_coalescing = copies;
   out->participant = t->target;
-  if (request->runs) {
-    return reshard_runs_fold(out->copies, out->batches, out->batch_count,
-                             t->arena, &out->runs, t->err);
+  if (request->runs && out->runs.batch_first == NULL) {
+    reshard_status status =
+        reshard_runs_fold(out->copies, out->batches, out->batch_count, t->arena,
+                          &out->runs, t->err);
+    if (status) {
+      return status;
+    }
+  }
+  /* The same plan whichever path made it: no copies when the caller
+   * reads only the runs. */
+  if (request->runs && request->omit_copies) {
+    out->copies = NULL;
   }
   return RESHARD_OK;
 }
 
-/* The direct walk, after direct_count: limits, then each coalesced copy
- * written once, by the batcher. *done is false when the walk turned out
- * not to be in plan order (nothing is returned then; the caller plans
- * by sorting, and what was written stays in the arena). */
-static reshard_status plan_direct(transfer *t, direct *d,
-                                  reshard_transfer_plan *out, bool *done) {
-  *done = false;
-  reshard_status status = check_counts(t, d->copies, d->bytes);
-  if (status) {
-    return status;
-  }
-  reshard__batching limits = {t->request->limits.max_batch_operations,
-                              t->request->limits.max_batch_bytes};
-  size_t max_copies, max_batches;
-  reshard__batch_bounds((size_t)d->pieces, d->bytes, &limits, &max_copies,
-                        &max_batches);
-  max_batches += t->source_count;
-  reshard_copy *copies =
-      RESHARD_ARENA_ARRAY(t->arena, reshard_copy, max_copies + 1);
-  reshard_batch *batches =
-      RESHARD_ARENA_ARRAY(t->arena, reshard_batch, max_batches + 1);
-  if (copies == NULL || batches == NULL) {
-    return no_memory(t);
-  }
-  reshard__batcher_init(&d->batcher, &limits, copies, batches);
-  if ((status = direct_walk(d)) || !d->ordered) {
-    return status;
-  }
-  *done = true;
-  out->copies = copies;
-  out->batches = batches;
-  out->copy_count = d->batcher.written;
-  out->batch_count = d->batcher.batch_count;
-  out->direct = true;
-  return finish(t, d->copies, d->bytes, out);
-}
-
-static reshard_status plan(transfer *t, reshard_transfer_plan *out) {
+static reshard_status plan(reshard__transfer *t, reshard_transfer_plan *out) {
   const reshard_transfer_request *request = t->request;
   reshard_status status;
   if ((status = check_target(t)) || (status = check_pools(t)) ||
@@ -1316,13 +780,9 @@ static reshard_status plan(transfer *t, reshard_transfer_plan *out) {
   t->head_bytes[0] = reshard_head_bytes(descriptor, RESHARD_COMPONENT_KEY);
   t->head_bytes[1] = reshard_head_bytes(descriptor, RESHARD_COMPONENT_VALUE);
   if (request->pooled != NULL) {
-    direct d = {0};
-    if (direct_prepare(t, &d)) {
-      bool done;
-      direct_count(&d);
-      if ((status = plan_direct(t, &d, out, &done)) || done) {
-        return status;
-      }
+    bool done;
+    if ((status = reshard__transfer_plan_direct(t, out, &done)) || done) {
+      return status;
     }
     /* Not in order (or no room to find out): bind and sort. */
     if ((status = bind_pooled(t))) {
@@ -1331,13 +791,13 @@ static reshard_status plan(transfer *t, reshard_transfer_plan *out) {
   }
   lowering count = {0};
   if ((status = lower(t, &count)) ||
-      (status = check_counts(t, count.copies, count.bytes))) {
+      (status = reshard__transfer_check_counts(t, count.copies, count.bytes))) {
     return status;
   }
   lowering write = {
       .out = RESHARD_ARENA_ARRAY(t->arena, reshard_copy, count.copies + 1)};
   if (write.out == NULL) {
-    return no_memory(t);
+    return reshard__transfer_no_memory(t);
   }
   if ((status = lower(t, &write))) {
     return status;
@@ -1347,7 +807,7 @@ static reshard_status plan(transfer *t, reshard_transfer_plan *out) {
   if ((status = batch(t, ordered, coalesced, write.bytes, out))) {
     return status;
   }
-  return finish(t, write.copies, write.bytes, out);
+  return reshard__transfer_finish(t, write.copies, write.bytes, out);
 }
 
 reshard_status reshard_plan_transfer(const reshard_transfer_request *request,
@@ -1355,7 +815,7 @@ reshard_status reshard_plan_transfer(const reshard_transfer_request *request,
                                      reshard_transfer_plan *out,
                                      reshard_error *err) {
   memset(out, 0, sizeof *out);
-  transfer t = {.request = request, .arena = arena, .err = err};
+  reshard__transfer t = {.request = request, .arena = arena, .err = err};
   reshard_status status = plan(&t, out);
   if (status) {
     memset(out, 0, sizeof *out);

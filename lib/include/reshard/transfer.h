@@ -62,6 +62,12 @@ typedef struct reshard_transfer_request {
   const char *participant_field;
   reshard_limits limits; /* already clamped to the server caps */
   bool runs;             /* also fold each batch into strided runs */
+  /* With runs: the caller reads only the runs and the batches' counts,
+   * bytes and sources, not the copies, so the plan's `copies` is NULL;
+   * a pooled target walked in plan order then emits the runs straight
+   * from the walk, never writing a copy (the same runs and batches as
+   * folding the explicit plan). Ignored without runs. */
+  bool omit_copies;
   bool (*should_stop)(void *context);
   void *should_stop_context;
 } reshard_transfer_request;
@@ -75,7 +81,7 @@ typedef struct reshard_transfer_request {
 typedef struct reshard_transfer_plan {
   size_t *sources; /* indices into request.pools, by participant id */
   size_t source_count;
-  reshard_copy *copies; /* in batch order */
+  reshard_copy *copies; /* in batch order; NULL with request.omit_copies */
   size_t copy_count;
   reshard_batch *batches;
   size_t batch_count;

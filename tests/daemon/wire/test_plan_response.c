@@ -687,6 +687,28 @@ static void assert_transfer_matches(uint64_t seed, bool runs) {
                                         reshard_transfer_response_write_pieces,
                                         want, want_size);
   }
+  if (runs) {
+    /* A runs-only plan, as the daemon asks for (request.omit_copies): no
+     * copies at all, and the runs alone give the same bytes. */
+    reshard_transfer_plan runs_only = t.plan;
+    runs_only.copies = NULL;
+    reshard_transfer_response response;
+    cr_assert_eq(reshard_transfer_response_measure(
+                     &runs_only, t.pools, &t.binding, t.source_placement_id,
+                     t.target_placement_id, NULL, &arena, &response),
+                 RESHARD_OK);
+    cr_assert_eq(response.size, want_size, "seed %llu (runs only)",
+                 (unsigned long long)seed);
+    uint8_t *got = malloc(response.size + 1);
+    cr_assert_eq(reshard_transfer_response_write(&response, got),
+                 response.size);
+    cr_assert(memcmp(got, want, want_size) == 0, "seed %llu (runs only)",
+              (unsigned long long)seed);
+    free(got);
+    assert_same_pieces_at_every_minimum(&response.batches, &response,
+                                        reshard_transfer_response_write_pieces,
+                                        want, want_size);
+  }
   free(want);
   reshard_arena_destroy(&arena);
 }

@@ -444,10 +444,112 @@ static void plans_equal(const reshard_transfer_plan *a,
                description);
 }
 
+/* The runs of a batched plan expand to `explicit_plan`'s batches: a
+ * batch's entries, expanded and sorted by the explicit key, are exactly
+ * its copies. */
+static void runs_expand_to(const reshard_transfer_plan *plan,
+                           const reshard_transfer_plan *explicit_plan,
+                           reshard_arena *arena, const char *description) {
+  cr_assert_eq(plan->runs.batch_count, explicit_plan->batch_count, "%s",
+               description);
+  reshard_copy *expanded =
+      RESHARD_ARENA_ARRAY(arena, reshard_copy, explicit_plan->copy_count + 1);
+  for (size_t b = 0; b < explicit_plan->batch_count; b++) {
+    const reshard_batch *batch = &explicit_plan->batches[b];
+    size_t n = 0;
+    for (size_t r = plan->runs.batch_first[b];
+         r < plan->runs.batch_first[b + 1]; r++) {
+      const reshard_run *run = &plan->runs.runs[r];
+      for (uint64_t k = 0; k < run->count; k++) {
+        cr_assert_lt(n, batch->count, "%s", description);
+        expanded[n++] = reshard_run_copy(run, k);
+      }
+    }
+    cr_assert_eq(n, batch->count, "%s", description);
+    qsort(expanded, n, sizeof *expanded, compare_copies);
+    cr_assert(memcmp(expanded, explicit_plan->copies + batch->first,
+                     n * sizeof *expanded) == 0,
+              "batch %zu: %s", b, description);
+  }
+}
+
+/* A plan made for runs only (request.omit_copies) is `with_copies`, the
+ * same request's plan with its copies: no copies, the same batches,
+ * sources and stats, made the same way (direct or sorted), and the same
+ * runs entry for entry and batch for batch; those expand to the
+ * explicit batches, and executed run by run they write every target
+ * byte exactly. Returns whether it was walked directly. */
+static bool runs_only_equal(transfer_case *c,
+                            const reshard_transfer_plan *runs_only,
+                            const reshard_transfer_plan *with_copies) {
+  const char *description = c->description;
+  cr_assert_null(runs_only->copies, "%s", description);
+  cr_assert_eq(runs_only->direct, with_copies->direct, "%d %d %s",
+               runs_only->direct, with_copies->direct, description);
+  cr_assert_eq(runs_only->copy_count, with_copies->copy_count, "%s",
+               description);
+  cr_assert_eq(runs_only->batch_count, with_copies->batch_count, "%s",
+               description);
+  cr_assert(memcmp(runs_only->batches, with_copies->batches,
+                   with_copies->batch_count * sizeof *with_copies->batches) ==
+                0,
+            "%s", description);
+  cr_assert(
+      memcmp(runs_only->batch_source, with_copies->batch_source,
+             with_copies->batch_count * sizeof *with_copies->batch_source) == 0,
+      "%s", description);
+  cr_assert_eq(runs_only->source_count, with_copies->source_count, "%s",
+               description);
+  cr_assert(memcmp(runs_only->sources, with_copies->sources,
+                   with_copies->source_count * sizeof *with_copies->sources) ==
+                0,
+            "%s", description);
+  cr_assert_eq(runs_only->operations, with_copies->operations, "%s",
+               description);
+  cr_assert_eq(runs_only->bytes, with_copies->bytes, "%s", description);
+  cr_assert_eq(runs_only->copies_before_coalescing,
+               with_copies->copies_before_coalescing, "%s", description);
+  cr_assert_eq(runs_only->participant, with_copies->participant, "%s",
+               description);
+  const reshard_runs *a = &runs_only->runs, *b = &with_copies->runs;
+  cr_assert_eq(a->batch_count, b->batch_count, "%s", description);
+  cr_assert(memcmp(a->batch_first, b->batch_first,
+                   (b->batch_count + 1) * sizeof *b->batch_first) == 0,
+            "%s", description);
+  cr_assert_eq(a->run_count, b->run_count, "%s", description);
+  for (size_t r = 0; r < b->run_count; r++) {
+    cr_assert(memcmp(&a->runs[r], &b->runs[r], sizeof a->runs[r]) == 0,
+              "run %zu of %zu: %s", r, b->run_count, description);
+  }
+  runs_expand_to(runs_only, with_copies, &c->arena, description);
+  /* Executed as a client would: each run's copies, batch by batch. */
+  reshard_copy *expanded =
+      RESHARD_ARENA_ARRAY(&c->arena, reshard_copy, runs_only->copy_count + 1);
+  size_t n = 0;
+  for (size_t r = 0; r < a->run_count; r++) {
+    for (uint64_t k = 0; k < a->runs[r].count; k++) {
+      expanded[n++] = reshard_run_copy(&a->runs[r], k);
+    }
+  }
+  cr_assert_eq(n, runs_only->copy_count, "%s", description);
+  reshard_transfer_plan executed = *runs_only;
+  executed.copies = expanded;
+  execute_and_check(c, &executed);
+  return runs_only->direct;
+}
+
+/* A batch's limits, operations and bytes. */
+typedef struct batch_limit {
+  uint64_t operations, bytes;
+} batch_limit;
+
 /* Plans one case every way and checks each; *direct_plans counts the
- * pooled plans lowered straight from the pools. */
+ * pooled plans lowered straight from the pools, *runs_only_direct those
+ * of them made for runs only (their runs emitted by the walk). */
 static void run_case(uint64_t seed, const oracle_topology *source,
-                     const oracle_topology *target, int *direct_plans) {
+                     const oracle_topology *target, int *direct_plans,
+                     int *runs_only_direct) {
+  int runs_direct = 0;
   transfer_case c;
   case_build(&c, seed, source, target);
   reshard_error err;
@@ -496,25 +598,69 @@ static void run_case(uint64_t seed, const oracle_topology *source,
                        (direct.runs.batch_count + 1) *
                            sizeof *direct.runs.batch_first) == 0,
                 "%s", c.description);
+      /* Runs only, as the daemon asks: from the walk, never writing a
+       * copy, or from the sorting path; the same plan either way. */
+      reshard_transfer_plan runs_only;
+      request.omit_copies = true;
+      cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &runs_only, &err),
+                   RESHARD_OK, "%s: %s", c.description, err.message);
+      runs_only_equal(&c, &runs_only, &bound_runs);
+      request.pooled = &pooled_target;
+      request.bound_binding = NULL;
+      cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &runs_only, &err),
+                   RESHARD_OK, "%s: %s", c.description, err.message);
+      runs_direct += runs_only_equal(&c, &runs_only, &direct);
+      request.omit_copies = false;
     }
   }
   /* Small batches, so the batcher closes batches and splits copies
-   * inside the walk's writing: the same batches as the sorting path's. */
+   * inside the walk's writing: the same batches as the sorting path's.
+   * Twice: few operations and bytes a batch, then many operations and a
+   * few heads' bytes, so that stretches of whole heads fill a batch's
+   * bytes exactly as often as they pass them. */
+  uint64_t hb = reshard_head_bytes(&c.source.descriptor, RESHARD_COMPONENT_KEY);
+  const batch_limit small[2] = {
+      {1 + seed % 7, 3000 + seed % 5000},
+      {4096, hb * (1 + seed % 5)},
+  };
+  for (int l = 0; l < 2; l++) {
+    request.runs = false;
+    request.pooled = &pooled_target;
+    request.bound_binding = NULL;
+    request.limits.max_batch_operations = small[l].operations;
+    request.limits.max_batch_bytes = small[l].bytes;
+    reshard_transfer_plan small_direct, small_bound;
+    cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &small_direct, &err),
+                 RESHARD_OK, "%s: %s", c.description, err.message);
+    request.pooled = NULL;
+    request.bound_binding = &bound;
+    cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &small_bound, &err),
+                 RESHARD_OK, "%s: %s", c.description, err.message);
+    plans_equal(&small_bound, &small_direct, false, c.description);
+    if (l == 0) {
+      *direct_plans += small_direct.direct;
+    }
+    /* Runs only with those batches: the walk's runs cut where the batcher
+     * closes and splits, the same as folding the small explicit batches. */
+    request.runs = true;
+    request.pooled = &pooled_target;
+    request.bound_binding = NULL;
+    reshard_transfer_plan small_runs, small_runs_only;
+    cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &small_runs, &err),
+                 RESHARD_OK, "%s: %s", c.description, err.message);
+    runs_expand_to(&small_runs, &small_bound, &c.arena, c.description);
+    request.omit_copies = true;
+    cr_assert_eq(
+        reshard_plan_transfer(&request, &c.arena, &small_runs_only, &err),
+        RESHARD_OK, "%s: %s", c.description, err.message);
+    runs_direct += runs_only_equal(&c, &small_runs_only, &small_runs);
+    request.omit_copies = false;
+  }
   request.runs = false;
-  request.pooled = &pooled_target;
-  request.bound_binding = NULL;
-  request.limits.max_batch_operations = 1 + seed % 7;
-  request.limits.max_batch_bytes = 3000 + seed % 5000;
-  reshard_transfer_plan small_direct, small_bound;
-  cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &small_direct, &err),
-               RESHARD_OK, "%s: %s", c.description, err.message);
   request.pooled = NULL;
   request.bound_binding = &bound;
-  cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &small_bound, &err),
-               RESHARD_OK, "%s: %s", c.description, err.message);
-  plans_equal(&small_bound, &small_direct, false, c.description);
-  *direct_plans += small_direct.direct;
   request.limits = reshard_limits_default();
+  *runs_only_direct += runs_direct;
 
   /* The explicit binding of the same memory plans the same copies. */
   reshard_binding explicit_binding;
@@ -530,41 +676,32 @@ static void run_case(uint64_t seed, const oracle_topology *source,
                    pooled.copy_count * sizeof *pooled.copies) == 0,
             "%s", c.description);
 
-  /* Runs expand to the explicit batches: a batch's entries, expanded and
-   * sorted by the explicit key, are exactly its copies. */
+  /* Runs expand to the explicit batches, and the explicit binding's
+   * runs only are its runs. */
   request.runs = true;
   reshard_transfer_plan with_runs;
   cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &with_runs, &err),
                RESHARD_OK, "%s", err.message);
-  cr_assert_eq(with_runs.runs.batch_count, with_runs.batch_count);
-  reshard_copy *expanded =
-      RESHARD_ARENA_ARRAY(&c.arena, reshard_copy, with_runs.copy_count + 1);
-  for (size_t b = 0; b < with_runs.batch_count; b++) {
-    const reshard_batch *batch = &with_runs.batches[b];
-    size_t n = 0;
-    for (size_t r = with_runs.runs.batch_first[b];
-         r < with_runs.runs.batch_first[b + 1]; r++) {
-      const reshard_run *run = &with_runs.runs.runs[r];
-      for (uint64_t k = 0; k < run->count; k++) {
-        cr_assert_lt(n, batch->count, "%s", c.description);
-        expanded[n++] = reshard_run_copy(run, k);
-      }
-    }
-    cr_assert_eq(n, batch->count, "%s", c.description);
-    qsort(expanded, n, sizeof *expanded, compare_copies);
-    cr_assert(memcmp(expanded, with_runs.copies + batch->first,
-                     n * sizeof *expanded) == 0,
-              "batch %zu: %s", b, c.description);
-  }
+  runs_expand_to(&with_runs, &with_runs, &c.arena, c.description);
+  request.omit_copies = true;
+  reshard_transfer_plan explicit_runs_only;
+  cr_assert_eq(
+      reshard_plan_transfer(&request, &c.arena, &explicit_runs_only, &err),
+      RESHARD_OK, "%s", err.message);
+  runs_only_equal(&c, &explicit_runs_only, &with_runs);
   reshard_arena_destroy(&c.arena);
 }
 
 Test(transfer, random_shapes_execute_exactly) {
   uint64_t base = oracle_base_seed();
-  int direct = 0;
+  int direct = 0, runs_only = 0;
   for (uint64_t i = 0; i < 150; i++) {
-    run_case(oracle_case_seed(base, 0x7a5f, i), NULL, NULL, &direct);
+    run_case(oracle_case_seed(base, 0x7a5f, i), NULL, NULL, &direct,
+             &runs_only);
   }
+  /* Three runs-only plans a case: walked as often as their explicit plans
+   * (runs_only_equal requires it), so in most cases. */
+  cr_assert_gt(runs_only, 200, "%d of 450 runs-only plans direct", runs_only);
   /* Both ways a pooled target is planned occur (three plans a case): most
    * walks are in order; an HND side split by the other's blocks, or a
    * per-head target over an NHD source, is not. */
@@ -582,14 +719,15 @@ Test(transfer, the_layout_changes_engines_need) {
       {{1, 3, 2, 0}, {2, 1, 3, 0}},
   };
   uint64_t base = oracle_base_seed();
-  int direct = 0;
+  int direct = 0, runs_only = 0;
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     for (uint64_t i = 0; i < 12; i++) {
       run_case(oracle_case_seed(base, 0x7a60 + s, i), &shapes[s][0],
-               &shapes[s][1], &direct);
+               &shapes[s][1], &direct, &runs_only);
     }
   }
   cr_assert_gt(direct, 0);
+  cr_assert_gt(runs_only, 0);
 }
 
 /* ---- A fixed shape for the rules ---- */

@@ -1,0 +1,809 @@
+/* Transfer planning into a pooled target, lowered straight from the
+ * source pools and both block tables in plan order (SPEC §2.6; see
+ * transfer.c for the request checks, the source choice and the join this
+ * starts from, and for the sorting path it falls back to). */
+#include <stdlib.h>
+
+#include "base/keyed_sort.h"
+#include "plan/plan_internal.h"
+#include "plan/transfer_internal.h"
+#include "reshard/checked.h"
+
+/* A pooled target needs neither a bound binding nor a sort. Lowering
+ * meets one source tensor (a join entry of a target group), one source
+ * block and one target range at a time, and that *segment*'s copies are
+ * one or two regular axes (tokens, heads) whose source offsets grow with
+ * the axis of the larger source stride outermost, since the pool's
+ * strides nest. So when the segments themselves come out in plan order,
+ * each past the last byte the one before it reads, writing each
+ * segment's copies in turn is the sorted order, coalescing is a compare
+ * with the last copy written, and the batcher takes each coalesced copy
+ * once. The walk that gives that order for the pools engines use: per
+ * source, its tensors by (region, offset); within a region, tensor by
+ * tensor (vLLM's K then V halves, one layer a region) or, where the
+ * region's tensors share a block stride and lie within one stride of each
+ * other (FlashInfer's K and V inside each block), block by block; the
+ * blocks of the span by increasing id, the order the shared table gives
+ * every tensor. The count (for max_operations and max_bytes, before any
+ * copy is written) needs no walk: a segment's shape depends on its tensor,
+ * tokens and heads only (direct_count). The walk checks the order as it
+ * writes; one it refutes (a source block split by target blocks in an
+ * HND source, a per-head target over an NHD source) stops, and the plan
+ * is made by binding the target and sorting, as for any binding. */
+
+/* A segment's copies: `copies` as lower_segment lowers it, and what the
+ * walk writes, `outer` × `inner` pieces of `unit` bytes, the axes whose
+ * copies continue one another on both sides taken whole (what coalescing
+ * would merge them into), the inner axis the one of the smaller source
+ * stride. It depends on the job's strides, the tokens and the heads
+ * only, so the count is computed per job, not per segment. */
+typedef struct direct_shape {
+  uint64_t copies, unit;
+  uint64_t inner, inner_s, inner_d;
+  uint64_t outer, outer_s, outer_d;
+} direct_shape;
+
+/* One source tensor the join reads for one target group. */
+typedef struct direct_job {
+  size_t source;                    /* ordinal */
+  size_t group;                     /* the target group */
+  const reshard_join_entry *entry;  /* the heads it gives */
+  const reshard_pool_group *tensor; /* in the source's pool */
+  uint64_t head_start;              /* the source part's */
+  uint64_t line;                    /* its region's start on the line */
+  const reshard_pool_group *target; /* the target group's */
+  /* The target's ranges of a block (reshard_pool_window_ranges): one per
+   * head of [range_first, range_last) when split (HND), else one, over
+   * the target's heads; only heads the entry gives are walked. */
+  bool range_split;
+  uint64_t range_first, range_last;
+  uint64_t range_head_stride;
+  uint64_t target_head_start, target_head_end;
+  /* The shape of the job's last segment and its tokens and heads: most
+   * blocks of a tensor meet their target blocks alike. */
+  direct_shape shape;
+  uint64_t shape_tokens, shape_heads;
+} direct_job;
+
+static int compare_jobs(const void *a, const void *b) {
+  const direct_job *x = a, *y = b;
+  const uint64_t kx[4] = {x->source, x->tensor->region_index, x->tensor->offset,
+                          x->entry->head_start};
+  const uint64_t ky[4] = {y->source, y->tensor->region_index, y->tensor->offset,
+                          y->entry->head_start};
+  for (int i = 0; i < 4; i++) {
+    if (kx[i] != ky[i]) {
+      return kx[i] < ky[i] ? -1 : 1;
+    }
+  }
+  return x->group < y->group ? -1 : x->group > y->group;
+}
+
+typedef struct direct {
+  reshard__transfer *t;
+  const reshard_pooled_memory *target;
+  direct_job *jobs;
+  size_t job_count;
+  size_t *order; /* source table indices of the span, by id */
+  size_t blocks; /* source blocks of the span */
+  /* Tokens: source block i holds [block_start[i], block_start[i + 1]),
+   * target block j [target_start[j], target_start[j + 1]); source block
+   * i meets target blocks [target_first[i], target_end[i]). Computed
+   * once, so the walk divides nothing. */
+  uint64_t *block_start, *target_start;
+  size_t *target_first, *target_end;
+  /* The (source block, target block) pairs of the span by how many
+   * tokens they share: key the tokens, index how many pairs. */
+  reshard__keyed *overlap;
+  size_t overlap_count;
+  bool ordered;           /* no segment began before the last one ended */
+  uint64_t end;           /* the line's end of the last segment */
+  uint64_t copies, bytes; /* lowered as SPEC §2.2 step 3 counts them */
+  uint64_t pieces;        /* what the walk writes before coalescing */
+  uint64_t rows;          /* segments' outer rows: the runs path's bound */
+  reshard__batcher batcher;
+  reshard_copy pending; /* the last coalesced copy, not yet batched */
+  bool has_pending;
+  /* With runs and omit_copies the copies are never written: each row of
+   * a segment goes on as a strided sequence (pending_row, the coalesced
+   * copies not yet batched), is cut where the batcher would close or
+   * split a batch, and each piece is folded (`folder`) as its copies one
+   * by one would be. The batcher then only counts (its `out` is NULL). */
+  bool runs;
+  reshard_run pending_row;
+  reshard__run_folder folder;
+  reshard_copy *stage; /* single copies not yet folded, RUNS_STAGE room */
+  size_t staged;
+  size_t *batch_source;  /* per closed batch */
+  size_t source;         /* the source being walked */
+  size_t run_room;       /* the folder's runs array */
+  reshard_status status; /* a fold's failure; the walk stops */
+} direct;
+
+/* ---- Runs without the copies ----
+ *
+ * The explicit path writes a row's copies one by one through direct_put
+ * (coalescing with the last copy) and direct_batch (the batcher), and
+ * reshard__transfer_finish folds each batch (reshard_runs_fold). Here the
+ * same stream goes by in strided sequences: a row of a segment is
+ * `inner` copies of one class none of which coalesces with the next
+ * (shape_of merged those axes), so within the stream only a row's first
+ * copy can merge into the copy before it; the batcher closes a batch
+ * after a known number of equal copies or splits one; and folding a
+ * stretch of a sequence in one step (reshard__run_folder_group, one
+ * sequence) is folding its copies in turn, since no other copy comes
+ * between them. So the batches and runs are the explicit plan's, entry
+ * for entry, at a cost per row and per batch, not per copy. */
+
+enum { RUNS_STAGE = 64 };
+
+/* Folds the staged single copies, in order (each adds at most a run; see
+ * runs_fold for the room). */
+static void runs_unstage(direct *d) {
+  if (d->staged == 0) {
+    return;
+  }
+  if (d->folder.run_count > d->run_room) {
+    d->ordered = false;
+    d->staged = 0;
+    return;
+  }
+  reshard_status status =
+      reshard__run_folder_copies(&d->folder, d->stage, d->staged, d->t->err);
+  d->staged = 0;
+  if (status) {
+    d->status = status;
+    d->ordered = false; /* stops the walk; plan_direct reports status */
+  }
+}
+
+/* Closes the open batch on the folder's side when the batcher closed it
+ * (the batcher's batch count moved past the folder's). */
+static inline void runs_sync(direct *d) {
+  if (d->folder.batch_count < d->batcher.batch_count) {
+    runs_unstage(d);
+  }
+  while (d->folder.batch_count < d->batcher.batch_count) {
+    d->batch_source[d->folder.batch_count] = d->source;
+    reshard__run_folder_close(&d->folder);
+  }
+}
+
+static inline void runs_fold(direct *d, const reshard_copy *first,
+                             uint64_t count, uint64_t part_stride,
+                             uint64_t region_stride) {
+  /* Single copies (most of them where a segment is one copy: T3–T5) are
+   * staged and folded RUNS_STAGE at a time, in the folder's own loop,
+   * rather than a call each. */
+  if (count == 1) {
+    if (d->staged == RUNS_STAGE) {
+      runs_unstage(d);
+    }
+    d->stage[d->staged++] = *first;
+    return;
+  }
+  runs_unstage(d);
+  /* A fold adds at most two runs (the sequence's first copy may start
+   * one, its second another), a staged copy one; the folder has room for
+   * run_room + RUNS_STAGE + 2. run_room bounds the plan's runs
+   * (runs_prepare); should it ever be short, the walk stops and the
+   * sorting path plans. */
+  if (d->folder.run_count > d->run_room) {
+    d->ordered = false;
+    return;
+  }
+  reshard_run sequence = {*first, count, part_stride, region_stride};
+  reshard_status status =
+      reshard__run_folder_group(&d->folder, &sequence, 1, d->t->err);
+  if (status) {
+    d->status = status;
+    d->ordered = false; /* stops the walk; plan_direct reports status */
+  }
+}
+
+/* `count` coalesced copies, copy k at first + k strides, to the batcher
+ * and the folder: what direct_batch of each in turn, then folding each
+ * batch, gives. A stretch that fits the open batch is one fold; the
+ * batcher closes the batch at its last copy when that fills it; a copy
+ * that does not fit the bytes left is split at them, as
+ * reshard__batcher_push splits it, each piece its own copy. */
+static void runs_take_cut(direct *d, reshard_copy first, uint64_t count,
+                          uint64_t part_stride, uint64_t region_stride) {
+  reshard__batcher *b = &d->batcher;
+  while (count > 0 && d->status == RESHARD_OK) {
+    uint64_t ops = b->limits.max_operations - b->batch_ops;
+    uint64_t room = b->limits.max_bytes - b->batch_bytes;
+    /* Mostly the whole stretch fits: no division (tens of cycles). */
+    uint64_t fit, bytes;
+    if (count <= ops && reshard_mul(count, first.nbytes, &bytes) &&
+        bytes <= room) {
+      fit = count;
+    } else {
+      fit = room / first.nbytes;
+      fit = fit < ops ? fit : ops;
+      fit = fit < count ? fit : count;
+    }
+    if (fit > 0) {
+      runs_fold(d, &first, fit, part_stride, region_stride);
+      reshard__batcher_commit(b, (size_t)fit, fit * first.nbytes);
+      runs_sync(d);
+      first.part_offset += fit * part_stride;
+      first.region_offset += fit * region_stride;
+      count -= fit;
+      continue;
+    }
+    /* The copy is larger than the bytes left: pieces, each filling the
+     * open batch but the last. */
+    reshard_copy piece = first;
+    while (piece.nbytes > 0 && d->status == RESHARD_OK) {
+      uint64_t left = b->limits.max_bytes - b->batch_bytes;
+      reshard_copy take = piece;
+      take.nbytes = piece.nbytes < left ? piece.nbytes : left;
+      runs_fold(d, &take, 1, 0, 0);
+      reshard__batcher_commit(b, 1, take.nbytes);
+      runs_sync(d);
+      piece.part_offset += take.nbytes;
+      piece.region_offset += take.nbytes;
+      piece.nbytes -= take.nbytes;
+    }
+    first.part_offset += part_stride;
+    first.region_offset += region_stride;
+    count--;
+  }
+}
+
+/* runs_take_cut, in line where the stretch fits the open batch without
+ * filling it (what reshard__batcher_commit does then, minus the call):
+ * every stretch but about one a batch. */
+static inline void runs_take(direct *d, reshard_copy first, uint64_t count,
+                             uint64_t part_stride, uint64_t region_stride) {
+  reshard__batcher *b = &d->batcher;
+  uint64_t bytes;
+  if (count < b->limits.max_operations - b->batch_ops &&
+      reshard_mul(count, first.nbytes, &bytes) &&
+      bytes < b->limits.max_bytes - b->batch_bytes) {
+    runs_fold(d, &first, count, part_stride, region_stride);
+    b->written += (size_t)count;
+    b->batch_ops += count;
+    b->batch_bytes += bytes;
+    b->pushed += count;
+    return;
+  }
+  runs_take_cut(d, first, count, part_stride, region_stride);
+}
+
+/* A row of `count` copies (first + k strides) after the pending ones:
+ * direct_put's coalescing, by sequences. Only the pending row's last
+ * copy and the row's first can merge (see above); the merged copy is of
+ * its own size, so it goes alone, and the rest of the row is pending. */
+static inline void runs_put(direct *d, const reshard_copy *first,
+                            uint64_t count, uint64_t part_stride,
+                            uint64_t region_stride) {
+  reshard_run *p = &d->pending_row;
+  if (d->has_pending) {
+    reshard_copy last = reshard_run_copy(p, p->count - 1);
+    if (last.part_index == first->part_index &&
+        last.region_index == first->region_index &&
+        last.part_offset + last.nbytes == first->part_offset &&
+        last.region_offset + last.nbytes == first->region_offset) {
+      if (p->count > 1) {
+        runs_take(d, p->first, p->count - 1, p->part_stride, p->region_stride);
+      }
+      last.nbytes += first->nbytes;
+      if (count == 1) {
+        *p = (reshard_run){last, 1, 0, 0};
+        return;
+      }
+      runs_take(d, last, 1, 0, 0);
+      reshard_run row = {*first, count, part_stride, region_stride};
+      *p = (reshard_run){reshard_run_copy(&row, 1), count - 1, part_stride,
+                         region_stride};
+      return;
+    }
+    runs_take(d, p->first, p->count, p->part_stride, p->region_stride);
+  }
+  *p = (reshard_run){*first, count, part_stride, region_stride};
+  d->has_pending = true;
+}
+
+/* A coalesced copy to the batcher. One that fits the open batch without
+ * filling it is what reshard__batcher_push does with it, a store and
+ * three additions, done here in line; anything else (a batch to close,
+ * a copy to split) is the batcher's. */
+static inline void direct_batch(direct *d, const reshard_copy *c) {
+  reshard__batcher *b = &d->batcher;
+  if (b->batch_ops + 1 < b->limits.max_operations &&
+      c->nbytes < b->limits.max_bytes - b->batch_bytes) {
+    b->out[b->written++] = *c;
+    b->batch_ops++;
+    b->batch_bytes += c->nbytes;
+    b->pushed++;
+    return;
+  }
+  reshard__batcher_push(b, c, 1);
+}
+
+/* Coalescing against the last copy: merged when both ends continue it
+ * (the source is the same one: the walk flushes at each change). */
+static inline void direct_put(direct *d, const reshard_copy *c) {
+  reshard_copy *p = &d->pending;
+  if (d->has_pending && p->part_index == c->part_index &&
+      p->region_index == c->region_index &&
+      p->part_offset + p->nbytes == c->part_offset &&
+      p->region_offset + p->nbytes == c->region_offset) {
+    p->nbytes += c->nbytes;
+    return;
+  }
+  if (d->has_pending) {
+    direct_batch(d, p);
+  }
+  *p = *c;
+  d->has_pending = true;
+}
+
+static void direct_flush(direct *d) {
+  if (d->has_pending && d->runs) {
+    runs_take(d, d->pending_row.first, d->pending_row.count,
+              d->pending_row.part_stride, d->pending_row.region_stride);
+    d->has_pending = false;
+  }
+  if (d->has_pending) {
+    direct_batch(d, &d->pending);
+    d->has_pending = false;
+  }
+  reshard__batcher_finish(&d->batcher);
+  if (d->runs) {
+    runs_sync(d); /* unstages when the batch closed */
+  }
+}
+
+static direct_shape shape_of(const direct_job *job, uint64_t tokens,
+                             uint64_t heads, uint64_t hb) {
+  const reshard_pool_group *s = job->tensor;
+  uint64_t token_d = job->target->token_stride;
+  uint64_t head_d = job->range_head_stride;
+  bool rows = s->head_stride == hb && head_d == hb;
+  uint64_t row = heads * hb;
+  direct_shape sh = {.inner = 1, .outer = 1};
+  if (rows && (tokens == 1 || (s->token_stride == row && token_d == row))) {
+    sh.copies = 1;
+    sh.unit = tokens * row;
+    return sh;
+  }
+  if (rows) {
+    sh.copies = tokens;
+    sh.unit = row;
+    sh.inner = tokens;
+    sh.inner_s = s->token_stride;
+    sh.inner_d = token_d;
+  } else {
+    sh.copies = tokens * heads;
+    sh.unit = hb;
+    bool heads_inner =
+        heads > 1 && (tokens == 1 || s->head_stride < s->token_stride);
+    sh.inner = heads_inner ? heads : tokens;
+    sh.inner_s = heads_inner ? s->head_stride : s->token_stride;
+    sh.inner_d = heads_inner ? head_d : token_d;
+    sh.outer = heads_inner ? tokens : heads;
+    sh.outer_s = heads_inner ? s->token_stride : s->head_stride;
+    sh.outer_d = heads_inner ? token_d : head_d;
+  }
+  if (sh.inner > 1 && sh.inner_s == sh.unit && sh.inner_d == sh.unit) {
+    sh.unit *= sh.inner;
+    sh.inner = 1;
+  }
+  if (sh.inner == 1) {
+    sh.inner = sh.outer;
+    sh.inner_s = sh.outer_s;
+    sh.inner_d = sh.outer_d;
+    sh.outer = 1;
+    sh.outer_s = sh.outer_d = 0;
+    if (sh.inner > 1 && sh.inner_s == sh.unit && sh.inner_d == sh.unit) {
+      sh.unit *= sh.inner;
+      sh.inner = 1;
+    }
+  }
+  return sh;
+}
+
+/* One segment written in source order, after checking that it starts
+ * past the last byte the one before it reads (else the walk is not in
+ * plan order and stops). */
+static inline void direct_segment(direct *d, const direct_job *job,
+                                  uint64_t target_region, uint64_t source_at,
+                                  uint64_t target_at, const direct_shape *sh) {
+  uint64_t first = job->line + source_at;
+  if (first < d->end) {
+    d->ordered = false;
+    return;
+  }
+  d->end = first + (sh->outer - 1) * sh->outer_s +
+           (sh->inner - 1) * sh->inner_s + sh->unit;
+  if (d->runs) {
+    reshard_copy c = {job->source, job->tensor->region_index,
+                      source_at,   target_region,
+                      target_at,   sh->unit};
+    for (uint64_t a = 0; a < sh->outer; a++) {
+      runs_put(d, &c, sh->inner, sh->inner_s, sh->inner_d);
+      c.part_offset += sh->outer_s;
+      c.region_offset += sh->outer_d;
+    }
+    return;
+  }
+  for (uint64_t a = 0; a < sh->outer; a++) {
+    reshard_copy c = {
+        job->source,   job->tensor->region_index,   source_at + a * sh->outer_s,
+        target_region, target_at + a * sh->outer_d, sh->unit};
+    for (uint64_t b = 0; b < sh->inner; b++) {
+      direct_put(d, &c);
+      c.part_offset += sh->inner_s;
+      c.region_offset += sh->inner_d;
+    }
+  }
+}
+
+/* The heads a job's target range over head `h` (of its range loop)
+ * shares with its entry: [*h0, *h1), empty when *h0 >= *h1. */
+static inline void range_heads(const direct_job *job, uint64_t h, uint64_t *h0,
+                               uint64_t *h1) {
+  uint64_t start = job->range_split ? h : job->target_head_start;
+  uint64_t end = job->range_split ? h + 1 : job->target_head_end;
+  *h0 = job->entry->head_start > start ? job->entry->head_start : start;
+  *h1 = job->entry->head_end < end ? job->entry->head_end : end;
+}
+
+/* The first pass: every job meets every (source block, target block)
+ * pair of the span, and a segment's shape depends on its tokens, so the
+ * count is a sum over the pairs' distinct token counts (d->overlap). */
+static void direct_count(direct *d) {
+  d->copies = d->bytes = d->pieces = d->rows = 0;
+  for (size_t j = 0; j < d->job_count; j++) {
+    const direct_job *job = &d->jobs[j];
+    uint64_t hb = d->t->head_bytes[job->group % 2];
+    for (uint64_t h = job->range_first; h < job->range_last; h++) {
+      uint64_t h0, h1;
+      range_heads(job, h, &h0, &h1);
+      if (h0 >= h1) {
+        continue;
+      }
+      for (size_t o = 0; o < d->overlap_count; o++) {
+        uint64_t tokens = d->overlap[o].key, times = d->overlap[o].index;
+        direct_shape sh = shape_of(job, tokens, h1 - h0, hb);
+        uint64_t copies, pieces, bytes, rows;
+        /* Saturated: a sum past 64 bits fails the limits, as it must. */
+        if (!reshard_mul(times, sh.copies, &copies) ||
+            !reshard_add(d->copies, copies, &d->copies) ||
+            !reshard_mul3(times, sh.inner, sh.outer, &pieces) ||
+            !reshard_add(d->pieces, pieces, &d->pieces) ||
+            !reshard_mul(times, sh.outer, &rows) ||
+            !reshard_add(d->rows, rows, &d->rows) ||
+            !reshard_mul3(times, tokens, (h1 - h0) * hb, &bytes) ||
+            !reshard_add(d->bytes, bytes, &d->bytes)) {
+          d->copies = d->bytes = d->pieces = d->rows = UINT64_MAX;
+          return;
+        }
+      }
+    }
+  }
+}
+
+/* Source blocks order[k0 .. k1) of one tensor, each against the target
+ * blocks it meets, whose ranges are those reshard_pool_window_ranges
+ * writes for the target block's window (what reshard_pool_bind binds),
+ * made here from the job's target group without a division or a stored
+ * range. One call takes a tensor's every block where the walk goes
+ * tensor by tensor, so what a block shares stays in registers. */
+static void direct_blocks(direct *d, direct_job *job, size_t k0, size_t k1) {
+  const reshard_pool_group *s = job->tensor;
+  const reshard_pool_group *g = job->target;
+  const uint32_t *source_ids = d->t->request->source_block_ids;
+  const uint32_t *target_ids = d->target->block_ids;
+  const size_t *order = d->order;
+  const uint64_t *block_start = d->block_start;
+  const uint64_t *target_start = d->target_start;
+  uint64_t hb = d->t->head_bytes[job->group % 2];
+  for (size_t k = k0; k < k1 && d->ordered; k++) {
+    size_t i = order[k];
+    uint64_t start = block_start[i], end = block_start[i + 1];
+    uint64_t block_at = s->offset + (uint64_t)source_ids[i] * s->block_stride;
+    for (size_t j = d->target_first[i]; j < d->target_end[i]; j++) {
+      uint64_t token_start = target_start[j];
+      uint64_t at = g->offset + (uint64_t)target_ids[j] * g->block_stride;
+      uint64_t t0 = start > token_start ? start : token_start;
+      uint64_t t1 = end < target_start[j + 1] ? end : target_start[j + 1];
+      uint64_t source_t0 = block_at + (t0 - start) * s->token_stride;
+      uint64_t target_t0 = at + (t0 - token_start) * g->token_stride;
+      for (uint64_t h = job->range_first; h < job->range_last; h++) {
+        uint64_t h0, h1;
+        range_heads(job, h, &h0, &h1);
+        if (h0 >= h1) {
+          continue;
+        }
+        /* The range of head h starts at its head (HND), else at the
+         * target's first; h0 is where the segment starts in both. */
+        uint64_t range_head = job->range_split ? h : job->target_head_start;
+        uint64_t source_at =
+            source_t0 + (h0 - job->head_start) * s->head_stride;
+        uint64_t target_at =
+            target_t0 + (range_head - job->target_head_start) * g->head_stride +
+            (h0 - range_head) * job->range_head_stride;
+        if (t1 - t0 != job->shape_tokens || h1 - h0 != job->shape_heads) {
+          job->shape_tokens = t1 - t0;
+          job->shape_heads = h1 - h0;
+          job->shape = shape_of(job, t1 - t0, h1 - h0, hb);
+        }
+        direct_segment(d, job, g->region_index, source_at, target_at,
+                       &job->shape);
+      }
+    }
+  }
+}
+
+/* The walk (see above), writing through the batcher; d->ordered false
+ * when a segment began before the last one ended (the walk stops). */
+static reshard_status direct_walk(direct *d) {
+  direct_job *jobs = d->jobs;
+  d->end = 0;
+  d->ordered = true;
+  for (size_t a = 0; a < d->job_count && d->ordered;) {
+    if (reshard__transfer_stop_requested(d->t->request)) {
+      return reshard_error_set(d->t->err, RESHARD_DEADLINE_EXCEEDED,
+                               "plan: abandoned (deadline or cancellation)");
+    }
+    const reshard_pool_group *first = jobs[a].tensor;
+    d->source = jobs[a].source;
+    size_t b = a + 1;
+    bool one_stride = true;
+    while (b < d->job_count && jobs[b].source == jobs[a].source &&
+           jobs[b].tensor->region_index == first->region_index) {
+      one_stride =
+          one_stride && jobs[b].tensor->block_stride == first->block_stride;
+      b++;
+    }
+    if (b - a > 1 && one_stride &&
+        jobs[b - 1].tensor->offset - first->offset < first->block_stride) {
+      for (size_t k = 0; k < d->blocks; k++) {
+        for (size_t j = a; j < b; j++) {
+          direct_blocks(d, &jobs[j], k, k + 1);
+        }
+      }
+    } else {
+      for (size_t j = a; j < b; j++) {
+        direct_blocks(d, &jobs[j], 0, d->blocks);
+      }
+    }
+    if (b == d->job_count || jobs[b].source != jobs[a].source) {
+      direct_flush(d);
+    }
+    a = b;
+  }
+  return RESHARD_OK;
+}
+
+/* The jobs by (source, region, offset), the span's source blocks by id,
+ * a target block's range buffer. False when memory runs out or the
+ * regions do not fit one 64-bit line (then the sorting path plans). */
+static bool direct_prepare(reshard__transfer *t, direct *d) {
+  const reshard_join *join = t->join;
+  d->t = t;
+  d->target = t->request->pooled;
+  uint64_t *bases = NULL;
+  size_t *first_region =
+      RESHARD_ARENA_ARRAY(t->arena, size_t, t->source_count + 1);
+  d->jobs = RESHARD_ARENA_ARRAY(t->arena, direct_job, join->entry_count + 1);
+  if (first_region == NULL || d->jobs == NULL ||
+      !reshard__transfer_region_bases(t, &bases)) {
+    return false;
+  }
+  const reshard_bound_pool *target = d->target->pool;
+  uint64_t target_head_start = target->part->head_start;
+  uint64_t target_head_end = target_head_start + target->part->head_count;
+  size_t at = 0;
+  for (size_t o = 0; o < t->source_count; o++) {
+    first_region[o] = at;
+    at += t->source_pool[o]->pool->region_count;
+  }
+  d->job_count = 0;
+  for (size_t g = 0; g < join->group_count; g++) {
+    uint64_t layer = t->target->layer_ids[g / 2];
+    for (size_t e = join->group_start[g]; e < join->group_start[g + 1]; e++) {
+      const reshard_join_entry *entry = &join->entries[e];
+      size_t o = t->shard_source[entry->part_index];
+      const reshard_placement_part *part = t->source_part[o];
+      size_t source_group =
+          (size_t)reshard__transfer_layer_index(part, layer) * 2 + g % 2;
+      const reshard_pool_group *tensor =
+          &t->source_pool[o]->bound->groups[source_group];
+      size_t per_block = reshard_pool_ranges_per_block(target, g);
+      bool split = per_block > 1;
+      uint64_t first = split && entry->head_start > target_head_start
+                           ? entry->head_start
+                           : target_head_start;
+      uint64_t last = !split                              ? first + per_block
+                      : entry->head_end < target_head_end ? entry->head_end
+                                                          : target_head_end;
+      d->jobs[d->job_count++] = (direct_job){
+          .source = o,
+          .group = g,
+          .entry = entry,
+          .tensor = tensor,
+          .head_start = part->head_start,
+          .line = bases[first_region[o] + tensor->region_index],
+          .target = &target->groups[g],
+          .range_split = split,
+          .range_first = first,
+          .range_last = last > first ? last : first,
+          .range_head_stride = split ? target->groups[g].head_bytes
+                                     : target->groups[g].head_stride,
+          .target_head_start = target_head_start,
+          .target_head_end = target_head_end,
+      };
+    }
+  }
+  qsort(d->jobs, d->job_count, sizeof *d->jobs, compare_jobs);
+  uint64_t n = t->request->token_count;
+  d->blocks = (size_t)(n / t->block_size + (n % t->block_size != 0));
+  reshard__keyed *keyed =
+      RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, d->blocks + 1);
+  reshard__keyed *spare =
+      RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, d->blocks + 1);
+  d->order = RESHARD_ARENA_ARRAY(t->arena, size_t, d->blocks + 1);
+  uint64_t bt = target->block_size;
+  size_t target_blocks = (size_t)(n / bt + (n % bt != 0));
+  d->block_start = RESHARD_ARENA_ARRAY(t->arena, uint64_t, d->blocks + 1);
+  d->target_first = RESHARD_ARENA_ARRAY(t->arena, size_t, d->blocks + 1);
+  d->target_end = RESHARD_ARENA_ARRAY(t->arena, size_t, d->blocks + 1);
+  d->target_start = RESHARD_ARENA_ARRAY(t->arena, uint64_t, target_blocks + 1);
+  if (keyed == NULL || spare == NULL || d->order == NULL ||
+      d->block_start == NULL || d->target_first == NULL ||
+      d->target_end == NULL || d->target_start == NULL) {
+    return false;
+  }
+  /* Both tables cover [0, n) (checked), so no block start overflows. */
+  for (size_t i = 0; i < d->blocks; i++) {
+    uint64_t start = (uint64_t)i * t->block_size;
+    uint64_t end = n - start > t->block_size ? start + t->block_size : n;
+    d->block_start[i] = start;
+    d->target_first[i] = (size_t)(start / bt);
+    d->target_end[i] = (size_t)((end - 1) / bt + 1);
+  }
+  d->block_start[d->blocks] = n;
+  for (size_t j = 0; j < target_blocks; j++) {
+    d->target_start[j] = (uint64_t)j * bt;
+  }
+  d->target_start[target_blocks] = n;
+  size_t pairs = 0;
+  for (size_t i = 0; i < d->blocks; i++) {
+    pairs += d->target_end[i] - d->target_first[i];
+  }
+  reshard__keyed *tokens =
+      RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, pairs + 1);
+  reshard__keyed *tokens_spare =
+      RESHARD_ARENA_ARRAY(t->arena, reshard__keyed, pairs + 1);
+  if (tokens == NULL || tokens_spare == NULL) {
+    return false;
+  }
+  size_t p = 0;
+  for (size_t i = 0; i < d->blocks; i++) {
+    for (size_t j = d->target_first[i]; j < d->target_end[i]; j++) {
+      uint64_t start = d->block_start[i] > d->target_start[j]
+                           ? d->block_start[i]
+                           : d->target_start[j];
+      uint64_t end = d->block_start[i + 1] < d->target_start[j + 1]
+                         ? d->block_start[i + 1]
+                         : d->target_start[j + 1];
+      tokens[p++] = (reshard__keyed){end - start, 0};
+    }
+  }
+  reshard__keyed *sorted_tokens =
+      reshard__sort_keyed(tokens, tokens_spare, pairs);
+  d->overlap = tokens_spare == sorted_tokens ? tokens : tokens_spare;
+  d->overlap_count = 0;
+  for (size_t q = 0; q < pairs; q++) {
+    if (d->overlap_count > 0 &&
+        d->overlap[d->overlap_count - 1].key == sorted_tokens[q].key) {
+      d->overlap[d->overlap_count - 1].index++;
+    } else {
+      d->overlap[d->overlap_count++] =
+          (reshard__keyed){sorted_tokens[q].key, 1};
+    }
+  }
+  for (size_t i = 0; i < d->blocks; i++) {
+    keyed[i] = (reshard__keyed){t->request->source_block_ids[i], i};
+  }
+  const reshard__keyed *sorted = reshard__sort_keyed(keyed, spare, d->blocks);
+  for (size_t i = 0; i < d->blocks; i++) {
+    d->order[i] = (size_t)sorted[i].index;
+  }
+  return true;
+}
+
+/* The folder and the batch sources of the runs path. Runs: each fold
+ * adds at most two; a row the walk puts makes at most two stretches to
+ * take (the pending row's rest, a merged copy), a flush one; a stretch
+ * is folded in one piece per batch it fills plus one, and a copy split
+ * at a batch's end in a piece per batch it fills plus one. So at most
+ * 2 × (2 × rows + sources + 3 × batches) runs, and never more than
+ * copies. */
+static reshard_status runs_prepare(reshard__transfer *t, direct *d,
+                                   size_t max_copies, size_t max_batches) {
+  uint64_t takes, folds, room;
+  if (reshard_mul(2, d->rows, &takes) &&
+      reshard_add(takes, t->source_count, &takes) &&
+      reshard_mul(3, max_batches, &folds) &&
+      reshard_add(folds, takes, &folds) && reshard_mul(2, folds, &room) &&
+      room < max_copies) {
+    d->run_room = (size_t)room;
+  } else {
+    d->run_room = max_copies;
+  }
+  d->batch_source = RESHARD_ARENA_ARRAY(t->arena, size_t, max_batches + 1);
+  if (d->batch_source == NULL) {
+    return reshard__transfer_no_memory(t);
+  }
+  d->stage = RESHARD_ARENA_ARRAY(t->arena, reshard_copy, RUNS_STAGE);
+  if (d->stage == NULL) {
+    return reshard__transfer_no_memory(t);
+  }
+  return reshard__run_folder_init(&d->folder, d->run_room + RUNS_STAGE + 1,
+                                  max_batches, t->arena, t->err);
+}
+
+/* The direct walk, after direct_count: limits, then each coalesced copy
+ * written once, by the batcher. *done is false when the walk turned out
+ * not to be in plan order (nothing is returned then; the caller plans
+ * by sorting, and what was written stays in the arena). */
+static reshard_status plan_direct(reshard__transfer *t, direct *d,
+                                  reshard_transfer_plan *out, bool *done) {
+  reshard_status status =
+      reshard__transfer_check_counts(t, d->copies, d->bytes);
+  if (status) {
+    return status;
+  }
+  reshard__batching limits = {t->request->limits.max_batch_operations,
+                              t->request->limits.max_batch_bytes};
+  size_t max_copies, max_batches;
+  reshard__batch_bounds((size_t)d->pieces, d->bytes, &limits, &max_copies,
+                        &max_batches);
+  max_batches += t->source_count;
+  d->runs = t->request->runs && t->request->omit_copies;
+  reshard_copy *copies =
+      d->runs ? NULL
+              : RESHARD_ARENA_ARRAY(t->arena, reshard_copy, max_copies + 1);
+  reshard_batch *batches =
+      RESHARD_ARENA_ARRAY(t->arena, reshard_batch, max_batches + 1);
+  if ((copies == NULL && !d->runs) || batches == NULL) {
+    return reshard__transfer_no_memory(t);
+  }
+  if (d->runs && (status = runs_prepare(t, d, max_copies, max_batches))) {
+    return status;
+  }
+  reshard__batcher_init(&d->batcher, &limits, copies, batches);
+  if ((status = direct_walk(d)) || (status = d->status) || !d->ordered ||
+      (d->runs && d->folder.run_count > d->run_room)) {
+    return status;
+  }
+  *done = true;
+  out->copies = copies;
+  out->batches = batches;
+  out->copy_count = d->batcher.written;
+  out->batch_count = d->batcher.batch_count;
+  out->direct = true;
+  if (d->runs) {
+    out->batch_source = d->batch_source;
+    reshard__run_folder_finish(&d->folder, &out->runs);
+  }
+  return reshard__transfer_finish(t, d->copies, d->bytes, out);
+}
+
+reshard_status reshard__transfer_plan_direct(reshard__transfer *t,
+                                             reshard_transfer_plan *out,
+                                             bool *done) {
+  *done = false;
+  direct d = {0};
+  if (!direct_prepare(t, &d)) {
+    return RESHARD_OK;
+  }
+  direct_count(&d);
+  return plan_direct(t, &d, out, done);
+}
