@@ -85,6 +85,7 @@ enum { MAX_SEQUENCE_REFUSALS = 4, SEQUENCE_ROOM_DIVISOR = 4 };
  * are folded and encoded as they are batched, before the drain. */
 typedef struct batch_sinks {
   reshard__batcher *batcher;
+  uint64_t stretch_bytes; /* bytes batch_stretch committed, in all */
   reshard__run_folder *folder;
   size_t folded_batches;
   size_t folded_copies;
@@ -187,6 +188,7 @@ static reshard_status batch_stretch(reshard__planner *plan,
                           batcher->out + batcher->written);
   }
   reshard__batcher_commit(batcher, (size_t)rows * stretch_width, bytes);
+  sinks->stretch_bytes += bytes;
   if (sinks->folder != NULL) {
     reshard_status status = reshard__run_folder_group(sinks->folder, stretch,
                                                       stretch_width, plan->err);
@@ -245,15 +247,124 @@ static reshard_status batch_whole_page(reshard__planner *plan,
     sinks->folded_copies = batcher->written;
   }
   if (sinks->encoder != NULL) {
-    size_t first = 0;
-    for (size_t g = 0; g < sequences->group_count; g++) {
-      size_t end = sequences->group_ends[g];
-      reshard__column_encoder_group(sinks->encoder,
-                                    sequences->sequences + first, end - first);
-      first = end;
-    }
+    reshard__column_encoder_page(sinks->encoder, sequences, page);
   }
   return drain_batched(plan, sinks);
+}
+
+/* Runs of a page cut by batch boundaries, as a template. Such a page's
+ * fold is the fold of each of its pieces (the copies it has in one
+ * batch) alone, a run's class including its page; a later page that is
+ * it shifted one amount per region, and starts at the same place in its
+ * batch (copies and bytes), is cut into the same pieces, so its runs are
+ * these moved (reshard__run_folder_shifted). S2's pages span two and a
+ * half batches: every other page starts where one did. */
+enum { CUT_TEMPLATES = 4, CUT_PIECES = 8, CUT_MISSES = 2 * CUT_TEMPLATES };
+
+typedef struct cut_piece {
+  uint64_t copies, bytes;
+  size_t run_first, run_end; /* its runs in the folder */
+} cut_piece;
+
+struct reshard__cut_template {
+  bool valid;
+  uint64_t chain;                  /* plan->cut_chain when it was recorded */
+  uint64_t batch_ops, batch_bytes; /* where the page started */
+  size_t count;                    /* its sequences */
+  uint64_t *region_offsets;        /* each sequence's first, in order */
+  size_t region_room;              /* entries region_offsets holds */
+  size_t piece_count;
+  cut_piece pieces[CUT_PIECES];
+};
+
+/* Whether pages cut by batches may take or leave templates: with runs
+ * only (no copies to write, no columns to encode: those follow the
+ * pieces' sequences) over pooled memory (which tells when a page is the
+ * one before it shifted). */
+static bool cut_templates_apply(const reshard__planner *plan,
+                                const batch_sinks *sinks) {
+  return sinks->folder != NULL && sinks->encoder == NULL &&
+         !plan->keep_copies && plan->sequence_scratch.memo.region_mark != NULL;
+}
+
+static reshard_status cut_templates_init(reshard__planner *plan) {
+  if (plan->cut_templates != NULL) {
+    return RESHARD_OK;
+  }
+  size_t regions = plan->sequence_scratch.memo.region_count + 1;
+  plan->cut_templates = RESHARD_ARENA_NEW(
+      plan->arena, struct reshard__cut_template, CUT_TEMPLATES);
+  plan->cut_shift = RESHARD_ARENA_ARRAY(plan->arena, uint64_t, regions);
+  plan->cut_mark = RESHARD_ARENA_NEW(plan->arena, uint64_t, regions);
+  if (plan->cut_templates == NULL || plan->cut_shift == NULL ||
+      plan->cut_mark == NULL) {
+    return reshard__plan_no_memory(plan);
+  }
+  return RESHARD_OK;
+}
+
+/* The template that page `sequences` may take at the open batch's place,
+ * with plan->cut_shift set to each region's shift from it; NULL when
+ * none. Every page since the template's was the one before it shifted
+ * (same chain), so the sequences are the template's but for their page
+ * and region offsets; whether each region moved by one amount, as an
+ * integer (the modular difference and its sign), is checked here. */
+static const struct reshard__cut_template *
+cut_template_find(reshard__planner *plan,
+                  const reshard__page_sequences *sequences,
+                  const reshard__batcher *batcher) {
+  const struct reshard__cut_template *found = NULL;
+  for (size_t t = 0; t < CUT_TEMPLATES; t++) {
+    const struct reshard__cut_template *template = &plan->cut_templates[t];
+    if (template->valid && template->chain == plan->cut_chain &&
+        template->batch_ops == batcher->batch_ops &&
+        template->batch_bytes == batcher->batch_bytes &&
+        template->count == sequences->count) {
+      found = template;
+      break;
+    }
+  }
+  if (found == NULL) {
+    return NULL;
+  }
+  uint64_t serial = ++plan->cut_serial;
+  for (size_t i = 0; i < sequences->count; i++) {
+    const reshard_copy *first = &sequences->sequences[i].first;
+    uint64_t now = first->region_offset;
+    uint64_t then = found->region_offsets[i];
+    uint64_t shift = now - then;
+    uint64_t mark = serial << 1 | (uint64_t)(now < then);
+    uint64_t region = first->region_index;
+    if (plan->cut_mark[region] >> 1 != serial) {
+      plan->cut_mark[region] = mark;
+      plan->cut_shift[region] = shift;
+    } else if (plan->cut_mark[region] != mark ||
+               plan->cut_shift[region] != shift) {
+      return NULL;
+    }
+  }
+  return found;
+}
+
+/* Batches page `page` as the template's pieces: each piece's runs moved,
+ * its copies committed, the batch closed where the template's was. */
+static reshard_status
+cut_template_take(reshard__planner *plan,
+                  const struct reshard__cut_template *template, uint64_t page,
+                  batch_sinks *sinks) {
+  for (size_t i = 0; i < template->piece_count; i++) {
+    const cut_piece *piece = &template->pieces[i];
+    reshard__run_folder_shifted(sinks->folder, piece->run_first, piece->run_end,
+                                page, plan->cut_shift, piece->copies);
+    reshard__batcher_commit(sinks->batcher, (size_t)piece->copies,
+                            piece->bytes);
+    sinks->folded_copies = sinks->batcher->written;
+    reshard_status status = drain_batched(plan, sinks);
+    if (status) {
+      return status;
+    }
+  }
+  return RESHARD_OK;
 }
 
 /* Batches page `page`, lowered as sequences: whole when it fits the open
@@ -268,15 +379,56 @@ static reshard_status batch_sequences(reshard__planner *plan,
                                       reshard_load_plan *out) {
   reshard__batcher *batcher = sinks->batcher;
   const reshard__batching *limits = &batcher->limits;
+  if (!sequences->shifted) {
+    /* Not the page before moved: templates of earlier pages are not it
+     * moved either. */
+    plan->cut_chain++;
+  }
   if (reshard__batcher_fits(batcher, (size_t)sequences->copies, page_bytes)) {
     return batch_whole_page(plan, sequences, page, page_bytes, sinks, out);
   }
-  /* Runs split across batches are no page's template. */
+  /* Runs split across batches are no whole page's template. */
   plan->run_template.valid = false;
   if (page_bytes > limits->max_bytes - batcher->batch_bytes) {
     reshard__page_sequences_expand(sequences, scratch);
     reshard__batcher_push(batcher, scratch, (size_t)sequences->copies);
     return drain_batched(plan, sinks);
+  }
+  /* A page cut by batches: its runs are an earlier page's moved when
+   * that one started at the same place in its batch, else it may become
+   * such a template, its pieces noted as the batches close. */
+  bool record = false;
+  struct reshard__cut_template cut = {0};
+  size_t piece_start = batcher->written;
+  uint64_t piece_bytes = sinks->stretch_bytes;
+  size_t piece_runs = 0;
+  size_t closed = batcher->batch_count;
+  if (cut_templates_apply(plan, sinks)) {
+    reshard_status status = cut_templates_init(plan);
+    if (status) {
+      return status;
+    }
+    if (sequences->shifted) {
+      const struct reshard__cut_template *template =
+          cut_template_find(plan, sequences, batcher);
+      if (template != NULL) {
+        out->run_template_cut_pages++;
+        plan->cut_misses = 0;
+        return cut_template_take(plan, template, page, sinks);
+      }
+    }
+    /* Pages whose places in their batches do not repeat within a few
+     * (S4's, 1 920 copies in batches of 4 096, repeat every 32 pages)
+     * stop leaving templates that no page takes. */
+    record = plan->cut_misses < CUT_MISSES;
+    plan->cut_misses += record;
+    cut = (struct reshard__cut_template){
+        .chain = plan->cut_chain,
+        .batch_ops = batcher->batch_ops,
+        .batch_bytes = batcher->batch_bytes,
+        .count = sequences->count,
+    };
+    piece_runs = sinks->folder->run_count;
   }
   size_t first = 0;
   for (size_t g = 0; g < sequences->group_count; g++) {
@@ -313,8 +465,71 @@ static reshard_status batch_sequences(reshard__planner *plan,
       if (status) {
         return status;
       }
+      if (record && batcher->batch_count != closed) {
+        /* A batch closed at the end of this stretch (a stretch fits the
+         * open batch): a piece ends. */
+        if (cut.piece_count == CUT_PIECES) {
+          record = false;
+        } else {
+          cut.pieces[cut.piece_count++] = (cut_piece){
+              batcher->written - piece_start,
+              sinks->stretch_bytes - piece_bytes,
+              piece_runs,
+              sinks->folder->run_count,
+          };
+          piece_start = batcher->written;
+          piece_bytes = sinks->stretch_bytes;
+          piece_runs = sinks->folder->run_count;
+          closed = batcher->batch_count;
+        }
+      }
     }
     first = end;
+  }
+  if (record && batcher->written > piece_start) {
+    if (cut.piece_count == CUT_PIECES) {
+      record = false;
+    } else {
+      cut.pieces[cut.piece_count++] = (cut_piece){
+          batcher->written - piece_start,
+          sinks->stretch_bytes - piece_bytes,
+          piece_runs,
+          sinks->folder->run_count,
+      };
+    }
+  }
+  if (record) {
+    /* Kept in the slot of the same place, else the next in turn. */
+    size_t slot = plan->cut_next;
+    for (size_t t = 0; t < CUT_TEMPLATES; t++) {
+      const struct reshard__cut_template *held = &plan->cut_templates[t];
+      if (held->valid && held->batch_ops == cut.batch_ops &&
+          held->batch_bytes == cut.batch_bytes) {
+        slot = t;
+        break;
+      }
+    }
+    if (slot == plan->cut_next) {
+      plan->cut_next = (plan->cut_next + 1) % CUT_TEMPLATES;
+    }
+    struct reshard__cut_template *template = &plan->cut_templates[slot];
+    cut.region_offsets = template->region_offsets;
+    cut.region_room = template->region_room;
+    if (cut.region_room < sequences->count) {
+      /* A page's sequences, not its copies: S2's 160, where the sequence
+       * scratch holds a page's 10 256. Pages of one shape reuse it. */
+      cut.region_offsets =
+          RESHARD_ARENA_ARRAY(plan->arena, uint64_t, sequences->count);
+      if (cut.region_offsets == NULL) {
+        return reshard__plan_no_memory(plan);
+      }
+      cut.region_room = sequences->count;
+    }
+    for (size_t i = 0; i < sequences->count; i++) {
+      cut.region_offsets[i] = sequences->sequences[i].first.region_offset;
+    }
+    cut.valid = true;
+    *template = cut;
   }
   return RESHARD_OK;
 }
@@ -485,6 +700,7 @@ static reshard_status lower_pages(reshard__planner *plan,
                                &sinks, coalesced, out);
     } else {
       plan->run_template.valid = false;
+      plan->cut_chain++;
       batch_copies(&lowering, plan->page_bytes[page], &batcher, lowered, keys,
                    spare, coalesced);
       status = drain_batched(plan, &sinks);
@@ -503,6 +719,7 @@ static reshard_status lower_pages(reshard__planner *plan,
   }
   if (request->varint_columns) {
     out->columns = encoder.out;
+    out->column_template_pages = encoder.template_pages;
   }
   if (batcher.written > limits->max_operations) {
     return reshard_error_set(

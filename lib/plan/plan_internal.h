@@ -345,6 +345,15 @@ typedef struct reshard__column_encoder {
   size_t column_room; /* the longest column of a batch */
   uint8_t *cursor[RESHARD_COPY_COLUMNS]; /* the open batch's column ends */
   size_t rows;                           /* copies encoded */
+  /* The last page reshard__column_encoder_page wrote, when it lies in the
+   * open batch: its index, rows, and where each column's bytes for it
+   * lie in the scratch. */
+  bool page_valid;
+  uint64_t page_index;
+  uint64_t page_rows;
+  uint8_t *page_start[RESHARD_COPY_COLUMNS];
+  uint8_t *page_end[RESHARD_COPY_COLUMNS];
+  uint64_t template_pages; /* pages that took those bytes */
 } reshard__column_encoder;
 
 /* Sizes the encoder for at most `max_batch_copies` copies in a batch and
@@ -363,6 +372,13 @@ void reshard__column_encoder_rows(reshard__column_encoder *encoder,
  * read from the sequences. */
 void reshard__column_encoder_group(reshard__column_encoder *encoder,
                                    const reshard_run *group, size_t width);
+/* Appends page `page_index`'s groups (see reshard__page_sequences) to
+ * the open batch: what reshard__column_encoder_group does group by group.
+ * A page shifted from the page this call encoded last, in the same batch,
+ * takes that page's bytes for the columns the shift leaves alone. */
+void reshard__column_encoder_page(reshard__column_encoder *encoder,
+                                  const reshard__page_sequences *page,
+                                  uint64_t page_index);
 /* Closes the open batch. */
 reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
                                              reshard_error *err);
@@ -406,6 +422,18 @@ typedef struct reshard__planner {
     size_t first, end;
     bool valid;
   } run_template;
+  /* Runs of pages cut by batch boundaries, kept per place in the batch
+   * where such a page starts (plan.c, `cut_template`), made on first
+   * use; `cut_chain` counts the pages that were not the page before
+   * them shifted, and `cut_shift` / `cut_mark` (per region index) hold a
+   * template's shift while it is checked. */
+  struct reshard__cut_template *cut_templates;
+  size_t cut_next;
+  uint64_t cut_chain;
+  uint64_t *cut_shift;
+  uint64_t *cut_mark;
+  uint64_t cut_serial;
+  unsigned cut_misses; /* templates left since one was taken */
   /* Pages whose sequences could not stand for their copies; past a few,
    * the plan stops trying and lowers copy by copy. */
   unsigned sequence_refusals;

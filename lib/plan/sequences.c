@@ -235,7 +235,14 @@ void reshard__page_sequences_expand(const reshard__page_sequences *page,
   size_t first = 0;
   for (size_t g = 0; g < page->group_count; g++) {
     size_t end = page->group_ends[g];
-    out = reshard__group_expand(&page->sequences[first], end - first, out);
+    const reshard_run *group = &page->sequences[first];
+    if (end - first == 1 && group->count == 1) {
+      /* A group of one copy (S5's whole blocks, 62 a page): the copy,
+       * without a call and its two loops. */
+      *out++ = group->first;
+    } else {
+      out = reshard__group_expand(group, end - first, out);
+    }
     first = end;
   }
 }

@@ -1,12 +1,23 @@
 /* Encodes batches of copies as varint columns (see
  * reshard/varint_columns.h). */
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "plan/plan_internal.h"
 #include "reshard/arena.h"
 #include "reshard/checked.h"
+
+/* Rows are read field by field as six consecutive uint64_t (row_field). */
+_Static_assert(sizeof(reshard_copy) == 6 * sizeof(uint64_t) &&
+                   offsetof(reshard_copy, page_index) == 0 &&
+                   offsetof(reshard_copy, part_index) == 8 &&
+                   offsetof(reshard_copy, part_offset) == 16 &&
+                   offsetof(reshard_copy, region_index) == 24 &&
+                   offsetof(reshard_copy, region_offset) == 32 &&
+                   offsetof(reshard_copy, nbytes) == 40,
+               "reshard_copy is six uint64_t in column order");
 
 /* Bytes of the longest LEB128 varint of a uint64_t. */
 enum { VARINT_MAX = 10 };
@@ -69,14 +80,52 @@ static inline void store_cursors(reshard__column_encoder *e, row_cursors c) {
   e->cursor[5] = c.c5;
 }
 
+/* `value` as a LEB128 varint at `out`, without a branch per byte: below
+ * 2^56 its 7-bit groups are spread into the bytes of one word in three
+ * steps (28-bit halves into 32-bit lanes, 14 into 16, 7 into 8), every
+ * byte but the last gets its continuation bit, and the word is stored
+ * whole. The loop in reshard_varint_put leaves at a length that varies
+ * copy to copy in the offset columns (S5's part and region offsets), and
+ * its mispredicted exits were most of an encoded row. The store's bytes
+ * past the varint land where the column's next values go: a column of a
+ * batch holds VARINT_MAX bytes a row, so value i ends its store at most
+ * VARINT_MAX * i + 8 bytes in, inside the room. */
+static inline uint8_t *put_varint_word(uint8_t *out, uint64_t value) {
+  if (value < 0x80) {
+    *out = (uint8_t)value;
+    return out + 1;
+  }
+  if (value >> 56 != 0) {
+    return reshard_varint_put(out, value);
+  }
+  uint64_t x = value;
+  x = (x & UINT64_C(0x000000000FFFFFFF)) |
+      ((x & UINT64_C(0x00FFFFFFF0000000)) << 4);
+  x = (x & UINT64_C(0x00003FFF00003FFF)) |
+      ((x & UINT64_C(0x0FFFC0000FFFC000)) << 2);
+  x = (x & UINT64_C(0x007F007F007F007F)) |
+      ((x & UINT64_C(0x3F803F803F803F80)) << 1);
+  size_t length = reshard_varint_length(value); /* 2..8 */
+  x |= UINT64_C(0x8080808080808080) & ((UINT64_C(1) << (8 * (length - 1))) - 1);
+  memcpy(out, &x, sizeof x);
+  return out + length;
+}
+
+/* Rows written column by column (plain_rows) when there are at least this
+ * many: fewer and finding the progressions costs more than it saves. */
+enum { PROGRESSION_ROWS_MIN = 4 };
+
+static void plain_rows(reshard__column_encoder *encoder, const char *base,
+                       size_t pitch, size_t count);
+
 /* Writes one copy's six fields at the ends of the six columns. */
 static inline void put_row(row_cursors *c, const reshard_copy *copy) {
-  c->c0 = reshard_varint_put(c->c0, copy->page_index);
-  c->c1 = reshard_varint_put(c->c1, copy->part_index);
-  c->c2 = reshard_varint_put(c->c2, copy->part_offset);
-  c->c3 = reshard_varint_put(c->c3, copy->region_index);
-  c->c4 = reshard_varint_put(c->c4, copy->region_offset);
-  c->c5 = reshard_varint_put(c->c5, copy->nbytes);
+  c->c0 = put_varint_word(c->c0, copy->page_index);
+  c->c1 = put_varint_word(c->c1, copy->part_index);
+  c->c2 = put_varint_word(c->c2, copy->part_offset);
+  c->c3 = put_varint_word(c->c3, copy->region_index);
+  c->c4 = put_varint_word(c->c4, copy->region_offset);
+  c->c5 = put_varint_word(c->c5, copy->nbytes);
 }
 
 void reshard__column_encoder_rows(reshard__column_encoder *encoder,
@@ -86,6 +135,11 @@ void reshard__column_encoder_rows(reshard__column_encoder *encoder,
    * S5's pooled pages are 62 single-copy groups each, and reloading and
    * storing the six cursors for nothing was a quarter of that plan. */
   if (count == 0) {
+    return;
+  }
+  if (count >= PROGRESSION_ROWS_MIN) {
+    /* Column by column, still while the copies are in cache. */
+    plain_rows(encoder, (const char *)copies, sizeof *copies, count);
     return;
   }
   /* Row by row into the open batch's six scratch columns: each copy is
@@ -184,6 +238,14 @@ static inline void put_progression(uint8_t *out, uint64_t first,
                          ((UINT64_C(1) << (8 * (length - 1))) - 1);
     uint64_t word = spread_7(first, length) | continues;
     uint64_t step = spread_7(stride, length);
+    if (step == 0) {
+      /* One value repeated (a page's index, a copy size): stores alone,
+       * without the add and or that chain one value to the next. */
+      for (uint64_t k = 0; k < rows; k++, out += pitch) {
+        memcpy(out, &word, sizeof word);
+      }
+      return;
+    }
     for (uint64_t k = 0; k < rows; k++, out += pitch) {
       memcpy(out, &word, sizeof word);
       word = (word + step) | continues;
@@ -197,6 +259,79 @@ static inline void put_progression(uint8_t *out, uint64_t first,
     }
     out[length - 1] = (uint8_t)(value >> (7 * (length - 1)));
   }
+}
+
+/* Field `field` (reshard_copy order) of row `i` of `count` copies laid
+ * `pitch` bytes apart from `base`. */
+static inline uint64_t row_field(const char *base, size_t pitch, size_t i,
+                                 size_t field) {
+  uint64_t value;
+  memcpy(&value, base + i * pitch + field * sizeof(uint64_t), sizeof value);
+  return value;
+}
+
+/* Writes field `field` of `count` rows (copies `pitch` bytes apart from
+ * `base`) as one column. Consecutive rows whose values form an arithmetic
+ * progression of stride >= 0 and one varint length (S5's pages of single
+ * whole-block copies: the page, part, size and region offset repeat, the
+ * region index and part offset step by one layer) are written as
+ * put_progression does, a few operations a value; the rest value by
+ * value. Each stretch is scanned once and written once. */
+static uint8_t *plain_column(uint8_t *out, const char *base, size_t pitch,
+                             size_t count, size_t field) {
+  for (size_t i = 0; i < count;) {
+    uint64_t first = row_field(base, pitch, i, field);
+    size_t end = i + 1;
+    uint64_t stride = 0;
+    if (end < count) {
+      uint64_t next = row_field(base, pitch, end, field);
+      if (next >= first) {
+        stride = next - first;
+        uint64_t last = next;
+        /* No wrap, so the stretch is non-decreasing and its varint
+         * lengths too: it keeps the first value's length up to the first
+         * row that does not. */
+        for (end++; end < count && last <= UINT64_MAX - stride &&
+                    row_field(base, pitch, end, field) == last + stride;
+             end++) {
+          last += stride;
+        }
+        size_t length = reshard_varint_length(first);
+        while (reshard_varint_length(last) != length) {
+          last -= stride;
+          end--;
+        }
+      }
+    }
+    size_t length = reshard_varint_length(first);
+    if (end - i >= PROGRESSION_ROWS_MIN && length == 1 && stride == 0) {
+      memset(out, (int)first, end - i);
+      out += end - i;
+    } else if (end - i >= PROGRESSION_ROWS_MIN && length <= sizeof(uint64_t)) {
+      put_progression(out, first, stride, end - i, length, (unsigned)length,
+                      true);
+      out += length * (end - i);
+    } else {
+      for (size_t k = i; k < end; k++) {
+        out = put_varint_word(out, row_field(base, pitch, k, field));
+      }
+    }
+    i = end;
+  }
+  return out;
+}
+
+/* Writes `count` rows (copies `pitch` bytes apart from `base`) at the
+ * ends of the open batch's six columns. Row by row, each row is six
+ * varints of 20 operations or so; column by column, the progressions
+ * that single copies form take a few. */
+static void plain_rows(reshard__column_encoder *encoder, const char *base,
+                       size_t pitch, size_t count) {
+  for (size_t c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+    encoder->cursor[c] =
+        plain_column(encoder->cursor[c], base, pitch, count, c);
+  }
+  encoder->rows += count;
 }
 
 /* Groups whose offsets take the fixed-length path: at most this wide (the
@@ -439,6 +574,135 @@ reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
     bytes += sizes[c];
   }
   encoder->out.batch_count = b + 1;
+  /* The scratch is rewritten from its start: no page's bytes to reuse. */
+  encoder->page_valid = false;
   open_batch(encoder);
   return RESHARD_OK;
+}
+
+/* The end of the stretch of groups from group `g` (whose first sequence
+ * is `first`) that are a single copy each: rows, consecutive in
+ * `sequences`. `g` when group g is not one. */
+static size_t single_stretch(const reshard_run *sequences,
+                             const size_t *group_ends, size_t group_count,
+                             size_t g, size_t first) {
+  size_t end = g;
+  while (end < group_count && group_ends[end] - first == end - g + 1 &&
+         sequences[group_ends[end] - 1].count == 1) {
+    end++;
+  }
+  return end;
+}
+
+/* Writes `rows` copies of `value` to a column. */
+static uint8_t *repeated_value(uint8_t *out, uint64_t value, uint64_t rows) {
+  size_t length = reshard_varint_length(value);
+  if (length == 1) {
+    memset(out, (int)value, (size_t)rows);
+  } else {
+    put_progression(out, value, 0, rows, length, (unsigned)length,
+                    length <= sizeof(uint64_t));
+  }
+  return out + length * (size_t)rows;
+}
+
+/* Writes the region offset column of a page's groups: what
+ * reshard__column_encoder_page writes to column 4. */
+static uint8_t *page_region_offsets(uint8_t *out, const reshard_run *sequences,
+                                    const size_t *group_ends,
+                                    size_t group_count) {
+  size_t first = 0;
+  for (size_t g = 0; g < group_count;) {
+    size_t end = single_stretch(sequences, group_ends, group_count, g, first);
+    if (end > g) {
+      out = plain_column(out, (const char *)&sequences[first].first,
+                         sizeof(reshard_run), end - g, 4);
+      first += end - g;
+      g = end;
+      continue;
+    }
+    size_t stop = group_ends[g];
+    const reshard_run *group = sequences + first;
+    size_t width = stop - first;
+    uint64_t rows = group->count;
+    if (rows == 1 ||
+        (rows <= SMALL_GROUP_COPIES && rows * width <= SMALL_GROUP_COPIES)) {
+      for (uint64_t k = 0; k < rows; k++) {
+        for (size_t s = 0; s < width; s++) {
+          out = put_varint_word(out, sequence_offset(&group[s], k, true));
+        }
+      }
+    } else {
+      out = offset_column(out, group, width, rows, true);
+    }
+    first = stop;
+    g++;
+  }
+  return out;
+}
+
+void reshard__column_encoder_page(reshard__column_encoder *encoder,
+                                  const reshard__page_sequences *page,
+                                  uint64_t page_index) {
+  const reshard_run *sequences = page->sequences;
+  const size_t *group_ends = page->group_ends;
+  size_t group_count = page->group_count;
+  uint8_t *start[RESHARD_COPY_COLUMNS];
+  memcpy(start, encoder->cursor, sizeof start);
+  if (encoder->page_valid && page->shifted &&
+      page->from_page == encoder->page_index &&
+      page->copies == encoder->page_rows) {
+    /* The page encoded last, in this batch, moved to another page index
+     * and its region offsets moved: the same rows in the same order
+     * (reshard__page_sequences.shifted), so its part, part offset,
+     * region and size columns are the bytes written for it, still in the
+     * open batch's scratch, and only the page and region offset columns
+     * are written. */
+    encoder->cursor[0] =
+        repeated_value(encoder->cursor[0], page_index, page->copies);
+    static const size_t same[] = {1, 2, 3, 5}; /* reshard_copy fields */
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+      size_t c = same[i];
+      size_t bytes = (size_t)(encoder->page_end[c] - encoder->page_start[c]);
+      memcpy(encoder->cursor[c], encoder->page_start[c], bytes);
+      encoder->cursor[c] += bytes;
+    }
+    encoder->cursor[4] = page_region_offsets(encoder->cursor[4], sequences,
+                                             group_ends, group_count);
+    encoder->rows += (size_t)page->copies;
+    encoder->template_pages++;
+  } else {
+    /* Groups of a single copy (S5's pages: 62 whole blocks, each its own
+     * group) are written column by column, as rows are. */
+    size_t first = 0;
+    for (size_t g = 0; g < group_count;) {
+      size_t end = single_stretch(sequences, group_ends, group_count, g, first);
+      if (end > g) {
+        size_t rows = end - g;
+        if (rows >= PROGRESSION_ROWS_MIN) {
+          plain_rows(encoder, (const char *)&sequences[first].first,
+                     sizeof(reshard_run), rows);
+        } else {
+          row_cursors cursors = load_cursors(encoder);
+          for (size_t r = 0; r < rows; r++) {
+            put_row(&cursors, &sequences[first + r].first);
+          }
+          store_cursors(encoder, cursors);
+          encoder->rows += rows;
+        }
+        first += rows;
+        g = end;
+        continue;
+      }
+      size_t stop = group_ends[g];
+      reshard__column_encoder_group(encoder, sequences + first, stop - first);
+      first = stop;
+      g++;
+    }
+  }
+  memcpy(encoder->page_start, start, sizeof start);
+  memcpy(encoder->page_end, encoder->cursor, sizeof start);
+  encoder->page_index = page_index;
+  encoder->page_rows = page->copies;
+  encoder->page_valid = true;
 }

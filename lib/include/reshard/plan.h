@@ -109,6 +109,18 @@ typedef struct reshard_load_plan {
    * wholly inside one batch, each region's ranges moved by one amount;
    * the same runs either way). */
   uint64_t run_template_pages;
+  /* With request.varint_columns: of the reused pages, those whose part,
+   * part offset, region and size columns were the bytes written for the
+   * page before them (both pages wholly inside one batch, each region's
+   * ranges moved by one amount; the same columns either way). */
+  uint64_t column_template_pages;
+  /* With request.runs and without copies (request.omit_copies): of the
+   * reused pages, those cut by batch boundaries whose runs were the runs
+   * of an earlier page that started at the same place in its batch,
+   * moved to their blocks (every page between them the one before it
+   * shifted, each region's ranges moved by one amount; the same runs
+   * either way). */
+  uint64_t run_template_cut_pages;
   reshard_join **built_joins; /* per source; non-NULL where built here */
   /* With request.runs: the batches folded into runs (runs.batch_count ==
    * batch_count, runs.batch_first non-NULL even for an empty plan); all

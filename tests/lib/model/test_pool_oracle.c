@@ -100,6 +100,9 @@ typedef struct pool_result {
   uint64_t covered_bytes;
   uint64_t copies;
   bool picked; /* the pick rule found its participant */
+  /* Pages cut by batches whose runs (runs without copies) were an
+   * earlier page's moved. */
+  uint64_t cut_pages;
 } pool_result;
 
 /* The case's pool stays below this many bytes (extra blocks are dropped
@@ -294,6 +297,75 @@ static uint64_t whole_page_pairs(const reshard_load_plan *plan) {
   return pairs;
 }
 
+/* Pages p >= 1 of the plan whose copies and page p - 1's all lie in one
+ * batch: the pages whose columns take page p - 1's bytes, when every
+ * page is the one before it shifted one amount per region. */
+static uint64_t same_batch_pairs(const reshard_load_plan *plan) {
+  size_t pages = (size_t)plan->hit_pages;
+  size_t *first = calloc(pages + 1, sizeof *first);
+  size_t *last = calloc(pages + 1, sizeof *last);
+  cr_assert(first != NULL && last != NULL);
+  for (size_t b = 0; b < plan->batch_count; b++) {
+    const reshard_batch *batch = &plan->batches[b];
+    for (size_t i = batch->first; i < batch->first + batch->count; i++) {
+      size_t p = (size_t)plan->copies[i].page_index;
+      cr_assert_lt(p, pages);
+      if (first[p] == 0) {
+        first[p] = b + 1;
+      }
+      last[p] = b + 1;
+    }
+  }
+  uint64_t pairs = 0;
+  for (size_t p = 1; p < pages; p++) {
+    pairs += first[p - 1] == last[p - 1] && first[p] == last[p] &&
+             last[p - 1] == first[p];
+  }
+  free(first);
+  free(last);
+  return pairs;
+}
+
+/* The varint columns of `plan` must encode `copies` (the plain plan's),
+ * batch by batch, each value a minimal LEB128 varint. */
+static void expect_columns(const reshard_load_plan *plan,
+                           const reshard_load_plan *plain, const char *what) {
+  const reshard_varint_batches *columns = &plan->columns;
+  cr_assert_not_null(columns->bytes, "%s: no columns", what);
+  cr_assert_eq(columns->batch_count, plain->batch_count, "%s", what);
+  for (size_t b = 0; b < plain->batch_count; b++) {
+    const reshard_batch *batch = &plain->batches[b];
+    const uint8_t *at = columns->bytes[b];
+    for (unsigned c = 0; c < 6; c++) {
+      const uint8_t *end = at + columns->column_bytes[b * 6 + c];
+      for (size_t i = 0; i < batch->count; i++) {
+        const reshard_copy *copy = &plain->copies[batch->first + i];
+        const uint64_t fields[6] = {copy->page_index,    copy->part_index,
+                                    copy->part_offset,   copy->region_index,
+                                    copy->region_offset, copy->nbytes};
+        uint64_t value = 0;
+        for (unsigned shift = 0;; shift += 7) {
+          cr_assert(shift < 64 && at < end,
+                    "%s: batch %zu column %u row %zu: a bad varint", what, b, c,
+                    i);
+          uint8_t byte = *at++;
+          value |= (uint64_t)(byte & 0x7f) << shift;
+          if ((byte & 0x80) == 0) {
+            cr_assert(byte != 0 || shift == 0, "%s: a padded varint", what);
+            break;
+          }
+        }
+        cr_assert_eq(value, fields[c],
+                     "%s: batch %zu column %u row %zu is %" PRIu64
+                     ", the copy has %" PRIu64,
+                     what, b, c, i, value, fields[c]);
+      }
+      cr_assert_eq(at, end, "%s: batch %zu column %u: bytes too many", what, b,
+                   c);
+    }
+  }
+}
+
 /* The same batches and runs. */
 static void expect_same_runs(const reshard_load_plan *a,
                              const reshard_load_plan *b, const char *what) {
@@ -481,8 +553,49 @@ static void run_pool_case(const pool_spec *spec, uint64_t stream,
     cr_assert_null(runs_plan.copies, "%s", what);
     cr_assert_eq(runs_plan.run_template_pages, table_plan.run_template_pages,
                  "%s: runs without copies", what);
+    /* Pages cut by batches take an earlier page's runs only when they
+     * are the page before them shifted (and so reused). */
+    cr_assert_leq(runs_plan.run_template_cut_pages, runs_plan.reused_pages,
+                  "%s: cut pages whose runs were an earlier page's", what);
+    cr_assert_eq(table_plan.run_template_cut_pages, 0,
+                 "%s: cut pages take templates only without copies", what);
+    result->cut_pages += runs_plan.run_template_cut_pages;
     expect_same_runs(&runs_plan, &table_plan, what);
     oracle_plan_release(&c, &runs_arena, &runs_plan);
+  }
+  {
+    /* As the daemon asks without runs: varint columns, no copies. A page
+     * that is the one before it shifted, both in one batch, takes that
+     * page's bytes for the columns the shift leaves alone. */
+    reshard_arena columns_arena;
+    reshard_load_plan columns_plan;
+    reshard_arena_init(&columns_arena, 0);
+    c.request.runs = false;
+    c.request.varint_columns = true;
+    c.request.omit_copies = true;
+    reshard_status status =
+        reshard_plan_load(&c.request, &columns_arena, &columns_plan, &err);
+    c.request.runs = spec->runs;
+    c.request.varint_columns = false;
+    c.request.omit_copies = false;
+    cr_assert_eq(status, RESHARD_OK, "%s: columns without copies: %s", what,
+                 err.message);
+    cr_assert_null(columns_plan.copies, "%s", what);
+    cr_assert_eq(columns_plan.batch_count, table_plan.batch_count, "%s", what);
+    cr_assert(table_plan.batch_count == 0 ||
+                  memcmp(columns_plan.batches, table_plan.batches,
+                         table_plan.batch_count * sizeof(reshard_batch)) == 0,
+              "%s: columns without copies: other batches", what);
+    expect_columns(&columns_plan, &table_plan, what);
+    cr_assert_leq(columns_plan.column_template_pages, table_plan.reused_pages,
+                  "%s: pages whose columns were the page before's", what);
+    if (block_size == page && spec->opts.max_sources == 1 &&
+        table_sequence_pages == table_plan.hit_pages) {
+      cr_assert_eq(columns_plan.column_template_pages,
+                   same_batch_pairs(&table_plan),
+                   "%s: pages whose columns were the page before's", what);
+    }
+    oracle_plan_release(&c, &columns_arena, &columns_plan);
   }
   oracle_plan_release(&c, &table_arena, &table_plan);
   if (index == 0) {
@@ -575,7 +688,7 @@ ParameterizedTestParameters(pool_oracle, matrix) {
 ParameterizedTest(matrix_param *param, pool_oracle, matrix) {
   const topology_case *t = &topologies[param->topology];
   uint64_t stream = 0x9100 + param->id;
-  pool_result result = {0, 0, false};
+  pool_result result = {0, 0, false, 0};
   unsigned picked = 0;
   for (unsigned i = 0; i < MATRIX_CASES; i++) {
     pool_spec spec =
@@ -594,7 +707,7 @@ ParameterizedTest(matrix_param *param, pool_oracle, matrix) {
 /* Random topologies on both sides, random styles and block sizes, every
  * format, single-tensor caches now and then. */
 Test(pool_oracle, random_topologies_and_styles) {
-  pool_result result = {0, 0, false};
+  pool_result result = {0, 0, false, 0};
   for (unsigned i = 0; i < 60; i++) {
     pool_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -612,6 +725,31 @@ Test(pool_oracle, random_topologies_and_styles) {
   }
   cr_assert_gt(result.covered_bytes, 0);
   cr_assert_gt(result.copies, 0);
+}
+
+/* Pages cut by batch boundaries (batches of a few copies, bytes
+ * unbounded) in every topology and format over vLLM pools of one block
+ * a page: where a page starts at the place in its batch an earlier one
+ * did, every page between them shifted, it takes that page's runs moved
+ * (plan.c, cut templates), and its runs must still be the fold of its
+ * copies (run_pool_case compares them with the plan's with copies). */
+Test(pool_oracle, cut_pages_take_earlier_runs) {
+  pool_result result = {0, 0, false, 0};
+  for (unsigned t = 0; t < TOPOLOGIES; t++) {
+    for (int f = RESHARD_FORMAT_PLHD; f <= RESHARD_FORMAT_HPLD; f++) {
+      for (uint64_t ops = 3; ops <= 24; ops += 7) {
+        uint64_t stream = 0x9300 + t * 64 + (uint64_t)f * 8 + ops;
+        pool_spec spec = spec_of(&topologies[t], (reshard_format)f, BLOCK_EQUAL,
+                                 ORACLE_POOL_VLLM, 0, stream);
+        spec.small_batches = true;
+        spec.opts.max_batch_operations = ops;
+        spec.opts.max_batch_bytes = UINT64_C(1) << 40;
+        run_pool_case(&spec, stream, 0, &result);
+      }
+    }
+  }
+  cr_assert_gt(result.covered_bytes, 0);
+  cr_assert_gt(result.cut_pages, 0, "no cut page took an earlier page's runs");
 }
 
 /* ---- Disjointness against SPEC §1.5a's pairwise rule ----
