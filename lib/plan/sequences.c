@@ -189,14 +189,6 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
  * On the 2-core machine of docs/performance.md a loop of six 8-byte
  * stores a copy ran at about half the speed of three 16-byte ones. */
 typedef uint64_t copy_pair __attribute__((vector_size(16)));
-_Static_assert(sizeof(reshard_copy) == 48 &&
-                   offsetof(reshard_copy, page_index) == 0 &&
-                   offsetof(reshard_copy, part_index) == 8 &&
-                   offsetof(reshard_copy, part_offset) == 16 &&
-                   offsetof(reshard_copy, region_index) == 24 &&
-                   offsetof(reshard_copy, region_offset) == 32 &&
-                   offsetof(reshard_copy, nbytes) == 40,
-               "reshard_copy is written as three pairs of fields");
 
 reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
                                     reshard_copy *out) {

@@ -9,16 +9,6 @@
 #include "reshard/arena.h"
 #include "reshard/checked.h"
 
-/* Rows are read field by field as six consecutive uint64_t (row_field). */
-_Static_assert(sizeof(reshard_copy) == 6 * sizeof(uint64_t) &&
-                   offsetof(reshard_copy, page_index) == 0 &&
-                   offsetof(reshard_copy, part_index) == 8 &&
-                   offsetof(reshard_copy, part_offset) == 16 &&
-                   offsetof(reshard_copy, region_index) == 24 &&
-                   offsetof(reshard_copy, region_offset) == 32 &&
-                   offsetof(reshard_copy, nbytes) == 40,
-               "reshard_copy is six uint64_t in column order");
-
 /* Bytes of the longest LEB128 varint of a uint64_t. */
 enum { VARINT_MAX = 10 };
 
