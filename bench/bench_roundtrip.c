@@ -610,10 +610,10 @@ static int set_up_transfer(reshard_client *client, const char *name,
   return 0;
 }
 
-/* Median in-process planning of `t` (the target table bound over its
- * validated pool, then the plan, as the daemon does per call; arena chunks
- * from a pool): copies and runs of the last plan in `copies` and
- * `entries`. */
+/* Median in-process planning of `t` (the validated target pool and its
+ * table, as the daemon plans per call: with runs, the runs only, no
+ * explicit copies; arena chunks from a pool): copies and runs of the last
+ * plan in `copies` and `entries`. */
 static int plan_transfer_locally(transfer_scenario *t, bool runs, int count,
                                  double *samples, double *median,
                                  uint64_t *copies, uint64_t *entries) {
@@ -622,6 +622,7 @@ static int plan_transfer_locally(transfer_scenario *t, bool runs, int count,
     return -1;
   }
   t->request.runs = runs;
+  t->request.omit_copies = runs;
   int failed = 0;
   for (int r = 0; r < count && !failed; r++) {
     reshard_arena scratch;
@@ -647,6 +648,7 @@ static int plan_transfer_locally(transfer_scenario *t, bool runs, int count,
     reshard_arena_destroy(&scratch);
   }
   t->request.runs = false;
+  t->request.omit_copies = false;
   reshard_chunk_pool_free(pool);
   if (!failed) {
     bench_sort_samples(samples, (size_t)count);
