@@ -277,6 +277,28 @@ struct reshard__cut_template {
   cut_piece pieces[CUT_PIECES];
 };
 
+/* Notes the piece of a cut page written since *start (copies, bytes and
+ * runs) and starts the next one there; false when the template has no
+ * room left for it, and the page is then not recorded. */
+static bool cut_add_piece(struct reshard__cut_template *cut,
+                          const reshard__batcher *batcher,
+                          const batch_sinks *sinks, size_t *start,
+                          uint64_t *bytes, size_t *runs) {
+  if (cut->piece_count == CUT_PIECES) {
+    return false;
+  }
+  cut->pieces[cut->piece_count++] = (cut_piece){
+      batcher->written - *start,
+      sinks->stretch_bytes - *bytes,
+      *runs,
+      sinks->folder->run_count,
+  };
+  *start = batcher->written;
+  *bytes = sinks->stretch_bytes;
+  *runs = sinks->folder->run_count;
+  return true;
+}
+
 /* Whether pages cut by batches may take or leave templates: with runs
  * only (no copies to write, no columns to encode: those follow the
  * pieces' sequences) over pooled memory (which tells when a page is the
@@ -468,35 +490,16 @@ static reshard_status batch_sequences(reshard__planner *plan,
       if (record && batcher->batch_count != closed) {
         /* A batch closed at the end of this stretch (a stretch fits the
          * open batch): a piece ends. */
-        if (cut.piece_count == CUT_PIECES) {
-          record = false;
-        } else {
-          cut.pieces[cut.piece_count++] = (cut_piece){
-              batcher->written - piece_start,
-              sinks->stretch_bytes - piece_bytes,
-              piece_runs,
-              sinks->folder->run_count,
-          };
-          piece_start = batcher->written;
-          piece_bytes = sinks->stretch_bytes;
-          piece_runs = sinks->folder->run_count;
-          closed = batcher->batch_count;
-        }
+        record = cut_add_piece(&cut, batcher, sinks, &piece_start, &piece_bytes,
+                               &piece_runs);
+        closed = batcher->batch_count;
       }
     }
     first = end;
   }
   if (record && batcher->written > piece_start) {
-    if (cut.piece_count == CUT_PIECES) {
-      record = false;
-    } else {
-      cut.pieces[cut.piece_count++] = (cut_piece){
-          batcher->written - piece_start,
-          sinks->stretch_bytes - piece_bytes,
-          piece_runs,
-          sinks->folder->run_count,
-      };
-    }
+    record = cut_add_piece(&cut, batcher, sinks, &piece_start, &piece_bytes,
+                           &piece_runs);
   }
   if (record) {
     /* Kept in the slot of the same place, else the next in turn. */

@@ -270,37 +270,11 @@ static bool pad_layer_strides(reshard_pool *pool, oracle_pool_style style,
 }
 
 /* Pages p >= 1 of the plan whose copies, and page p - 1's, each lie in
- * one batch: the pages whose runs are page p - 1's moved, when every
- * page is the one before it shifted one amount per region. */
-static uint64_t whole_page_pairs(const reshard_load_plan *plan) {
-  size_t pages = (size_t)plan->hit_pages;
-  size_t *first = calloc(pages + 1, sizeof *first);
-  size_t *last = calloc(pages + 1, sizeof *last);
-  cr_assert(first != NULL && last != NULL);
-  for (size_t b = 0; b < plan->batch_count; b++) {
-    const reshard_batch *batch = &plan->batches[b];
-    for (size_t i = batch->first; i < batch->first + batch->count; i++) {
-      size_t p = (size_t)plan->copies[i].page_index;
-      cr_assert_lt(p, pages);
-      if (first[p] == 0) {
-        first[p] = b + 1;
-      }
-      last[p] = b + 1;
-    }
-  }
-  uint64_t pairs = 0;
-  for (size_t p = 1; p < pages; p++) {
-    pairs += first[p - 1] == last[p - 1] && first[p] == last[p];
-  }
-  free(first);
-  free(last);
-  return pairs;
-}
-
-/* Pages p >= 1 of the plan whose copies and page p - 1's all lie in one
- * batch: the pages whose columns take page p - 1's bytes, when every
- * page is the one before it shifted one amount per region. */
-static uint64_t same_batch_pairs(const reshard_load_plan *plan) {
+ * one batch (with `same_batch`: the same one for both). Without it, the
+ * pages whose runs are page p - 1's moved; with it, the pages whose
+ * columns take page p - 1's bytes, when every page is the one before it
+ * shifted one amount per region. */
+static uint64_t page_pairs(const reshard_load_plan *plan, bool same_batch) {
   size_t pages = (size_t)plan->hit_pages;
   size_t *first = calloc(pages + 1, sizeof *first);
   size_t *last = calloc(pages + 1, sizeof *last);
@@ -319,7 +293,7 @@ static uint64_t same_batch_pairs(const reshard_load_plan *plan) {
   uint64_t pairs = 0;
   for (size_t p = 1; p < pages; p++) {
     pairs += first[p - 1] == last[p - 1] && first[p] == last[p] &&
-             last[p - 1] == first[p];
+             (!same_batch || last[p - 1] == first[p]);
   }
   free(first);
   free(last);
@@ -535,7 +509,7 @@ static void run_pool_case(const pool_spec *spec, uint64_t stream,
     cr_assert_eq(table_plan.run_template_pages, 0, "%s", what);
   } else if (block_size == page && spec->opts.max_sources == 1 &&
              table_sequence_pages == table_plan.hit_pages) {
-    cr_assert_eq(table_plan.run_template_pages, whole_page_pairs(&table_plan),
+    cr_assert_eq(table_plan.run_template_pages, page_pairs(&table_plan, false),
                  "%s: pages whose runs were the page before's moved", what);
   }
   if (spec->runs) {
@@ -592,7 +566,7 @@ static void run_pool_case(const pool_spec *spec, uint64_t stream,
     if (block_size == page && spec->opts.max_sources == 1 &&
         table_sequence_pages == table_plan.hit_pages) {
       cr_assert_eq(columns_plan.column_template_pages,
-                   same_batch_pairs(&table_plan),
+                   page_pairs(&table_plan, true),
                    "%s: pages whose columns were the page before's", what);
     }
     oracle_plan_release(&c, &columns_arena, &columns_plan);
