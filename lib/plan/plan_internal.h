@@ -286,7 +286,8 @@ typedef struct reshard__run_folder {
   struct fold_step *steps;
   reshard__keyed *keys;
   reshard__keyed *spare_keys;
-  size_t *hashes; /* each sequence's class hash */
+  size_t *hashes;           /* each sequence's class hash */
+  struct fold_slot **found; /* each sequence's class slot, as looked up */
   size_t group_room;
   /* Per region index, the last group whose sequences named it: a group
    * whose sequences all lie in distinct regions has distinct classes,
@@ -296,6 +297,21 @@ typedef struct reshard__run_folder {
   size_t region_room;
   uint64_t group_serial;
   reshard_arena *arena; /* where the table and scratch grow */
+  /* Optional, NULL unless the planner sets them (plan.c, while it
+   * records a cut page's template): per run r from origin_first on (at
+   * most origin_room of them), origin[r - origin_first] is the sequence
+   * it was folded from (origin_base plus its index in the group being
+   * folded) and previous[r - origin_first] the run of its class before
+   * it in the batch (SIZE_MAX: none). `mixed` is set when a run takes
+   * copies of two sequences, or of none (copies folded one by one,
+   * one-class groups), or the room runs out: then the origins do not
+   * say where each run's copies came from. */
+  size_t *origin;
+  size_t *previous;
+  size_t origin_first;
+  size_t origin_room;
+  size_t origin_base;
+  bool mixed;
 } reshard__run_folder;
 
 /* Sizes the folder for `max_copies` copies in all and `max_batches`
@@ -328,6 +344,14 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
 void reshard__run_folder_shifted(reshard__run_folder *folder, size_t first,
                                  size_t end, uint64_t page_index,
                                  const uint64_t *region_shift, uint64_t copies);
+/* As reshard__run_folder_shifted, run first + i's region offset moved by
+ * sequence_shift[origin[i]] instead (origin: the sequence each run was
+ * folded from, as the folder noted it); the caller checked that the
+ * page's fold is those runs moved so (plan.c, cut_template_find_moved). */
+void reshard__run_folder_moved(reshard__run_folder *folder, size_t first,
+                               size_t end, uint64_t page_index,
+                               const size_t *origin,
+                               const uint64_t *sequence_shift, uint64_t copies);
 /* Closes the open batch. */
 void reshard__run_folder_close(reshard__run_folder *folder);
 void reshard__run_folder_finish(const reshard__run_folder *folder,
@@ -422,6 +446,20 @@ typedef struct reshard__planner {
     size_t first, end;
     bool valid;
   } run_template;
+  /* The last page folded from its sequences wholly inside one batch
+   * over pooled memory: the cut_chain it was folded in, its runs
+   * [first, end) of the folder, and its sequences' first region offsets
+   * (`room` entries), so that a later whole page of the same chain
+   * takes those runs moved even when pages cut by batches came between
+   * (S4's pages alternate whole and cut). */
+  struct {
+    bool valid;
+    uint64_t chain;
+    size_t first, end;
+    size_t count;
+    uint64_t *region_offsets;
+    size_t room;
+  } whole_template;
   /* Runs of pages cut by batch boundaries, kept per place in the batch
    * where such a page starts (plan.c, `cut_template`), made on first
    * use; `cut_chain` counts the pages that were not the page before
@@ -433,6 +471,13 @@ typedef struct reshard__planner {
   uint64_t *cut_shift;
   uint64_t *cut_mark;
   uint64_t cut_serial;
+  /* Scratch of sequence_scratch.room entries for templates of pages
+   * whose sequences move by amounts of their own (plan.c,
+   * cut_template_find_moved): the run origins the folder notes while a
+   * page is recorded, and each sequence's shift while one is checked. */
+  size_t *cut_origin;
+  size_t *cut_previous;
+  uint64_t *sequence_shift;
   unsigned cut_misses; /* templates left since one was taken */
   /* Pages whose sequences could not stand for their copies; past a few,
    * the plan stops trying and lowers copy by copy. */

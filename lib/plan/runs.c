@@ -109,28 +109,69 @@ static uint64_t open_stamp(const reshard__run_folder *folder) {
   return folder->batch_count + 1;
 }
 
-/* Folds one copy into the open batch; *out is the slot of its class, whose
- * run now ends with the copy. `hash`: the copy's class_hash when the caller
- * has it, else NULL. */
-static reshard_status fold_copy(reshard__run_folder *folder,
-                                const reshard_copy *copy, const size_t *hash,
-                                fold_slot **out, reshard_error *err) {
-  uint64_t stamp = open_stamp(folder);
-  fold_slot **cached =
-      &folder->recent[copy->region_index % RESHARD__FOLD_RECENT];
-  fold_slot *slot = *cached;
-  if (slot == NULL || !in_class(slot, copy)) {
-    size_t h = hash != NULL ? *hash : class_hash(copy);
-    slot = find_slot(folder->slots, folder->mask, stamp, copy, h);
-    if (slot->stamp != stamp && 2 * (folder->live + 1) > folder->mask + 1) {
-      reshard_status status = grow_slots(folder, stamp, err);
-      if (status) {
-        return status;
-      }
-      cached = &folder->recent[copy->region_index % RESHARD__FOLD_RECENT];
-      slot = find_slot(folder->slots, folder->mask, stamp, copy, h);
+/* No sequence: a copy folded on its own (reshard__run_folder_copies). */
+#define NO_SEQUENCE SIZE_MAX
+
+/* With folder->origin: run `run` starts now, from a copy of the group's
+ * sequence `s`, after run `previous` of its class in the batch
+ * (SIZE_MAX: the class's first). */
+static inline void note_run(reshard__run_folder *folder, size_t run,
+                            size_t previous, size_t s) {
+  if (folder->origin != NULL) {
+    size_t at = run - folder->origin_first;
+    if (s == NO_SEQUENCE || at >= folder->origin_room) {
+      folder->mixed = true;
+      return;
+    }
+    folder->origin[at] = folder->origin_base + s;
+    folder->previous[at] = previous;
+  }
+}
+
+/* With folder->origin: run `run` takes copies of the group's sequence
+ * `s` too. (A run before origin_first wraps `at` past the room.) */
+static inline void note_extend(reshard__run_folder *folder, size_t run,
+                               size_t s) {
+  if (folder->origin != NULL) {
+    size_t at = run - folder->origin_first;
+    if (s == NO_SEQUENCE || at >= folder->origin_room ||
+        folder->origin[at] != folder->origin_base + s) {
+      folder->mixed = true;
     }
   }
+}
+
+/* The slot of `copy`'s class in the open batch without hashing when the
+ * region's last class is it (recent[] holds live slots of the open batch
+ * and the current table only), else its live slot or the free slot where
+ * it belongs; *hash is set to its class_hash when it was computed (and
+ * left alone otherwise). */
+static fold_slot *lookup_slot(const reshard__run_folder *folder,
+                              const reshard_copy *copy, size_t *hash,
+                              bool *hashed) {
+  fold_slot *slot = folder->recent[copy->region_index % RESHARD__FOLD_RECENT];
+  if (slot != NULL && in_class(slot, copy)) {
+    return slot;
+  }
+  if (!*hashed) {
+    *hash = class_hash(copy);
+    *hashed = true;
+  }
+  return find_slot(folder->slots, folder->mask, open_stamp(folder), copy,
+                   *hash);
+}
+
+/* Folds one copy into the open batch at `slot`, its class's slot as
+ * lookup_slot found it in the current table (nothing inserted since);
+ * *out is the slot, whose run now ends with the copy. `s`: the copy's
+ * sequence in its group, or NO_SEQUENCE. `hash`, `hashed`: as
+ * lookup_slot left them (the table may grow here). */
+static inline reshard_status fold_copy_at(reshard__run_folder *folder,
+                                          fold_slot *slot,
+                                          const reshard_copy *copy, size_t s,
+                                          size_t hash, bool hashed,
+                                          fold_slot **out, reshard_error *err) {
+  uint64_t stamp = open_stamp(folder);
   reshard_run *runs = folder->runs;
   if (slot->stamp == stamp) {
     reshard_run *run = &runs[slot->run];
@@ -150,14 +191,25 @@ static reshard_status fold_copy(reshard__run_folder *folder,
       run->part_stride = part_step;
       run->region_stride = region_step;
       run->count = 2;
+      note_extend(folder, slot->run, s);
     } else if (forward && part_step == run->part_stride &&
                region_step == run->region_stride) {
       run->count++;
+      note_extend(folder, slot->run, s);
     } else {
+      note_run(folder, folder->run_count, slot->run, s);
       slot->run = folder->run_count;
       runs[folder->run_count++] = (reshard_run){*copy, 1, 0, 0};
     }
   } else {
+    if (2 * (folder->live + 1) > folder->mask + 1) {
+      reshard_status status = grow_slots(folder, stamp, err);
+      if (status) {
+        return status;
+      }
+      slot = find_slot(folder->slots, folder->mask, stamp, copy,
+                       hashed ? hash : class_hash(copy));
+    }
     folder->live++;
     *slot = (fold_slot){stamp,
                         copy->page_index,
@@ -167,14 +219,28 @@ static reshard_status fold_copy(reshard__run_folder *folder,
                         folder->run_count,
                         0,
                         0};
+    note_run(folder, folder->run_count, SIZE_MAX, s);
     runs[folder->run_count++] = (reshard_run){*copy, 1, 0, 0};
   }
   slot->last_part = copy->part_offset;
   slot->last_region = copy->region_offset;
   folder->open_copies++;
-  *cached = slot;
+  folder->recent[copy->region_index % RESHARD__FOLD_RECENT] = slot;
   *out = slot;
   return RESHARD_OK;
+}
+
+/* Folds one copy into the open batch; *out is the slot of its class, whose
+ * run now ends with the copy. `s` as for fold_copy_at; `hash`: the copy's
+ * class_hash when the caller has it, else NULL. */
+static reshard_status fold_copy(reshard__run_folder *folder,
+                                const reshard_copy *copy, size_t s,
+                                const size_t *hash, fold_slot **out,
+                                reshard_error *err) {
+  size_t h = hash != NULL ? *hash : 0;
+  bool hashed = hash != NULL;
+  fold_slot *slot = lookup_slot(folder, copy, &h, &hashed);
+  return fold_copy_at(folder, slot, copy, s, h, hashed, out, err);
 }
 
 reshard_status reshard__run_folder_copies(reshard__run_folder *folder,
@@ -182,7 +248,8 @@ reshard_status reshard__run_folder_copies(reshard__run_folder *folder,
                                           size_t count, reshard_error *err) {
   for (size_t i = 0; i < count; i++) {
     fold_slot *slot;
-    reshard_status status = fold_copy(folder, &copies[i], NULL, &slot, err);
+    reshard_status status =
+        fold_copy(folder, &copies[i], NO_SEQUENCE, NULL, &slot, err);
     if (status) {
       return status;
     }
@@ -190,17 +257,15 @@ reshard_status reshard__run_folder_copies(reshard__run_folder *folder,
   return RESHARD_OK;
 }
 
-/* Folds one sequence's copies: after its first copy joins a run, every
- * later copy steps by the sequence's strides, so once the second joins a
- * run (the first's, or a new one) the rest follow it. `hash` as for
- * fold_copy. */
-static reshard_status fold_sequence(reshard__run_folder *folder,
-                                    const reshard_run *sequence,
-                                    const size_t *hash, reshard_error *err) {
-  fold_slot *slot;
-  reshard_status status = fold_copy(folder, &sequence->first, hash, &slot, err);
-  if (status || sequence->count == 1) {
-    return status;
+/* Folds the copies after the first of `sequence`, the group's sequence
+ * `s`, whose first copy just joined the run of `slot`: every later copy
+ * steps by the sequence's strides, so once the second joins a run (the
+ * first's, or a new one) the rest follow it. */
+static inline void fold_sequence_rest(reshard__run_folder *folder,
+                                      fold_slot *slot,
+                                      const reshard_run *sequence, size_t s) {
+  if (sequence->count == 1) {
+    return;
   }
   uint64_t rest = sequence->count - 1;
   reshard_run *run = &folder->runs[slot->run];
@@ -208,10 +273,13 @@ static reshard_status fold_sequence(reshard__run_folder *folder,
     run->part_stride = sequence->part_stride;
     run->region_stride = sequence->region_stride;
     run->count += rest;
+    note_extend(folder, slot->run, s);
   } else if (run->part_stride == sequence->part_stride &&
              run->region_stride == sequence->region_stride) {
     run->count += rest;
+    note_extend(folder, slot->run, s);
   } else {
+    note_run(folder, folder->run_count, slot->run, s);
     slot->run = folder->run_count;
     folder->runs[folder->run_count++] = (reshard_run){
         reshard_run_copy(sequence, 1),
@@ -224,7 +292,20 @@ static reshard_status fold_sequence(reshard__run_folder *folder,
   folder->open_copies += rest;
   slot->last_part = last.part_offset;
   slot->last_region = last.region_offset;
-  return RESHARD_OK;
+}
+
+/* Folds one sequence's copies, the group's sequence `s`. `hash` as for
+ * fold_copy. */
+static reshard_status fold_sequence(reshard__run_folder *folder,
+                                    const reshard_run *sequence, size_t s,
+                                    const size_t *hash, reshard_error *err) {
+  fold_slot *slot;
+  reshard_status status =
+      fold_copy(folder, &sequence->first, s, hash, &slot, err);
+  if (status == RESHARD_OK) {
+    fold_sequence_rest(folder, slot, sequence, s);
+  }
+  return status;
 }
 
 /* The step from one copy of a group to the next in source order, and how
@@ -245,8 +326,9 @@ static reshard_status group_scratch(reshard__run_folder *folder, size_t width,
   folder->keys = RESHARD_ARENA_ARRAY(folder->arena, reshard__keyed, room);
   folder->spare_keys = RESHARD_ARENA_ARRAY(folder->arena, reshard__keyed, room);
   folder->hashes = RESHARD_ARENA_ARRAY(folder->arena, size_t, room);
+  folder->found = RESHARD_ARENA_ARRAY(folder->arena, struct fold_slot *, room);
   if (!folder->steps || !folder->keys || !folder->spare_keys ||
-      !folder->hashes) {
+      !folder->hashes || !folder->found) {
     folder->group_room = 0;
     return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
                              "runs: out of memory");
@@ -263,14 +345,13 @@ static bool same_class(const reshard_copy *a, const reshard_copy *b) {
 /* Whether sequence `sequence`, its class's only one in its group, folds
  * with all its runs started at its first copy: true unless that copy joins
  * a run whose stride (then) is not the sequence's, which would start a run
- * at the second copy, after the other sequences' first copies. */
-static bool starts_runs_first(const reshard__run_folder *folder,
-                              const reshard_run *sequence, size_t hash) {
-  uint64_t stamp = open_stamp(folder);
+ * at the second copy, after the other sequences' first copies. `slot`:
+ * its class's slot in the open batch, live or free. */
+static bool starts_runs_first_at(const reshard__run_folder *folder,
+                                 const fold_slot *slot,
+                                 const reshard_run *sequence) {
   const reshard_copy *first = &sequence->first;
-  const fold_slot *slot =
-      find_slot(folder->slots, folder->mask, stamp, first, hash);
-  if (slot->stamp != stamp || sequence->count == 1) {
+  if (slot->stamp != open_stamp(folder) || sequence->count == 1) {
     return true;
   }
   if (first->part_offset <= slot->last_part ||
@@ -286,6 +367,15 @@ static bool starts_runs_first(const reshard__run_folder *folder,
   }
   return part_step == sequence->part_stride &&
          region_step == sequence->region_stride;
+}
+
+static bool starts_runs_first(const reshard__run_folder *folder,
+                              const reshard_run *sequence, size_t hash) {
+  return starts_runs_first_at(folder,
+                              find_slot(folder->slots, folder->mask,
+                                        open_stamp(folder), &sequence->first,
+                                        hash),
+                              sequence);
 }
 
 /* Whether the group's sequences all lie in distinct regions, so in
@@ -321,6 +411,53 @@ static bool distinct_regions(reshard__run_folder *folder,
   return true;
 }
 
+/* Folds a group whose sequences lie in distinct regions (so in distinct
+ * classes) one sequence at a time when that is folding its copies in
+ * order (see folds_by_sequence), finding each class's slot once: the
+ * check looks every slot up (recent[] first, a hash only on a miss) and
+ * the fold takes it, looking it up again only where the table grew or an
+ * earlier sequence of the group took the free slot it was to fill (a
+ * free slot still free is still the first free one on its probe path:
+ * nothing leaves the table within a batch). *folded is false when the
+ * group does not fold so; then nothing was folded. */
+static reshard_status fold_distinct(reshard__run_folder *folder,
+                                    const reshard_run *group, size_t width,
+                                    bool *folded, reshard_error *err) {
+  fold_slot **found = folder->found;
+  *folded = false;
+  for (size_t s = 0; s < width; s++) {
+    size_t hash = 0;
+    bool hashed = false;
+    found[s] = lookup_slot(folder, &group[s].first, &hash, &hashed);
+    if (!starts_runs_first_at(folder, found[s], &group[s])) {
+      return RESHARD_OK;
+    }
+  }
+  *folded = true;
+  uint64_t stamp = open_stamp(folder);
+  const fold_slot *table = folder->slots;
+  for (size_t s = 0; s < width; s++) {
+    const reshard_copy *first = &group[s].first;
+    fold_slot *slot = found[s];
+    size_t hash = 0;
+    bool hashed = false;
+    if (folder->slots != table ||
+        (slot->stamp == stamp && !in_class(slot, first))) {
+      hash = class_hash(first);
+      hashed = true;
+      slot = find_slot(folder->slots, folder->mask, stamp, first, hash);
+      table = folder->slots;
+    }
+    reshard_status status =
+        fold_copy_at(folder, slot, first, s, hash, hashed, &slot, err);
+    if (status) {
+      return status;
+    }
+    fold_sequence_rest(folder, slot, &group[s], s);
+  }
+  return RESHARD_OK;
+}
+
 /* Whether folding the group one sequence at a time is folding its copies
  * in order: each sequence is its class's only one in the group (so its
  * class sees only its copies, in its order) and starts its runs at its
@@ -335,11 +472,6 @@ static bool folds_by_sequence(reshard__run_folder *folder,
       return false;
     }
     folder->hashes[s] = hash;
-  }
-  /* A paged reader's group reads one region per layer and component: its
-   * classes are distinct without sorting their hashes. */
-  if (distinct_regions(folder, group, width)) {
-    return true;
   }
   for (size_t s = 0; s < width; s++) {
     folder->keys[s] = (reshard__keyed){folder->hashes[s], s};
@@ -406,7 +538,10 @@ static reshard_status fold_one_class(reshard__run_folder *folder,
     }
   }
   fold_slot *slot;
-  reshard_status status = fold_copy(folder, &group[0].first, NULL, &slot, err);
+  /* Its runs take copies of several sequences: no origin to note. */
+  folder->mixed |= folder->origin != NULL;
+  reshard_status status =
+      fold_copy(folder, &group[0].first, 0, NULL, &slot, err);
   if (status) {
     return status;
   }
@@ -453,7 +588,7 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
     }
   }
   if (width == 1) {
-    return fold_sequence(folder, group, NULL, err);
+    return fold_sequence(folder, group, 0, NULL, err);
   }
   reshard_status status = group_scratch(folder, width, err);
   if (status) {
@@ -462,9 +597,16 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
   if (one_class(group, width)) {
     return fold_one_class(folder, group, width, err);
   }
-  if (folds_by_sequence(folder, group, width)) {
+  /* A paged reader's group reads one region per layer and component. */
+  if (distinct_regions(folder, group, width)) {
+    bool folded;
+    status = fold_distinct(folder, group, width, &folded, err);
+    if (status || folded) {
+      return status;
+    }
+  } else if (folds_by_sequence(folder, group, width)) {
     for (size_t s = 0; status == RESHARD_OK && s < width; s++) {
-      status = fold_sequence(folder, &group[s], &folder->hashes[s], err);
+      status = fold_sequence(folder, &group[s], s, &folder->hashes[s], err);
     }
     return status;
   }
@@ -472,7 +614,7 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
     for (size_t s = 0; s < width; s++) {
       reshard_copy copy = reshard_run_copy(&group[s], k);
       fold_slot *slot;
-      if ((status = fold_copy(folder, &copy, NULL, &slot, err))) {
+      if ((status = fold_copy(folder, &copy, s, NULL, &slot, err))) {
         return status;
       }
     }
@@ -493,6 +635,22 @@ void reshard__run_folder_shifted(reshard__run_folder *folder, size_t first,
     *out = runs[r];
     out->first.page_index = page_index;
     out->first.region_offset += region_shift[out->first.region_index];
+  }
+  folder->run_count += end - first;
+  folder->open_copies += (size_t)copies;
+}
+
+void reshard__run_folder_moved(reshard__run_folder *folder, size_t first,
+                               size_t end, uint64_t page_index,
+                               const size_t *origin,
+                               const uint64_t *sequence_shift,
+                               uint64_t copies) {
+  reshard_run *runs = folder->runs;
+  reshard_run *out = runs + folder->run_count;
+  for (size_t r = first; r < end; r++, out++) {
+    *out = runs[r];
+    out->first.page_index = page_index;
+    out->first.region_offset += sequence_shift[origin[r - first]];
   }
   folder->run_count += end - first;
   folder->open_copies += (size_t)copies;

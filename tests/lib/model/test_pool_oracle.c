@@ -270,11 +270,14 @@ static bool pad_layer_strides(reshard_pool *pool, oracle_pool_style style,
 }
 
 /* Pages p >= 1 of the plan whose copies, and page p - 1's, each lie in
- * one batch (with `same_batch`: the same one for both). Without it, the
- * pages whose runs are page p - 1's moved; with it, the pages whose
+ * one batch (with `same_batch`: the same one for both): the pages whose
  * columns take page p - 1's bytes, when every page is the one before it
- * shifted one amount per region. */
-static uint64_t page_pairs(const reshard_load_plan *plan, bool same_batch) {
+ * shifted one amount per region. Without `same_batch` and with
+ * `any_before`, pages p whose copies lie in one batch after any such
+ * page (not only p - 1): the pages whose runs are an earlier whole
+ * page's moved. */
+static uint64_t page_pairs(const reshard_load_plan *plan, bool same_batch,
+                           bool any_before) {
   size_t pages = (size_t)plan->hit_pages;
   size_t *first = calloc(pages + 1, sizeof *first);
   size_t *last = calloc(pages + 1, sizeof *last);
@@ -291,9 +294,12 @@ static uint64_t page_pairs(const reshard_load_plan *plan, bool same_batch) {
     }
   }
   uint64_t pairs = 0;
+  bool whole_before = pages > 0 && first[0] == last[0];
   for (size_t p = 1; p < pages; p++) {
-    pairs += first[p - 1] == last[p - 1] && first[p] == last[p] &&
+    bool before = any_before ? whole_before : first[p - 1] == last[p - 1];
+    pairs += before && first[p] == last[p] &&
              (!same_batch || last[p - 1] == first[p]);
+    whole_before |= first[p] == last[p];
   }
   free(first);
   free(last);
@@ -498,18 +504,20 @@ static void run_pool_case(const pool_spec *spec, uint64_t stream,
     cr_assert_eq(table_plan.reused_pages, table_sequence_pages - 1,
                  "%s: pages planned as the page before them shifted", what);
   }
-  /* Runs taken from the page before, moved (reshard__run_folder_shifted):
-   * only for shifted pages, and, where every page is the one before it
-   * with one block per page (each region then moves by one amount: its
-   * tensors share a block stride), for every page that lies wholly in
-   * one batch after a page that did. */
+  /* Runs taken from an earlier whole page, moved
+   * (reshard__run_folder_shifted): only for shifted pages, and, where
+   * every page is the one before it with one block per page (each region
+   * then moves by one amount: its tensors share a block stride), for
+   * every page that lies wholly in one batch after a page that did, with
+   * or without pages cut by batches between them. */
   cr_assert_leq(table_plan.run_template_pages, table_plan.reused_pages,
                 "%s: pages whose runs were the page before's moved", what);
   if (!spec->runs) {
     cr_assert_eq(table_plan.run_template_pages, 0, "%s", what);
   } else if (block_size == page && spec->opts.max_sources == 1 &&
              table_sequence_pages == table_plan.hit_pages) {
-    cr_assert_eq(table_plan.run_template_pages, page_pairs(&table_plan, false),
+    cr_assert_eq(table_plan.run_template_pages,
+                 page_pairs(&table_plan, false, true),
                  "%s: pages whose runs were the page before's moved", what);
   }
   if (spec->runs) {
@@ -528,7 +536,8 @@ static void run_pool_case(const pool_spec *spec, uint64_t stream,
     cr_assert_eq(runs_plan.run_template_pages, table_plan.run_template_pages,
                  "%s: runs without copies", what);
     /* Pages cut by batches take an earlier page's runs only when they
-     * are the page before them shifted (and so reused). */
+     * are reused: the page before them shifted, or the same sequences
+     * moved by amounts of their own (two blocks a page). */
     cr_assert_leq(runs_plan.run_template_cut_pages, runs_plan.reused_pages,
                   "%s: cut pages whose runs were an earlier page's", what);
     cr_assert_eq(table_plan.run_template_cut_pages, 0,
@@ -566,7 +575,7 @@ static void run_pool_case(const pool_spec *spec, uint64_t stream,
     if (block_size == page && spec->opts.max_sources == 1 &&
         table_sequence_pages == table_plan.hit_pages) {
       cr_assert_eq(columns_plan.column_template_pages,
-                   page_pairs(&table_plan, true),
+                   page_pairs(&table_plan, true, false),
                    "%s: pages whose columns were the page before's", what);
     }
     oracle_plan_release(&c, &columns_arena, &columns_plan);
