@@ -912,6 +912,67 @@ static int time_transfer(transfer_scenario *t, bool runs, int count,
   return failed ? -1 : 0;
 }
 
+/* Plans `t` `count` times and encodes the PlanTransferResponse as the
+ * daemon does without runs, timing both: with `columns` the planner
+ * writes the varint columns while batching and the response is written
+ * around them; without, the response is encoded from the copies after
+ * planning. *warm_ns is the median of all but the first call; the first
+ * call's response bytes go to *bytes (malloc'd, *size long). */
+static int time_transfer_response(transfer_scenario *t, bool columns, int count,
+                                  double *warm_ns, uint8_t **bytes,
+                                  size_t *size) {
+  double *samples = malloc(sizeof(double) * (size_t)count);
+  if (samples == NULL) {
+    return -1;
+  }
+  *bytes = NULL;
+  *size = 0;
+  t->request.varint_columns = columns;
+  int failed = 0;
+  for (int r = 0; r < count && !failed; r++) {
+    reshard_arena arena;
+    reshard_arena_init(&arena, 0);
+    reshard_error err;
+    reshard_transfer_plan plan;
+    reshard_pooled_memory target = {&t->target_bound, t->target_pool.block_ids,
+                                    t->target_pool.block_count};
+    t->request.pooled = &target;
+    reshard_transfer_response response;
+    uint8_t *out = NULL;
+    double start = bench_now_ns();
+    reshard_status status =
+        reshard_plan_transfer(&t->request, &arena, &plan, &err);
+    if (status == RESHARD_OK &&
+        (status = reshard_transfer_response_measure(
+             &plan, t->pools, &t->target_shell, t->source_placement_id,
+             t->target_placement_id, columns ? &plan.columns : NULL, &arena,
+             &response)) == RESHARD_OK &&
+        (out = malloc(response.size + 1)) != NULL) {
+      reshard_transfer_response_write(&response, out);
+    }
+    samples[r] = bench_now_ns() - start;
+    t->request.pooled = NULL;
+    if (status != RESHARD_OK || out == NULL) {
+      fprintf(stderr, "transfer response failed: %s\n",
+              reshard_status_name(status));
+      failed = 1;
+    } else if (r == 0) {
+      *bytes = out;
+      *size = response.size;
+      out = NULL;
+    }
+    free(out);
+    reshard_arena_destroy(&arena);
+  }
+  t->request.varint_columns = false;
+  if (!failed) {
+    bench_sort_samples(samples + 1, (size_t)(count - 1));
+    *warm_ns = bench_median(samples + 1, (size_t)(count - 1));
+  }
+  free(samples);
+  return failed ? -1 : 0;
+}
+
 /* One row per selected T scenario: the explicit plan and the plan with
  * runs. Returns the rows that failed; runs that do not expand to the
  * explicit plan's copies print MISMATCH and fail. */
@@ -930,13 +991,17 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
              "decode participant's pool and table; per call the target table "
              "bound, then the plan; fresh arena; cold = first call, warm = "
              "median of the other %d): explicit | runs only (no copies "
-             "kept, as the daemon asks; checked against the explicit plan)\n",
+             "kept, as the daemon asks; checked against the explicit plan) | "
+             "plan and response without runs, warm: encoded from the copies "
+             "after planning, or around the varint columns the planner "
+             "wrote while batching (the daemon's; the same bytes, "
+             "checked)\n",
              count - 1);
       printf("%-16s %6s %7s %5s %8s %8s %7s %12s | %9s %9s %7s | %7s %9s "
-             "%9s %7s %6s\n",
+             "%9s %7s %6s | %9s %9s %7s %5s\n",
              "scenario", "tokens", "pools", "read", "before", "after",
              "batches", "bytes", "cold", "warm", "ns/cp", "runs", "cold",
-             "warm", "ns/run", "cp/run");
+             "warm", "ns/run", "cp/run", "copies", "columns", "ns/cp", "x");
       header = true;
     }
     reshard_arena arena;
@@ -944,25 +1009,45 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
     reshard_error err;
     transfer_scenario t;
     transfer_timing plain, runs;
+    double from_copies_ns = 0, columns_ns = 0;
+    uint8_t *from_copies = NULL, *from_columns = NULL;
+    size_t from_copies_size = 0, from_columns_size = 0;
     if (transfer_scenario_build(spec, tokens, 42 + i, &arena, &t, &err)) {
       fprintf(stderr, "%s: %s\n", spec->name, err.message);
       failures++;
     } else if (time_transfer(&t, false, count, &plain) ||
-               time_transfer(&t, true, count, &runs)) {
+               time_transfer(&t, true, count, &runs) ||
+               time_transfer_response(&t, false, count, &from_copies_ns,
+                                      &from_copies, &from_copies_size) ||
+               time_transfer_response(&t, true, count, &columns_ns,
+                                      &from_columns, &from_columns_size)) {
       failures++;
     } else {
       bool same = runs.runs_match && runs.copies == plain.copies;
+      bool same_bytes =
+          from_copies_size == from_columns_size &&
+          memcmp(from_copies, from_columns, from_copies_size) == 0;
       double copies = plain.copies ? (double)plain.copies : 1.0;
       double entries = runs.runs ? (double)runs.runs : 1.0;
       printf("%-16s %6llu %7zu %5zu %8zu %8zu %7zu %12llu | %7.1fus "
-             "%7.1fus %7.2f | %7zu %7.1fus %7.1fus %7.2f %6.1f%s%s\n",
+             "%7.1fus %7.2f | %7zu %7.1fus %7.1fus %7.2f %6.1f | %7.1fus "
+             "%7.1fus %7.2f %5.2f%s%s%s\n",
              spec->name, (unsigned long long)t.tokens, t.pool_count,
              plain.sources, plain.before, plain.copies, plain.batches,
              (unsigned long long)plain.bytes, plain.cold_ns / 1e3,
              plain.warm_ns / 1e3, plain.warm_ns / copies, runs.runs,
              runs.cold_ns / 1e3, runs.warm_ns / 1e3, runs.warm_ns / entries,
-             copies / entries, runs.direct ? "" : "  (runs sorted)",
-             same ? "" : "  MISMATCH");
+             copies / entries, from_copies_ns / 1e3, columns_ns / 1e3,
+             columns_ns / copies, from_copies_ns / columns_ns,
+             runs.direct ? "" : "  (runs sorted)", same ? "" : "  MISMATCH",
+             same_bytes ? "" : "  RESPONSE MISMATCH");
+      if (!same_bytes) {
+        fprintf(stderr,
+                "%s: RESPONSE MISMATCH: %zu bytes from the copies, %zu from "
+                "the columns\n",
+                spec->name, from_copies_size, from_columns_size);
+        failures++;
+      }
       if (!same) {
         fprintf(stderr,
                 "%s: MISMATCH: the runs expand to %zu copies, the explicit "
@@ -971,6 +1056,8 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
         failures++;
       }
     }
+    free(from_copies);
+    free(from_columns);
     reshard_arena_destroy(&arena);
   }
   return failures;

@@ -5,9 +5,11 @@
  * cache, the catalog), the source pools by memory id (the cache, else one
  * catalog read for every one missing) and the target's memory (a binding,
  * or a pool as PlanLoad's pooled); reserved under --max-inflight-bytes;
- * planned by reshard_plan_transfer on the loop or the work pool; encoded
- * straight into the send buffer (reshard_transfer_response_write, no
- * protobuf-c message) and sent; its plan metrics recorded as PlanLoad's
+ * planned by reshard_plan_transfer on the loop or the work pool, which
+ * without runs writes the batches' varint columns as it batches; encoded
+ * around those (or from the runs) into the send buffer, long columns
+ * sent where the planner wrote them (reshard_transfer_response_write,
+ * no protobuf-c message) and sent; its plan metrics recorded as PlanLoad's
  * are, under method="PlanTransfer". */
 #include <stdio.h>
 #include <string.h>
@@ -42,6 +44,9 @@ typedef struct transfer_ctx {
   reshard_transfer_request plan_request;
   reshard_transfer_plan plan;
   reshard_work work;
+  /* Without runs: where the planner writes the response's varint
+   * columns, sent from there (NULL: they are copied with the rest). */
+  reshard_response_memory *response_memory;
   uint64_t plan_us;
   bool plan_ran; /* reshard_plan_transfer ran: its metrics are recorded */
   bool planned;  /* and it returned a plan */
@@ -110,18 +115,20 @@ static void encode_transfer(transfer_ctx *ctx, reshard_arena *arena) {
                                     "plan was discarded");
     return;
   }
-  /* reshard_plan_transfer writes no varint columns: there is no response
-   * memory to send them from, and the batches are encoded from the copies
-   * (or, with runs, from the runs alone: the plan has no copies then)
-   * into the one send buffer. */
+  /* Without runs the batches are the varint columns the planner wrote
+   * while batching (long ones sent where they lie, in the response
+   * memory); with runs they are written from the runs alone (the plan
+   * has no copies then). */
   reshard_transfer_response response;
   if (reshard_transfer_response_measure(
           &ctx->plan, ctx->source_pools, &ctx->binding, ctx->source.id,
-          ctx->target.id, NULL, arena, &response) != RESHARD_OK ||
-      reshard__planner_pack_response(call, NULL, &response.batches,
-                                     response.size, &response,
-                                     reshard_transfer_response_write_pieces,
-                                     write_transfer_response) != RESHARD_OK) {
+          ctx->target.id,
+          ctx->plan.columns.bytes != NULL ? &ctx->plan.columns : NULL, arena,
+          &response) != RESHARD_OK ||
+      reshard__planner_pack_response(
+          call, ctx->response_memory, &response.batches, response.size,
+          &response, reshard_transfer_response_write_pieces,
+          write_transfer_response) != RESHARD_OK) {
     ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
                                     "out of memory building the response");
     return;
@@ -145,6 +152,8 @@ static void transfer_work(reshard_work *work) {
   reshard_arena_init_from(&scratch, 64 * 1024,
                           reshard_call_arena(call)->source);
   uint64_t start = uv_hrtime();
+  ctx->response_memory = reshard__planner_column_memory(
+      call, ctx->plan_request.varint_columns, &ctx->plan_request.column_arena);
   ctx->status = reshard_plan_transfer(&ctx->plan_request, &scratch, &ctx->plan,
                                       &ctx->err);
   ctx->plan_us = (uv_hrtime() - start) / 1000;
@@ -156,6 +165,11 @@ static void transfer_work(reshard_work *work) {
   /* The encoded response is the call's; the plan goes with its scratch
    * (its figures stay in ctx->plan for the log and the metrics). */
   reshard_arena_destroy(&scratch);
+  /* The response's pieces hold what they point into. */
+  reshard_response_memory_release(ctx->response_memory);
+  ctx->response_memory = NULL;
+  ctx->plan_request.column_arena = NULL;
+  ctx->plan.columns = (reshard_varint_batches){0};
   ctx->plan.sources = NULL;
   ctx->plan.copies = NULL;
   ctx->plan.batches = NULL;
@@ -261,6 +275,9 @@ static void transfer_plan(transfer_ctx *ctx) {
        * (reshard_transfer_response_measure reads no copy then), so the
        * planner need not write the explicit copies. */
       .omit_copies = request->runs,
+      /* Without runs the response is the copies' varint columns, written
+       * by the planner as it batches. */
+      .varint_columns = !request->runs,
   };
   reshard_call_reserve(ctx->call,
                        reshard__planner_plan_reservation(

@@ -621,17 +621,42 @@ static reshard_status batch(reshard__transfer *t, const reshard_copy *copies,
   }
   reshard__batcher batcher;
   reshard__batcher_init(&batcher, &limits, out->copies, out->batches);
+  bool columns = reshard__transfer_wants_columns(t->request);
+  reshard__transfer_columns encoder;
+  reshard_status status;
+  if (columns && (status = reshard__transfer_columns_init(
+                      t, &encoder, &batcher, max_copies, max_batches))) {
+    return status;
+  }
+  /* With columns, a source's copies go in stretches of about a batch, each
+   * batch encoded when it closes, while its copies are in cache. */
+  size_t stretch = columns && limits.max_operations < count
+                       ? (size_t)limits.max_operations
+                       : count;
   for (size_t i = 0; i < count;) {
     size_t end = i;
     while (end < count && copies[end].page_index == copies[i].page_index) {
       end++;
     }
-    reshard__batcher_push(&batcher, copies + i, end - i);
+    for (size_t at = i; at < end; at += stretch) {
+      size_t take = end - at < stretch ? end - at : stretch;
+      reshard__batcher_push(&batcher, copies + at, take);
+      if (columns &&
+          (status = reshard__transfer_columns_drain(&encoder, t->err))) {
+        return status;
+      }
+    }
     reshard__batcher_finish(&batcher);
     i = end;
   }
+  if (columns && (status = reshard__transfer_columns_drain(&encoder, t->err))) {
+    return status;
+  }
   out->copy_count = batcher.written;
   out->batch_count = batcher.batch_count;
+  if (columns) {
+    out->columns = encoder.encoder.out;
+  }
   return RESHARD_OK;
 }
 

@@ -118,6 +118,9 @@ typedef struct direct {
   size_t source;         /* the source being walked */
   size_t run_room;       /* the folder's runs array */
   reshard_status status; /* a fold's failure; the walk stops */
+  /* With varint columns: each batch encoded when the batcher closes it
+   * (only direct_batch's slow path and the flush can close one). */
+  reshard__transfer_columns *columns;
 } direct;
 
 /* ---- Runs without the copies ----
@@ -321,6 +324,10 @@ static inline void direct_batch(direct *d, const reshard_copy *c) {
     return;
   }
   reshard__batcher_push(b, c, 1);
+  if (d->columns != NULL && d->status == RESHARD_OK &&
+      (d->status = reshard__transfer_columns_drain(d->columns, d->t->err))) {
+    d->ordered = false; /* stops the walk; plan_direct reports status */
+  }
 }
 
 /* Coalescing against the last copy: merged when both ends continue it
@@ -354,6 +361,10 @@ static void direct_flush(direct *d) {
   reshard__batcher_finish(&d->batcher);
   if (d->runs) {
     runs_sync(d); /* unstages when the batch closed */
+  }
+  if (d->columns != NULL && d->status == RESHARD_OK &&
+      (d->status = reshard__transfer_columns_drain(d->columns, d->t->err))) {
+    d->ordered = false;
   }
 }
 
@@ -779,6 +790,14 @@ static reshard_status plan_direct(reshard__transfer *t, direct *d,
     return status;
   }
   reshard__batcher_init(&d->batcher, &limits, copies, batches);
+  reshard__transfer_columns columns;
+  if (!d->runs && reshard__transfer_wants_columns(t->request)) {
+    if ((status = reshard__transfer_columns_init(t, &columns, &d->batcher,
+                                                 max_copies, max_batches))) {
+      return status;
+    }
+    d->columns = &columns;
+  }
   if ((status = direct_walk(d)) || (status = d->status) || !d->ordered ||
       (d->runs && d->folder.run_count > d->run_room)) {
     return status;
@@ -789,6 +808,9 @@ static reshard_status plan_direct(reshard__transfer *t, direct *d,
   out->copy_count = d->batcher.written;
   out->batch_count = d->batcher.batch_count;
   out->direct = true;
+  if (d->columns != NULL) {
+    out->columns = columns.encoder.out;
+  }
   if (d->runs) {
     out->batch_source = d->batch_source;
     reshard__run_folder_finish(&d->folder, &out->runs);

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "plan/plan_internal.h"
 #include "reshard/join.h"
 #include "reshard/transfer.h"
 
@@ -77,6 +78,36 @@ reshard_status reshard__transfer_check_counts(const reshard__transfer *t,
 reshard_status reshard__transfer_finish(reshard__transfer *t, uint64_t copies,
                                         uint64_t bytes,
                                         reshard_transfer_plan *out);
+
+/* The response's varint columns, written as the batcher closes batches
+ * (transfer_columns.c): each batch's copies are encoded when it closes,
+ * while they are still in cache (a batch is at most
+ * max_batch_operations copies, 4096 by default: 192 KiB of copies), not
+ * read again after planning. */
+typedef struct reshard__transfer_columns {
+  reshard__column_encoder encoder;
+  const reshard__batcher *batcher;
+  size_t encoded_batches;
+} reshard__transfer_columns;
+
+/* Whether the plan writes columns: request.varint_columns without runs. */
+static inline bool
+reshard__transfer_wants_columns(const reshard_transfer_request *request) {
+  return request->varint_columns && !request->runs;
+}
+
+/* Sizes the encoder for the batcher's batches (at most `max_copies`
+ * copies in `max_batches` batches); the bytes go to
+ * request.column_arena, else the plan's arena. */
+reshard_status reshard__transfer_columns_init(const reshard__transfer *t,
+                                              reshard__transfer_columns *c,
+                                              const reshard__batcher *batcher,
+                                              size_t max_copies,
+                                              size_t max_batches);
+
+/* Encodes every batch the batcher closed since the last call. */
+reshard_status reshard__transfer_columns_drain(reshard__transfer_columns *c,
+                                               reshard_error *err);
 
 /* Plans a pooled target (request.pooled) straight from the pools in plan
  * order (transfer_direct.c). *done is true when it did (out is the plan,

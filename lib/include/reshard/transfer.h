@@ -20,6 +20,7 @@
 #include "reshard/placement.h"
 #include "reshard/pool.h"
 #include "reshard/runs.h"
+#include "reshard/varint_columns.h"
 
 /* One source pool as the request names it. */
 typedef struct reshard_transfer_pool {
@@ -68,6 +69,16 @@ typedef struct reshard_transfer_request {
    * from the walk, never writing a copy (the same runs and batches as
    * folding the explicit plan). Ignored without runs. */
   bool omit_copies;
+  /* Also encode each batch's copies as varint columns (the plan's
+   * `columns`) right after it is batched, while its copies are in cache:
+   * what a PlanTransferResponse without runs carries, so the caller sends
+   * those bytes instead of reading every copy again. Column 0 is the
+   * source ordinal (reshard_copy.page_index), which a TransferBatch
+   * carries as one scalar, so an encoder skips it. Ignored with runs. */
+  bool varint_columns;
+  /* Optional: where the columns' bytes go (NULL: the plan's arena), for
+   * a caller that sends them as they lie, past the planning's scratch. */
+  reshard_arena *column_arena;
   bool (*should_stop)(void *context);
   void *should_stop_context;
 } reshard_transfer_request;
@@ -90,6 +101,9 @@ typedef struct reshard_transfer_plan {
   uint64_t bytes;
   uint64_t copies_before_coalescing;
   reshard_runs runs; /* with request.runs; all zero otherwise */
+  /* With request.varint_columns and without runs: every batch as varint
+   * columns (columns.batch_count == batch_count); all zero otherwise. */
+  reshard_varint_batches columns;
   const reshard_placement_part *participant; /* the target's part */
   /* True when the copies were lowered straight from the pools and both
    * block tables in plan order (a `pooled` target whose pieces come out

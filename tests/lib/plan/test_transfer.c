@@ -285,6 +285,9 @@ static reshard_transfer_request case_request(transfer_case *c,
       .binding = binding,
       .bound_binding = bound,
       .limits = reshard_limits_default(),
+      /* Every plan without runs also carries its varint columns, checked
+       * against its copies (columns_match_copies). */
+      .varint_columns = true,
   };
 }
 
@@ -444,6 +447,49 @@ static void plans_equal(const reshard_transfer_plan *a,
                description);
 }
 
+/* Field `c` of a copy, in reshard_copy's declaration order. */
+static uint64_t copy_column(const reshard_copy *copy, unsigned c) {
+  const uint64_t fields[RESHARD_COPY_COLUMNS] = {
+      copy->page_index,   copy->part_index,    copy->part_offset,
+      copy->region_index, copy->region_offset, copy->nbytes};
+  return fields[c];
+}
+
+/* A plan made with request.varint_columns carries, per batch, exactly
+ * the bytes the daemon's response encoder writes from its copies: each
+ * of the six fields of the batch's copies as LEB128 varints, a column
+ * after another (encoded here a byte at a time, as protobuf packs a
+ * repeated uint64). */
+static void columns_match_copies(const reshard_transfer_plan *plan,
+                                 reshard_arena *arena,
+                                 const char *description) {
+  const reshard_varint_batches *columns = &plan->columns;
+  cr_assert_not_null(columns->bytes, "%s", description);
+  cr_assert_eq(columns->batch_count, plan->batch_count, "%s", description);
+  for (size_t b = 0; b < plan->batch_count; b++) {
+    const reshard_batch *batch = &plan->batches[b];
+    uint8_t *want = RESHARD_ARENA_ARRAY(
+        arena, uint8_t, batch->count * 10 * RESHARD_COPY_COLUMNS + 1);
+    const uint8_t *got = columns->bytes[b];
+    for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+      size_t n = 0;
+      for (size_t i = batch->first; i < batch->first + batch->count; i++) {
+        uint64_t v = copy_column(&plan->copies[i], c);
+        while (v >= 0x80) {
+          want[n++] = (uint8_t)(v | 0x80);
+          v >>= 7;
+        }
+        want[n++] = (uint8_t)v;
+      }
+      size_t length = columns->column_bytes[b * RESHARD_COPY_COLUMNS + c];
+      cr_assert_eq(length, n, "batch %zu column %u: %s", b, c, description);
+      cr_assert(memcmp(got, want, n) == 0, "batch %zu column %u: %s", b, c,
+                description);
+      got += length;
+    }
+  }
+}
+
 /* The runs of a batched plan expand to `explicit_plan`'s batches: a
  * batch's entries, expanded and sorted by the explicit key, are exactly
  * its copies. */
@@ -565,6 +611,7 @@ static void run_case(uint64_t seed, const oracle_topology *source,
   cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &pooled, &err),
                RESHARD_OK, "%s: %s", c.description, err.message);
   execute_and_check(&c, &pooled);
+  columns_match_copies(&pooled, &c.arena, c.description);
 
   /* The pool and its table as the daemon gives them (request.pooled, no
    * binding) plan the same plan, whether lowered straight from the pools
@@ -580,6 +627,9 @@ static void run_case(uint64_t seed, const oracle_topology *source,
                  RESHARD_OK, "%s: %s", c.description, err.message);
     if (!runs) {
       execute_and_check(&c, &direct);
+      columns_match_copies(&direct, &c.arena, c.description);
+    } else {
+      cr_assert_null(direct.columns.bytes, "%s", c.description);
     }
     plans_equal(&pooled, &direct, runs, c.description);
     *direct_plans += direct.direct;
@@ -637,6 +687,8 @@ static void run_case(uint64_t seed, const oracle_topology *source,
     cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &small_bound, &err),
                  RESHARD_OK, "%s: %s", c.description, err.message);
     plans_equal(&small_bound, &small_direct, false, c.description);
+    columns_match_copies(&small_direct, &c.arena, c.description);
+    columns_match_copies(&small_bound, &c.arena, c.description);
     if (l == 0) {
       *direct_plans += small_direct.direct;
     }
@@ -675,6 +727,7 @@ static void run_case(uint64_t seed, const oracle_topology *source,
   cr_assert(memcmp(explicit_plan.copies, pooled.copies,
                    pooled.copy_count * sizeof *pooled.copies) == 0,
             "%s", c.description);
+  columns_match_copies(&explicit_plan, &c.arena, c.description);
 
   /* Runs expand to the explicit batches, and the explicit binding's
    * runs only are its runs. */
