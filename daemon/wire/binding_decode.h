@@ -17,7 +17,7 @@
  * from_pb reports it), RESOURCE_EXHAUSTED for more ranges or regions than
  * caps->max_ranges (at the first element past the cap, in wire order) or
  * for a decoded size past `max_bytes`. A message both over a cap and
- * malformed may be refused for either. tests/daemon/test_binding_decode.c
+ * malformed may be refused for either. tests/daemon/wire/test_binding_decode.c
  * holds the two paths equal on random and mutated messages. */
 #ifndef RESHARD_BINDING_DECODE_H
 #define RESHARD_BINDING_DECODE_H

@@ -381,3 +381,156 @@ Test(binding_decode, refuses_past_its_budget) {
                RESHARD_OK);
   cr_assert_eq(b.range_count, 100);
 }
+
+/* Region ids of many lengths: none, short ones that neighbours share, and
+ * ones of 127 and 128 bytes around the one-byte length the word path
+ * takes. */
+static const char *canonical_id(char *buffer, size_t size) {
+  static const size_t lengths[] = {0, 1, 4, 7, 8, 9, 12, 16, 31, 127, 128};
+  size_t length = lengths[below(sizeof lengths / sizeof lengths[0])];
+  cr_assert_lt(length, size);
+  memset(buffer, 'r', length);
+  if (length > 0) {
+    buffer[length - 1] = (char)('0' + below(3));
+  }
+  buffer[length] = '\0';
+  return buffer;
+}
+
+/* Values of every varint length, 1 to 10 bytes, zero (not written) too. */
+static uint64_t canonical_value(void) {
+  switch (below(6)) {
+  case 0:
+    return 0;
+  case 1:
+    return below(128);
+  case 2:
+    return 128 + below(1u << 14);
+  case 3:
+    return next() >> (7 * below(9)); /* up to 8 bytes */
+  case 4:
+    return next() | 1ull << 63; /* 10 bytes */
+  default:
+    return below(1u << 21);
+  }
+}
+
+/* A binding as protobuf-c writes it (fields in order, each at most once,
+ * zero values left out): the form the word path of binding_decode.c
+ * decodes. Then now and then mutated, where the word path must refuse, or
+ * fall back, exactly where protobuf-c does. */
+static void canonical_binding(wire *w) {
+  enum { RANGES_MAX = 48 };
+  Reshard__V1__BindingRange ranges[RANGES_MAX];
+  Reshard__V1__BindingRange *range_list[RANGES_MAX];
+  char ids[RANGES_MAX][160];
+  Reshard__V1__Region region;
+  Reshard__V1__Region *region_list[1] = {&region};
+  reshard__v1__region__init(&region);
+  region.region_id = "pool";
+  region.address = 4096;
+  region.nbytes = 1u << 20;
+  size_t count = below(RANGES_MAX + 1);
+  bool same_id = below(2) == 0;
+  for (size_t i = 0; i < count; i++) {
+    Reshard__V1__BindingRange *r = &ranges[i];
+    reshard__v1__binding_range__init(r);
+    r->global_layer_id = (uint32_t)canonical_value();
+    r->component =
+        (Reshard__V1__Component)(below(16) == 0 ? below(4) : 1 + below(2));
+    r->token_start = canonical_value();
+    r->token_count = canonical_value();
+    r->head_start = (uint32_t)canonical_value();
+    r->head_count = (uint32_t)canonical_value();
+    r->region_id = same_id && i > 0 ? ranges[i - 1].region_id
+                                    : (char *)canonical_id(ids[i], 160);
+    r->offset_bytes = canonical_value();
+    r->token_stride_bytes = canonical_value();
+    r->head_stride_bytes = canonical_value();
+    range_list[i] = r;
+  }
+  Reshard__V1__RuntimeBinding binding;
+  reshard__v1__runtime_binding__init(&binding);
+  binding.participant_id = "pp00-tp00";
+  binding.endpoint = below(2) ? "bench" : "";
+  binding.n_regions = 1;
+  binding.regions = region_list;
+  binding.n_ranges = count;
+  binding.ranges = range_list;
+  w->length = protobuf_c_message_get_packed_size(&binding.base);
+  cr_assert_leq(w->length, sizeof w->data);
+  protobuf_c_message_pack(&binding.base, w->data);
+}
+
+Test(binding_decode, agrees_with_protobuf_c_on_canonical_and_mutated_bytes) {
+  reshard_limits small = reshard_limits_default();
+  small.max_ranges = 20;
+  unsigned accepted = 0, refused = 0;
+  for (unsigned round = 0; round < 20000; round++) {
+    wire w;
+    canonical_binding(&w);
+    if (round % 2 == 1) {
+      mutate(&w);
+    }
+    const reshard_limits *caps = round % 7 == 0 ? &small : NULL;
+    assert_same_outcome(&w, caps, &accepted, &refused);
+    if (round % 64 == 63) {
+      reshard_arena_destroy(&arena);
+      reshard_arena_init(&arena, 0);
+    }
+  }
+  cr_assert_gt(accepted, 5000, "%u accepted", accepted);
+  cr_assert_gt(refused, 2000, "%u refused", refused);
+}
+
+/* Ranges that end the message, or end a few bytes before it, with a last
+ * value of every varint length, in a buffer of exactly the message's size:
+ * the word path reads nothing past the message (the sanitizer build
+ * catches a byte over), and it decodes them as protobuf-c does. */
+Test(binding_decode, reads_nothing_past_the_message) {
+  for (unsigned bytes = 1; bytes <= 10; bytes++) {
+    for (unsigned tail = 0; tail <= 10; tail++) {
+      wire w = {.length = 0};
+      for (int i = 0; i < 3; i++) {
+        wire inner = {.length = 0};
+        put_byte(&inner, 0x10); /* component KEY */
+        put_byte(&inner, 0x01);
+        put_byte(&inner, 0x40); /* offset_bytes, `bytes` long */
+        for (unsigned k = 1; k < bytes; k++) {
+          put_byte(&inner, 0x81);
+        }
+        put_byte(&inner, bytes == 10 ? 0x01 : 0x02);
+        put_byte(&w, 0x22); /* ranges, with a one-byte length */
+        put_byte(&w, (uint8_t)inner.length);
+        for (size_t k = 0; k < inner.length; k++) {
+          put_byte(&w, inner.data[k]);
+        }
+      }
+      for (unsigned k = 0; k < tail / 2; k++) {
+        put_byte(&w, 0x08); /* participant_id as a varint: refused */
+        put_byte(&w, 0x00);
+      }
+      if (tail % 2 == 1) {
+        put_byte(&w, 0x12); /* endpoint "" */
+        put_byte(&w, 0x00);
+      }
+      uint8_t *exact = malloc(w.length);
+      cr_assert_not_null(exact);
+      memcpy(exact, w.data, w.length);
+      reshard_binding b;
+      reshard_error err;
+      reshard_status status = reshard_binding_decode(
+          exact, w.length, "binding", NULL, UINT64_MAX, &arena, &b, &err);
+      outcome want = through_protobuf_c(&w, NULL);
+      cr_assert_eq(status, want.status, "%u bytes, tail %u: %s", bytes, tail,
+                   err.message);
+      if (status == RESHARD_OK) {
+        char why[256];
+        cr_assert(
+            reshard_test_bindings_equal(&b, &want.binding, why, sizeof why),
+            "%u bytes, tail %u: %s", bytes, tail, why);
+      }
+      free(exact);
+    }
+  }
+}
