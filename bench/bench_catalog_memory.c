@@ -51,6 +51,7 @@
 #include "catalog/catalog_open.h"
 #include "catalog/lmdb/catalog_lmdb.h"
 #include "catalog/memory/catalog_memory.h"
+#include "catalog/redis/catalog_redis.h"
 
 #define KEY_HEX 64
 #define GOAL_BEYOND_KEY 64.0
@@ -642,6 +643,29 @@ static redisContext *redis_connect(int port, pid_t pid) {
   return NULL;
 }
 
+/* The number after "field:" in INFO `section`, 0 when missing. */
+static double info_number(redisContext *c, const char *section,
+                          const char *field) {
+  redisReply *r = redisCommand(c, "INFO %s", section);
+  double value = 0;
+  if (r != NULL && r->type == REDIS_REPLY_STRING) {
+    char want[64];
+    snprintf(want, sizeof want, "\n%s:", field);
+    const char *at = strstr(r->str, want);
+    if (at != NULL) {
+      value = strtod(at + strlen(want), NULL);
+    }
+  }
+  freeReplyObject(r);
+  return value;
+}
+
+/* The server's CPU seconds so far (user and system). */
+static double redis_cpu(redisContext *c) {
+  return info_number(c, "cpu", "used_cpu_user") +
+         info_number(c, "cpu", "used_cpu_sys");
+}
+
 /* The integer after "field:" in INFO memory, 0 when missing. */
 static uint64_t info_field(redisContext *c, const char *field) {
   redisReply *r = redisCommand(c, "INFO memory");
@@ -658,25 +682,33 @@ static uint64_t info_field(redisContext *c, const char *field) {
   return value;
 }
 
-/* MEMORY USAGE and OBJECT ENCODING of sample page keys, and INFO's split
+/* MEMORY USAGE, OBJECT ENCODING and HLEN of the buckets holding sample
+ * page keys (docs/catalog.md "Page bindings on Redis"), and INFO's split
  * of used_memory, for the decomposition in docs/catalog.md. */
 static void redis_decompose(redisContext *c, const options *o, const names *n) {
   uint64_t samples = o->bindings < 5 ? o->bindings : 5;
-  double usage_sum = 0;
-  size_t name_length = 0, member_length = 0;
+  double usage_sum = 0, fields_sum = 0;
+  size_t name_length = 0;
   char encoding[32] = "?";
   for (uint64_t s = 0; s < samples; s++) {
     uint64_t index = s * (o->bindings / samples);
     uint64_t k = index / o->batch;
     unsigned domain = (unsigned)(k % n->domains);
-    char page[KEY_HEX + 1], key[256];
+    char page[KEY_HEX + 1], bucket[32], key[256];
     hex_key(page, SALT_PAGE, index);
-    snprintf(key, sizeof key, "reshard:{%s}:page:%s", n->domain[domain], page);
+    if (!reshard_catalog_redis_page_bucket(page, bucket, sizeof bucket)) {
+      continue;
+    }
+    snprintf(key, sizeof key, "reshard:{%s}:%s", n->domain[domain], bucket);
     name_length = strlen(key);
-    member_length = strlen(n->manifest[0]);
     redisReply *r = redisCommand(c, "MEMORY USAGE %s SAMPLES 0", key);
     if (r != NULL && r->type == REDIS_REPLY_INTEGER) {
       usage_sum += (double)r->integer;
+    }
+    freeReplyObject(r);
+    r = redisCommand(c, "HLEN %s", key);
+    if (r != NULL && r->type == REDIS_REPLY_INTEGER) {
+      fields_sum += (double)r->integer;
     }
     freeReplyObject(r);
     r = redisCommand(c, "OBJECT ENCODING %s", key);
@@ -688,13 +720,14 @@ static void redis_decompose(redisContext *c, const options *o, const names *n) {
   redisReply *r = redisCommand(c, "DBSIZE");
   long long keys = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
   freeReplyObject(r);
-  printf("redis   decomposition: key name %zu B (reshard:{<domain>}:page:<page "
-         "key>), one member of %zu B (the manifest key), encoding %s; "
-         "MEMORY USAGE of a key %.0f B (mean of %" PRIu64 "); %lld keys; "
-         "used_memory_dataset %" PRIu64 " B, used_memory_overhead %" PRIu64
-         " B\n",
-         name_length, member_length, encoding,
-         samples ? usage_sum / (double)samples : 0.0, samples, keys,
+  printf("redis   decomposition: bucket key name %zu B "
+         "(reshard:{<domain>}:pages:<bucket>), encoding %s, %.1f fields "
+         "(bindings) a bucket, MEMORY USAGE of a bucket %.0f B (%.1f B a "
+         "field; mean of %" PRIu64 "); %lld keys; used_memory_dataset %" PRIu64
+         " B, used_memory_overhead %" PRIu64 " B\n",
+         name_length, encoding, samples ? fields_sum / (double)samples : 0.0,
+         samples ? usage_sum / (double)samples : 0.0,
+         fields_sum > 0 ? usage_sum / fields_sum : 0.0, samples, keys,
          info_field(c, "used_memory_dataset"),
          info_field(c, "used_memory_overhead"));
 }
@@ -747,6 +780,7 @@ static int bench_redis(const options *o, const names *n, const char *root) {
     goto out;
   }
   uint64_t used0 = info_field(sync, "used_memory");
+  double cpu0 = redis_cpu(sync);
   double seconds = bind_all(&d);
   if (seconds < 0) {
     fprintf(stderr, "redis: %s\n", d.err.message);
@@ -756,6 +790,10 @@ static int bench_redis(const options *o, const names *n, const char *root) {
   uint64_t used1 = info_field(sync, "used_memory");
   print_row("redis", "used_memory growth (INFO memory)", o,
             used1 > used0 ? used1 - used0 : 0, seconds);
+  printf("redis   server CPU binding them %.1f s (%.2f us a binding; the "
+         "seconds column is wall time, client included)\n",
+         redis_cpu(sync) - cpu0,
+         (redis_cpu(sync) - cpu0) * 1e6 / (double)o->bindings);
   printf("redis   used_memory_rss %.1f MiB\n",
          (double)info_field(sync, "used_memory_rss") / 1048576.0);
   redis_decompose(sync, o, n);

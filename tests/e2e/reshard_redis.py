@@ -30,6 +30,21 @@ def port_open(port):
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def page_bucket_key(domain, page_key):
+    """The hash holding page_key's binding in domain (docs/catalog.md "Page
+    bindings on Redis"): FNV-1a of the key's text, folded to one of 32 768
+    buckets; "pages" for lowercase hex of even length (stored as its
+    bytes), "pages-raw" for any other key."""
+    h = 2166136261
+    for byte in page_key.encode():
+        h = ((h ^ byte) * 16777619) & 0xFFFFFFFF
+    bucket = (h ^ (h >> 15)) % 32768
+    packed = (0 < len(page_key) <= 1024 and len(page_key) % 2 == 0
+              and all(c in "0123456789abcdef" for c in page_key))
+    return "reshard:{%s}:%s:%d" % (domain, "pages" if packed else "pages-raw",
+                                   bucket)
+
+
 class RedisServer:
     def __init__(self, durable=False, port=None, password=None):
         self.binary = shutil.which("redis-server")

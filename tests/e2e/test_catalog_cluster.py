@@ -33,7 +33,7 @@ import reshard_e2e as e
 from reshard_e2e import pb
 from reshard_pools import World, expand, pooled, scattered
 import reshard_pools as pools
-from reshard_redis import RedisServer, free_port, port_open
+from reshard_redis import RedisServer, free_port, page_bucket_key, port_open
 from reshard_redis_cluster import RedisCluster, key_slot
 from test_catalog_durability import DESC, CatalogCase
 
@@ -159,8 +159,11 @@ class RedisClusterTests(CatalogCase):
             for node in cluster.primaries():
                 count = cluster.keys_on(node, pattern)
                 if node is owner:
-                    # manifest record, manifest set, 12 pages
-                    self.assertEqual(count, 14)
+                    # manifest record and set, layout marker, the two
+                    # manifest id hashes, the buckets of 12 pages
+                    buckets = {page_bucket_key(pub.model_domain, k)
+                               for k in keys[:12]}
+                    self.assertEqual(count, 5 + len(buckets))
                 else:
                     self.assertEqual(count, 0)
 

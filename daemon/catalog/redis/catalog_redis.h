@@ -17,6 +17,8 @@
 #ifndef RESHARD_CATALOG_REDIS_H
 #define RESHARD_CATALOG_REDIS_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -61,5 +63,13 @@ reshard_catalog_redis_open_options(uv_loop_t *loop, const char *spec,
 /* True while the catalog has a ready connection (a cluster: a slot map and
  * no known primary down). Loop thread only. */
 bool reshard_catalog_redis_connected(const reshard_catalog *catalog);
+
+/* Where a page's binding is stored, after "reshard:{D}:": "pages:<n>" for
+ * a page key of lowercase hex of even length (stored as its bytes),
+ * "pages-raw:<n>" for any other (stored as its text); docs/catalog.md
+ * "Page bindings on Redis". False when `size` is too small. For tests and
+ * benchmarks that read the keys. */
+bool reshard_catalog_redis_page_bucket(const char *page_key, char *out,
+                                       size_t size);
 
 #endif

@@ -33,11 +33,18 @@
  *                                     (redis:// only; a cluster asks
  *                                     EXISTS reshard:{D}:manifests)
  *   reshard:{D}:manifests             SET of the domain's manifest keys
- *   reshard:{D}:page:<page key>       SET of the manifest keys bound
+ *   reshard:{D}:layout                STRING, the page layout's marker
+ *                                     (written by the first publish)
+ *   reshard:{D}:manifest-ids          HASH manifest key -> id (decimal)
+ *   reshard:{D}:manifest-keys         HASH id -> manifest key
+ *   reshard:{D}:pages:<n>             HASH packed page key -> ids ("3,7")
+ *   reshard:{D}:pages-raw:<n>         HASH page key text -> ids
+ *                                     (<n> a bucket, redis_pages.c)
  *   reshard:placement:<id>            STRING, a placement, written SET NX
  *   reshard:memory:<id>               STRING, a memory pool, written SET NX
- * Writes of more than one key are MULTI/EXEC transactions, so no daemon
- * ever sees half of one; an object is one key and one command.
+ * Writes of more than one key are MULTI/EXEC transactions (page writes
+ * one Lua script inside one), so no daemon ever sees half of one; an
+ * object is one key and one command.
  *
  * Connection states: RESOLVING (host name on the thread pool), CONNECTING
  * (TCP, then SELECT), READY. Operations wait in `waiting` only until the
@@ -349,6 +356,9 @@ bool reshard__redis_binding_commands(redis_catalog *r, redis_args *a,
                                      const redis_op *op);
 bool reshard__redis_lookup_commands(redis_catalog *r, redis_args *a,
                                     const redis_op *op);
+/* EVAL of the script that marks a domain with no manifest yet as holding
+ * the bucketed page layout (sent by publishing, before its SADD). */
+void reshard__redis_args_mark(redis_args *a, const char *domain);
 void reshard__redis_reply_check(redis_op *op, const redisReply *reply);
 void reshard__redis_reply_count(redis_op *op, const redisReply *reply);
 void reshard__redis_reply_lookup(redis_op *op, const redisReply *reply);

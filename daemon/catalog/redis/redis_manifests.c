@@ -9,7 +9,8 @@
 
 /* SET NX of the record and the SADDs that publish it in its domain (on a
  * cluster only the domain's own set: a fleet-wide set would be another
- * slot, and a transaction cannot span two). */
+ * slot, and a transaction cannot span two); before the domain's SADD, the
+ * script marking a new domain's page layout (redis_pages.c). */
 bool reshard__redis_put_commands(redis_catalog *r, redis_args *a,
                                  const redis_op *op) {
   args_word(a, "SET");
@@ -23,6 +24,8 @@ bool reshard__redis_put_commands(redis_catalog *r, redis_args *a,
     args_word(a, op->domain);
     ok = ok && reshard__redis_send_args(r, a, NULL, NULL);
   }
+  reshard__redis_args_mark(a, op->domain);
+  ok = ok && reshard__redis_send_args(r, a, NULL, NULL);
   args_word(a, "SADD");
   args_domain_key(a, op->domain, "manifests", NULL);
   args_word(a, op->manifest_key);
@@ -45,7 +48,7 @@ bool reshard__redis_get_commands(redis_catalog *r, redis_args *a,
 void reshard__redis_reply_put(redis_op *op, const redisReply *reply) {
   reshard_error err;
   reshard_error_clear(&err);
-  size_t commands = op->r->cluster != NULL ? 2 : 3;
+  size_t commands = op->r->cluster != NULL ? 3 : 4;
   if (!reshard__redis_exec_ok(op->r, reply, commands, "storing the manifest",
                               &err)) {
     reshard__redis_op_complete(op, &err);

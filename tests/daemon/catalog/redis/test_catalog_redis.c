@@ -555,3 +555,211 @@ Test(catalog_redis, object_errors_name_the_object) {
   cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
   cr_assert(r.created);
 }
+
+/* ---- The page layout (docs/catalog.md "Page bindings on Redis") ---- */
+
+static void add_in(const char *in_domain, const char *key,
+                   const char *const *pages, size_t n, result *r) {
+  int want = r->calls + 1;
+  catalog->vtable->add_pages(catalog, in_domain, key, pages, n, on_count, r);
+  wait_calls(r, want);
+}
+
+static void forget_in(const char *in_domain, const char *key,
+                      const char *const *pages, size_t n, result *r) {
+  int want = r->calls + 1;
+  catalog->vtable->forget_pages(catalog, in_domain, key, pages, n, on_count, r);
+  wait_calls(r, want);
+}
+
+/* The bucket key of `page` in `in_domain`. */
+static void bucket_key(char *out, size_t size, const char *in_domain,
+                       const char *page) {
+  char bucket[32];
+  cr_assert(reshard_catalog_redis_page_bucket(page, bucket, sizeof bucket));
+  snprintf(out, size, "reshard:{%s}:%s", in_domain, bucket);
+}
+
+/* HGET of a binary field; NULL when missing (the caller frees). */
+static char *hget(const char *key, const void *field, size_t length) {
+  redisContext *ctx = redisConnect("127.0.0.1", redis_port);
+  cr_assert(ctx != NULL && !ctx->err);
+  redisReply *reply = redisCommand(ctx, "HGET %s %b", key, field, length);
+  cr_assert_not_null(reply);
+  char *value = reply->type == REDIS_REPLY_STRING ? strdup(reply->str) : NULL;
+  cr_assert(value != NULL || reply->type == REDIS_REPLY_NIL);
+  freeReplyObject(reply);
+  redisFree(ctx);
+  return value;
+}
+
+static void redis_do(const char *command) {
+  redisContext *ctx = redisConnect("127.0.0.1", redis_port);
+  cr_assert(ctx != NULL && !ctx->err);
+  redisReply *reply = redisCommand(ctx, command);
+  cr_assert_not_null(reply);
+  cr_assert_neq(reply->type, REDIS_REPLY_ERROR, "%s: %s", command, reply->str);
+  freeReplyObject(reply);
+  redisFree(ctx);
+}
+
+static void expect_field(const char *page, const void *field, size_t length,
+                         const char *want) {
+  char key[160];
+  bucket_key(key, sizeof key, domain, page);
+  char *value = hget(key, field, length);
+  if (want == NULL) {
+    cr_assert_null(value, "%s: %s", page, value);
+  } else {
+    cr_assert_not_null(value, "%s: not stored in %s", page, key);
+    cr_assert_str_eq(value, want, "%s", page);
+  }
+  free(value);
+}
+
+/* Packed and raw page keys side by side, a raw key with the bytes of a
+ * packed one, several manifests per page, forgetting one of them and
+ * every binding, read through the catalog and from the keys themselves. */
+Test(catalog_redis, page_layout) {
+  static const char hex64[] =
+      "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+  const char *pages[] = {hex64, "4142", "AB", "00", "abc", "ABCD", "0A"};
+  result r = {0};
+  publish_on(catalog, "m1", domain, &r);
+  publish_on(catalog, "m2", domain, &r);
+  add_on(catalog, "m1", pages, 7, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert_eq(r.count, 7);
+  add_on(catalog, "m2", pages, 2, &r);
+  cr_assert_eq(r.count, 2);
+  add_on(catalog, "m2", pages, 2, &r);
+  cr_assert_eq(r.count, 0); /* idempotent */
+
+  /* m1 is the domain's manifest id 1, m2 id 2. */
+  uint8_t packed[32];
+  for (int i = 0; i < 32; i++) {
+    packed[i] = (uint8_t)((i % 16) * 0x11);
+  }
+  expect_field(hex64, packed, 32, "1,2");
+  expect_field("4142", "AB", 2, "1,2");
+  expect_field("AB", "AB", 2, "1");
+  expect_field("00", "\0", 1, "1");
+  expect_field("abc", "abc", 3, "1");
+  expect_field("ABCD", "ABCD", 4, "1");
+  expect_field("0A", "0A", 2, "1");
+  char key[160], raw[160];
+  bucket_key(key, sizeof key, domain, "4142");
+  bucket_key(raw, sizeof raw, domain, "AB");
+  cr_assert(strstr(key, ":pages:") != NULL, "%s", key);
+  cr_assert(strstr(raw, ":pages-raw:") != NULL, "%s", raw);
+  cr_assert_eq(redis_integer("HLEN", "reshard:{d0}:manifest-ids"), 2);
+
+  lookup_on(catalog, domain, pages, 3, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert_eq(r.page_start[1], 2);
+  cr_assert_eq(r.page_start[2], 4);
+  cr_assert_eq(r.page_start[3], 5);
+  cr_assert_str_eq(r.keys[2], "m1");
+  cr_assert_str_eq(r.keys[3], "m2");
+  cr_assert_str_eq(r.keys[4], "m1"); /* "AB" is not "4142" */
+
+  /* Forgetting m1 of "4142" leaves m2 there and "AB" bound to m1. */
+  forget_on(catalog, "m1", pages + 1, 1, &r);
+  cr_assert_eq(r.count, 1);
+  expect_field("4142", "AB", 2, "2");
+  forget_on(catalog, "m1", pages + 1, 1, &r);
+  cr_assert_eq(r.count, 0);
+  lookup_on(catalog, domain, pages + 1, 2, &r);
+  cr_assert_eq(r.page_start[1], 1);
+  cr_assert_eq(r.page_start[2], 2);
+  cr_assert_str_eq(r.keys[0], "m2");
+  cr_assert_str_eq(r.keys[1], "m1");
+
+  /* Every binding: 2 + 1 + 5, and nothing stays behind. */
+  forget_on(catalog, NULL, pages, 7, &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  cr_assert_eq(r.count, 8);
+  for (size_t i = 0; i < 7; i++) {
+    bucket_key(key, sizeof key, domain, pages[i]);
+    cr_assert_eq(redis_integer("EXISTS", key), 0, "%s", key);
+  }
+  lookup_on(catalog, domain, pages, 7, &r);
+  cr_assert(r.domain_known);
+  cr_assert_eq(r.page_start[7], 0);
+  /* Bound again, m2 keeps its id. */
+  add_on(catalog, "m2", pages, 1, &r);
+  cr_assert_eq(r.count, 1);
+  expect_field(hex64, packed, 32, "2");
+}
+
+/* One page bound to eight manifests, forgotten one by one. */
+Test(catalog_redis, eight_manifests_on_one_page) {
+  const char *pages[] = {"0123"};
+  char names[8][8];
+  result r = {0};
+  for (int i = 0; i < 8; i++) {
+    snprintf(names[i], sizeof names[i], "m%d", 7 - i);
+    publish_on(catalog, names[i], domain, &r);
+    add_on(catalog, names[i], pages, 1, &r);
+    cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+    cr_assert_eq(r.count, 1);
+  }
+  expect_field("0123", "\x01\x23", 2, "1,2,3,4,5,6,7,8");
+  lookup_on(catalog, domain, pages, 1, &r);
+  cr_assert_eq(r.page_start[1], 8);
+  cr_assert_str_eq(r.keys[0], "m0");
+  cr_assert_str_eq(r.keys[7], "m7");
+  for (int i = 0; i < 8; i++) {
+    forget_on(catalog, names[i], pages, 1, &r);
+    cr_assert_eq(r.count, 1);
+    lookup_on(catalog, domain, pages, 1, &r);
+    cr_assert_eq(r.page_start[1], (size_t)(7 - i));
+    if (i < 7) {
+      cr_assert_str_eq(r.keys[0], "m0");
+    }
+  }
+  expect_field("0123", "\x01\x23", 2, NULL);
+}
+
+/* A domain written by a reshardd keeping a key per page, and one marked
+ * with an unknown layout, are refused by every page operation with a
+ * message saying what to do; nothing of them is changed. */
+Test(catalog_redis, other_layouts_are_refused) {
+  result r = {0};
+  /* What the previous layout leaves: the record, the sets, a page key. */
+  redis_do("SET reshard:manifest:m9 rec");
+  redis_do("SADD reshard:domains old");
+  redis_do("SADD reshard:{old}:manifests m9");
+  redis_do("SADD reshard:{old}:page:p0 m9");
+  const char *pages[] = {"p0", "0a0b"};
+  add_in("old", "m9", pages, 2, &r);
+  cr_assert_eq(r.err.code, RESHARD_FAILED_PRECONDITION, "%s", r.err.message);
+  cr_assert(strstr(r.err.message, "model domain old") != NULL, "%s",
+            r.err.message);
+  cr_assert(strstr(r.err.message, "older reshardd") != NULL, "%s",
+            r.err.message);
+  cr_assert(strstr(r.err.message, spec) != NULL, "%s", r.err.message);
+  lookup_on(catalog, "old", pages, 2, &r);
+  cr_assert_eq(r.err.code, RESHARD_FAILED_PRECONDITION, "%s", r.err.message);
+  forget_in("old", "m9", pages, 2, &r);
+  cr_assert_eq(r.err.code, RESHARD_FAILED_PRECONDITION, "%s", r.err.message);
+  forget_in("old", NULL, pages, 2, &r);
+  cr_assert_eq(r.err.code, RESHARD_FAILED_PRECONDITION, "%s", r.err.message);
+  /* A new manifest published there does not mark the domain. */
+  publish_on(catalog, "m8", "old", &r);
+  cr_assert_eq(r.err.code, RESHARD_OK, "%s", r.err.message);
+  add_in("old", "m8", pages, 2, &r);
+  cr_assert_eq(r.err.code, RESHARD_FAILED_PRECONDITION, "%s", r.err.message);
+  cr_assert_eq(redis_integer("EXISTS", "reshard:{old}:layout"), 0);
+  cr_assert_eq(redis_integer("SCARD", "reshard:{old}:page:p0"), 1);
+  cr_assert_eq(redis_integer("EXISTS", "reshard:{old}:manifest-ids"), 0);
+
+  /* A layout this reshardd does not know. */
+  publish_on(catalog, "m1", domain, &r);
+  redis_do("SET reshard:{d0}:layout future");
+  add_on(catalog, "m1", pages, 2, &r);
+  cr_assert_eq(r.err.code, RESHARD_FAILED_PRECONDITION, "%s", r.err.message);
+  cr_assert(strstr(r.err.message, "\"future\"") != NULL, "%s", r.err.message);
+  lookup_on(catalog, domain, pages, 2, &r);
+  cr_assert_eq(r.err.code, RESHARD_FAILED_PRECONDITION, "%s", r.err.message);
+}
