@@ -28,6 +28,7 @@
  * refaulting the client's response buffers. Figures only: it fails (exit 1)
  * when a call fails or the daemon's plan differs from the in-process one, never
  * on time. */
+#include <dirent.h>
 #include <errno.h>
 #include <malloc.h>
 #include <signal.h>
@@ -341,6 +342,91 @@ typedef struct row {
 /* Median round trip of `runs` calls of `request` on `client` (after two
  * unmeasured ones); the last response is left in `response` for the
  * caller to free. Returns 0, or -1 after printing why a call failed. */
+/* ---- The daemon's own cost per call (--daemon-stats) ---- */
+
+/* What the daemon spent, summed over its threads: CPU (each thread's
+ * run time in /proc/PID/task/TID/schedstat, in ns), minor faults
+ * (/proc/PID/stat) and context switches, voluntary and not (each thread's
+ * status). */
+typedef struct daemon_usage {
+  double cpu_us;
+  double minor_faults;
+  double voluntary, involuntary;
+} daemon_usage;
+
+static pid_t stats_pid = -1; /* the daemon, with --daemon-stats */
+
+static void read_daemon_usage(daemon_usage *u) {
+  *u = (daemon_usage){0};
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)stats_pid);
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  if (f != NULL && fgets(line, sizeof line, f) != NULL) {
+    /* Fields after the command's closing parenthesis, from field 3. */
+    const char *at = strrchr(line, ')');
+    unsigned long long minor = 0;
+    if (at != NULL &&
+        sscanf(at + 2, "%*c %*d %*d %*d %*d %*d %*u %llu", &minor) == 1) {
+      u->minor_faults = (double)minor;
+    }
+  }
+  if (f != NULL) {
+    fclose(f);
+  }
+  snprintf(path, sizeof path, "/proc/%d/task", (int)stats_pid);
+  DIR *tasks = opendir(path);
+  struct dirent *task;
+  while (tasks != NULL && (task = readdir(tasks)) != NULL) {
+    if (task->d_name[0] == '.') {
+      continue;
+    }
+    char status_path[sizeof path + sizeof task->d_name + 16];
+    snprintf(status_path, sizeof status_path, "%s/%s/schedstat", path,
+             task->d_name);
+    FILE *st = fopen(status_path, "r");
+    unsigned long long run_ns;
+    if (st != NULL && fscanf(st, "%llu", &run_ns) == 1) {
+      u->cpu_us += (double)run_ns / 1e3;
+    }
+    if (st != NULL) {
+      fclose(st);
+    }
+    snprintf(status_path, sizeof status_path, "%s/%s/status", path,
+             task->d_name);
+    st = fopen(status_path, "r");
+    while (st != NULL && fgets(line, sizeof line, st) != NULL) {
+      unsigned long long n;
+      if (sscanf(line, "voluntary_ctxt_switches: %llu", &n) == 1) {
+        u->voluntary += (double)n;
+      } else if (sscanf(line, "nonvoluntary_ctxt_switches: %llu", &n) == 1) {
+        u->involuntary += (double)n;
+      }
+    }
+    if (st != NULL) {
+      fclose(st);
+    }
+  }
+  if (tasks != NULL) {
+    closedir(tasks);
+  }
+}
+
+/* Prints the daemon's usage per call between `before` and now. Threads
+ * that exited in between are not counted. */
+static void print_daemon_usage(const char *name, const char *reader,
+                               const daemon_usage *before, int calls) {
+  daemon_usage after;
+  read_daemon_usage(&after);
+  double n = calls > 0 ? calls : 1;
+  printf("  daemon per call (%s %s): cpu %.1f us, minor faults %.2f, "
+         "context switches %.2f voluntary + %.2f involuntary\n",
+         name, reader, (after.cpu_us - before->cpu_us) / n,
+         (after.minor_faults - before->minor_faults) / n,
+         (after.voluntary - before->voluntary) / n,
+         (after.involuntary - before->involuntary) / n);
+}
+
 static int time_calls(reshard_client *client, const char *name,
                       const char *path, const uint8_t *request, size_t length,
                       int runs, double *samples, double *median,
@@ -467,10 +553,17 @@ static int measure(reshard_client *client, reshard_client *replay_client,
    * the first request of a reader shape does. */
   uint8_t *response = NULL;
   size_t response_length = 0;
+  daemon_usage usage;
+  if (stats_pid > 0) {
+    read_daemon_usage(&usage);
+  }
   if (time_calls(client, spec->name, PLAN_LOAD, bytes, length, runs, samples,
                  &out->round_ns, &response, &response_length) != 0) {
     free(response);
     goto done;
+  }
+  if (stats_pid > 0) {
+    print_daemon_usage(spec->name, reader_names[memory], &usage, runs + 2);
   }
   Reshard__V1__PlanLoadResponse *decoded =
       reshard__v1__plan_load_response__unpack(NULL, response_length, response);
@@ -757,9 +850,14 @@ static void print_row(const char *name, const char *reader, const row *r) {
 static void usage(void) {
   fprintf(stderr,
           "usage: reshard-roundtrip [--daemon PATH] [--runs N] [--pages N] "
-          "[--scenario PREFIX] [--tokens N] [--unix] [--short]\n"
+          "[--scenario PREFIX] [--reader paged|contiguous|pooled] [--tokens N] "
+          "[--unix] [--short] [--daemon-stats]\n"
           "  --scenario: rows whose name starts with PREFIX (S1, T, T5...)\n"
+          "  --reader: only the S rows of this reader's memory (to profile "
+          "one)\n"
           "  --tokens: tokens of the T (PlanTransfer) rows\n"
+          "  --daemon-stats: after each PlanLoad row, the daemon's CPU, minor "
+          "faults\n    and context switches per call (/proc)\n"
           "  --unix: the daemon and the replay server on Unix sockets\n"
           "  --short: 3 runs, 4 pages per scenario (CI keeps it running)\n");
 }
@@ -778,6 +876,8 @@ int main(int argc, char **argv) {
   uint64_t pages = 0;
   uint64_t tokens_flag = 0; /* T rows: tokens moved (0: the spec's) */
   bool unix_socket = false;
+  int reader = -1; /* every reader */
+  bool daemon_stats = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--unix") == 0) {
       unix_socket = true;
@@ -794,6 +894,19 @@ int main(int argc, char **argv) {
       tokens_flag = strtoull(argv[++i], NULL, 10);
     } else if (i + 1 < argc && strcmp(argv[i], "--scenario") == 0) {
       only = argv[++i];
+    } else if (strcmp(argv[i], "--daemon-stats") == 0) {
+      daemon_stats = true;
+    } else if (i + 1 < argc && strcmp(argv[i], "--reader") == 0) {
+      const char *name = argv[++i];
+      for (int m = READER_PAGED; m < READER_MEMORY_COUNT; m++) {
+        if (strcmp(name, reader_names[m]) == 0) {
+          reader = m;
+        }
+      }
+      if (reader < 0) {
+        usage();
+        return 2;
+      }
     } else {
       usage();
       return 2;
@@ -805,6 +918,9 @@ int main(int argc, char **argv) {
   daemon_proc daemon;
   if (daemon_start(daemon_path, unix_socket, &daemon) != 0) {
     return 1;
+  }
+  if (daemon_stats) {
+    stats_pid = daemon.pid;
   }
   reshard_client *client = reshard_client_open(daemon.target, 60000);
   char replay_listen[96] = "127.0.0.1:0", replay_target[96];
@@ -836,6 +952,9 @@ int main(int argc, char **argv) {
       continue;
     }
     for (int m = READER_PAGED; m < READER_MEMORY_COUNT; m++) {
+      if (reader >= 0 && m != reader) {
+        continue;
+      }
       row r = {0};
       if (measure(client, replay_client, replay, spec, pages, (reader_memory)m,
                   runs, &r) != 0) {

@@ -162,8 +162,12 @@ int reshard_work_pool_submit(reshard_work_pool *pool, reshard_work *work,
   }
   uv_mutex_lock(&pool->lock);
   append(&pool->queue_head, &pool->queue_tail, work);
-  uv_cond_signal(&pool->ready);
   uv_mutex_unlock(&pool->lock);
+  /* Signalled after the unlock: a worker woken while the loop still held
+   * the lock only blocked on it again, a second futex sleep and wake-up
+   * per plan (perf, sys_enter_futex on the daemon). The workers check the
+   * queue under the lock, so none misses the work. */
+  uv_cond_signal(&pool->ready);
   return 0;
 }
 

@@ -95,6 +95,32 @@ Test(work_pool, runs_work_on_workers_and_after_on_the_loop) {
   cr_assert_eq(uv_loop_close(&loop), 0);
 }
 
+/* Work submitted once every worker waits wakes one: nothing else would
+ * (no close, no other work). Fails by the timeout if none wakes. */
+Test(work_pool, wakes_an_idle_worker, .timeout = 20) {
+  uv_loop_t loop;
+  cr_assert_eq(uv_loop_init(&loop), 0);
+  memset(&ctx, 0, sizeof ctx);
+  ctx.pool = reshard_work_pool_create(&loop, 2, NICE);
+  cr_assert_not_null(ctx.pool);
+  uv_thread_t self = uv_thread_self();
+  for (unsigned round = 0; round < 3; round++) {
+    /* Long enough for both workers to reach their wait. */
+    usleep(50 * 1000);
+    item *it = &ctx.items[round];
+    it->work.data = it;
+    it->loop_thread = self;
+    it->value = round;
+    cr_assert_eq(reshard_work_pool_submit(ctx.pool, &it->work, work, after), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    cr_assert_eq(ctx.done, round + 1);
+    cr_assert_eq(it->value, round * 2 + 1);
+  }
+  reshard_work_pool_close(ctx.pool);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  cr_assert_eq(uv_loop_close(&loop), 0);
+}
+
 Test(work_pool, closes_without_work) {
   uv_loop_t loop;
   cr_assert_eq(uv_loop_init(&loop), 0);
