@@ -5,6 +5,7 @@
  * threads, close the loop handles, and report the server closed. */
 #include <grpc/grpc.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include "observe/log.h"
 #include "server/server_internal.h"
@@ -151,7 +152,7 @@ void reshard__on_queue_done(reshard_server *server) {
     uv_thread_join(&server->queue[i].thread);
   }
   server->handles_closing = 5;
-  uv_close((uv_handle_t *)&server->async, on_handle_closed);
+  uv_close((uv_handle_t *)&server->events, on_handle_closed);
   uv_close((uv_handle_t *)&server->timer, on_handle_closed);
   uv_close((uv_handle_t *)&server->sweep, on_handle_closed);
   uv_close((uv_handle_t *)&server->look, on_handle_closed);
@@ -160,6 +161,10 @@ void reshard__on_queue_done(reshard_server *server) {
 
 static void on_handle_closed(uv_handle_t *handle) {
   reshard_server *server = handle->data;
+  if (handle == (uv_handle_t *)&server->events) {
+    close(server->events_fd); /* the loop no longer watches it */
+    server->events_fd = -1;
+  }
   if (--server->handles_closing == 0) {
     server->handles_open = false;
     reshard_log_msg(RESHARD_LOG_INFO, "stopped", NULL);

@@ -1,13 +1,27 @@
 /* The completion-queue threads and the hand-off of their events to the
  * loop (server.h, "Threads"): each thread appends the tags gRPC returns
  * to a mutex-guarded list and wakes the loop when the list was empty; the
- * loop takes the whole list and routes each tag to its owner. */
+ * loop takes the whole list and routes each tag to its owner.
+ *
+ * The wake-up is a write to an eventfd the loop polls, not uv_async_send:
+ * libuv's (1.44) marks the handle busy, writes its own eventfd, then
+ * marks it done, and the loop spins (997 pauses, then sched_yield, again)
+ * on a handle still busy. A queue thread runs under SCHED_BATCH, so the
+ * loop it wakes preempts it right inside that write, and then spun until
+ * the scheduler ran the queue thread again: 287 sched_yield calls a second
+ * on the loop with one client planning S1x8 pooled (perf sched_switch),
+ * beside 366 preemptions of the queue threads in that write. The work
+ * pool hands its work back the same way, for the same reason
+ * (memory/work_pool.h). */
 #define _GNU_SOURCE /* SCHED_BATCH */
+#include <errno.h>
 #include <grpc/grpc.h>
 #include <grpc/support/time.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <unistd.h>
 
 #include "server/server_internal.h"
 
@@ -25,7 +39,12 @@ static void push_event(reshard_server *server, server_tag *tag) {
   server->events_tail = tag;
   uv_mutex_unlock(&server->lock);
   if (was_empty) {
-    uv_async_send(&server->async);
+    /* The loop reads the list after the eventfd, so a preempted writer
+     * holds nothing up. The counter cannot overflow: the loop resets it
+     * on every wake-up. */
+    uint64_t one = 1;
+    while (write(server->events_fd, &one, sizeof one) < 0 && errno == EINTR) {
+    }
   }
 }
 
@@ -84,8 +103,13 @@ static void dispatch(reshard_server *server, server_tag *tag) {
   }
 }
 
-void reshard__on_async(uv_async_t *async) {
-  reshard_server *server = async->data;
+void reshard__on_events(uv_poll_t *poll, int status, int events) {
+  (void)status;
+  (void)events;
+  reshard_server *server = poll->data;
+  uint64_t count;
+  while (read(server->events_fd, &count, sizeof count) < 0 && errno == EINTR) {
+  }
   uv_mutex_lock(&server->lock);
   server_tag *tag = server->events_head;
   server->events_head = server->events_tail = NULL;

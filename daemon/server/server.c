@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "observe/log.h"
 #include "server/server_internal.h"
@@ -169,8 +171,23 @@ reshard_status reshard_server_start(reshard_server *server, int *port,
     server->slots = NULL;
     return reshard_error_set(err, RESHARD_INTERNAL, "server: uv_mutex_init");
   }
-  uv_async_init(server->loop, &server->async, reshard__on_async);
-  server->async.data = server;
+  server->events_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (server->events_fd < 0 ||
+      uv_poll_init(server->loop, &server->events, server->events_fd) != 0) {
+    if (server->events_fd >= 0) {
+      close(server->events_fd);
+    }
+    uv_mutex_destroy(&server->lock);
+    free(server->slots);
+    server->slots = NULL;
+    return reshard_error_set(err, RESHARD_INTERNAL,
+                             "server: cannot create the event descriptor");
+  }
+  server->events.data = server;
+  /* With a valid event mask, uv_poll_start cannot fail (libuv 1.44). */
+  int started = uv_poll_start(&server->events, UV_READABLE, reshard__on_events);
+  assert(started == 0);
+  (void)started;
   init_timer(server, &server->timer, NULL, 0);
   init_timer(server, &server->sweep, reshard__on_sweep, SWEEP_MS);
   init_timer(server, &server->look, reshard__on_look, READ_GUARD_LOOK_MS);

@@ -1,10 +1,10 @@
 /* The gRPC bridge: a gRPC C-core server whose completion-queue events reach
  * the libuv loop, and the calls they carry.
  *
- * Threads. One completion-queue thread blocks in grpc_completion_queue_next
- * and appends each event's tag to a mutex-guarded list; it wakes the loop
- * with uv_async_send only when the list goes from empty to non-empty, and
- * the loop drains the whole list on each wake-up. Everything else in this
+ * Threads. Two completion-queue threads block in grpc_completion_queue_next
+ * and append each event's tag to a mutex-guarded list; they wake the loop
+ * (an eventfd it polls) only when the list goes from empty to non-empty,
+ * and the loop drains the whole list on each wake-up. Everything else in this
  * module runs on the loop thread, except where a function says otherwise.
  *
  * Calls. Handlers are registered per method path ("/pkg.Service/Method")

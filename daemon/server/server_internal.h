@@ -172,7 +172,10 @@ struct reshard_server {
   atomic_uint threads_running; /* not yet past their last event */
   uv_mutex_t lock;
   server_tag *events_head, *events_tail;
-  uv_async_t async;
+  /* Readable when the list went from empty to non-empty (queue.c says
+   * why not uv_async_send). */
+  int events_fd;
+  uv_poll_t events;
   uv_timer_t timer; /* drain timeout, then the shutdown grace period */
   uv_timer_t sweep; /* deadlines gRPC does not know about */
   uv_timer_t look;  /* the read guard's */
@@ -207,8 +210,8 @@ struct reshard_server {
 /* A queue thread's body: `arg` is its queue_thread_state. Its own thread. */
 void reshard__queue_thread(void *arg);
 
-/* Runs the events the queue threads handed over (server->async). */
-void reshard__on_async(uv_async_t *async);
+/* Runs the events the queue threads handed over (server->events). */
+void reshard__on_events(uv_poll_t *poll, int status, int events);
 
 /* ---- Calls (call.c) ---- */
 
