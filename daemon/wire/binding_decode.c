@@ -257,6 +257,31 @@ next_varint(reshard_wire_reader *r, unsigned field, uint64_t *value) {
   return reshard_wire_read_varint(r, value);
 }
 
+/* A range's fields as read, before they are narrowed into the binding
+ * range: both in-order readers below fill one, and range_store is where
+ * they meet the caller's types. The general loop checks each width
+ * itself. */
+typedef struct {
+  uint64_t layer, kind, token_start, token_count, head_start, head_count;
+  uint64_t offset, token_stride, head_stride;
+  text id;
+} range_fields;
+
+__attribute__((always_inline)) static inline void
+range_store(const range_fields *f, reshard_binding_range *out,
+            int32_t *component, text *region) {
+  out->global_layer_id = (uint32_t)f->layer;
+  *component = (int32_t)(uint32_t)f->kind;
+  out->token_start = f->token_start;
+  out->token_count = f->token_count;
+  out->head_start = (uint32_t)f->head_start;
+  out->head_count = (uint32_t)f->head_count;
+  out->offset_bytes = f->offset;
+  out->token_stride_bytes = f->token_stride;
+  out->head_stride_bytes = f->head_stride;
+  *region = f->id;
+}
+
 /* One pass over a range whose fields come in field-number order, each at
  * most once and of its own wire type: what protobuf encoders write. Each
  * field is either next or absent, so the pass is a fixed sequence of tests
@@ -266,37 +291,25 @@ next_varint(reshard_wire_reader *r, unsigned field, uint64_t *value) {
 static bool decode_range_in_order(reshard_wire_reader r,
                                   reshard_binding_range *out,
                                   int32_t *component, text *region) {
-  uint64_t layer = 0, kind = 0, token_start = 0, token_count = 0;
-  uint64_t head_start = 0, head_count = 0, offset = 0, token_stride = 0;
-  uint64_t head_stride = 0;
-  text id = {NULL, 0};
-  bool ok = next_varint(&r, RANGE_LAYER, &layer) &&
-            next_varint(&r, RANGE_COMPONENT, &kind) &&
-            next_varint(&r, RANGE_TOKEN_START, &token_start) &&
-            next_varint(&r, RANGE_TOKEN_COUNT, &token_count) &&
-            next_varint(&r, RANGE_HEAD_START, &head_start) &&
-            next_varint(&r, RANGE_HEAD_COUNT, &head_count);
+  range_fields f = {0};
+  bool ok = next_varint(&r, RANGE_LAYER, &f.layer) &&
+            next_varint(&r, RANGE_COMPONENT, &f.kind) &&
+            next_varint(&r, RANGE_TOKEN_START, &f.token_start) &&
+            next_varint(&r, RANGE_TOKEN_COUNT, &f.token_count) &&
+            next_varint(&r, RANGE_HEAD_START, &f.head_start) &&
+            next_varint(&r, RANGE_HEAD_COUNT, &f.head_count);
   if (ok && r.at < r.end &&
       *r.at == (RANGE_REGION_ID << 3 | RESHARD_WIRE_DELIMITED)) {
     r.at++;
-    ok = read_text(&r, RESHARD_WIRE_DELIMITED, &id);
+    ok = read_text(&r, RESHARD_WIRE_DELIMITED, &f.id);
   }
-  ok = ok && next_varint(&r, RANGE_OFFSET, &offset) &&
-       next_varint(&r, RANGE_TOKEN_STRIDE, &token_stride) &&
-       next_varint(&r, RANGE_HEAD_STRIDE, &head_stride) && r.at == r.end;
+  ok = ok && next_varint(&r, RANGE_OFFSET, &f.offset) &&
+       next_varint(&r, RANGE_TOKEN_STRIDE, &f.token_stride) &&
+       next_varint(&r, RANGE_HEAD_STRIDE, &f.head_stride) && r.at == r.end;
   if (!ok) {
     return false;
   }
-  out->global_layer_id = (uint32_t)layer;
-  *component = (int32_t)(uint32_t)kind;
-  out->token_start = token_start;
-  out->token_count = token_count;
-  out->head_start = (uint32_t)head_start;
-  out->head_count = (uint32_t)head_count;
-  out->offset_bytes = offset;
-  out->token_stride_bytes = token_stride;
-  out->head_stride_bytes = head_stride;
-  *region = id;
+  range_store(&f, out, component, region);
   return true;
 }
 
@@ -367,10 +380,7 @@ word_varint(const uint8_t *b, size_t *at, uint64_t *out) {
 static bool decode_range_words(const uint8_t *b, size_t n,
                                reshard_binding_range *out, int32_t *component,
                                text *region) {
-  uint64_t layer = 0, kind = 0, token_start = 0, token_count = 0;
-  uint64_t head_start = 0, head_count = 0, offset = 0, token_stride = 0;
-  uint64_t head_stride = 0;
-  text id = {NULL, 0};
+  range_fields f = {0};
   size_t at = 0;
 #define WORD_FIELD(number, value)                                              \
   if (at < n && b[at] == (uint8_t)((number) << 3)) {                           \
@@ -379,37 +389,28 @@ static bool decode_range_words(const uint8_t *b, size_t n,
       return false;                                                            \
     }                                                                          \
   }
-  WORD_FIELD(RANGE_LAYER, layer)
-  WORD_FIELD(RANGE_COMPONENT, kind)
-  WORD_FIELD(RANGE_TOKEN_START, token_start)
-  WORD_FIELD(RANGE_TOKEN_COUNT, token_count)
-  WORD_FIELD(RANGE_HEAD_START, head_start)
-  WORD_FIELD(RANGE_HEAD_COUNT, head_count)
+  WORD_FIELD(RANGE_LAYER, f.layer)
+  WORD_FIELD(RANGE_COMPONENT, f.kind)
+  WORD_FIELD(RANGE_TOKEN_START, f.token_start)
+  WORD_FIELD(RANGE_TOKEN_COUNT, f.token_count)
+  WORD_FIELD(RANGE_HEAD_START, f.head_start)
+  WORD_FIELD(RANGE_HEAD_COUNT, f.head_count)
   if (at < n && b[at] == (RANGE_REGION_ID << 3 | RESHARD_WIRE_DELIMITED)) {
     size_t length = b[at + 1]; /* at + 1 <= n: within the slack */
     if (length & 0x80) {
       return false;
     }
-    id = (text){b + at + 2, length};
+    f.id = (text){b + at + 2, length};
     at += 2 + length;
   }
-  WORD_FIELD(RANGE_OFFSET, offset)
-  WORD_FIELD(RANGE_TOKEN_STRIDE, token_stride)
-  WORD_FIELD(RANGE_HEAD_STRIDE, head_stride)
+  WORD_FIELD(RANGE_OFFSET, f.offset)
+  WORD_FIELD(RANGE_TOKEN_STRIDE, f.token_stride)
+  WORD_FIELD(RANGE_HEAD_STRIDE, f.head_stride)
 #undef WORD_FIELD
   if (at != n) {
     return false;
   }
-  out->global_layer_id = (uint32_t)layer;
-  *component = (int32_t)(uint32_t)kind;
-  out->token_start = token_start;
-  out->token_count = token_count;
-  out->head_start = (uint32_t)head_start;
-  out->head_count = (uint32_t)head_count;
-  out->offset_bytes = offset;
-  out->token_stride_bytes = token_stride;
-  out->head_stride_bytes = head_stride;
-  *region = id;
+  range_store(&f, out, component, region);
   return true;
 }
 
