@@ -267,7 +267,16 @@ void reshard__batcher_finish(reshard__batcher *batcher);
 /* Folds batches into runs as the batcher fills them (SPEC §2.2 step 7),
  * so each copy is folded while it is still in cache: fold the open batch's
  * copies (or strided sequences of them) in plan order, then close it. */
-struct fold_slot;
+/* A class, its current run and where the run's last copy lies, so the
+ * progression test is a subtraction (no multiplication that could wrap).
+ * One cache line; the key is kept here so a probe reads nothing else. */
+struct fold_slot {
+  uint64_t stamp; /* the batch this slot belongs to; stale otherwise */
+  uint64_t page_index, part_index, region_index, nbytes; /* the class */
+  size_t run;
+  uint64_t last_part;
+  uint64_t last_region;
+};
 enum { RESHARD__FOLD_RECENT = 64 };
 typedef struct reshard__run_folder {
   reshard_run *runs;
@@ -352,6 +361,75 @@ void reshard__run_folder_moved(reshard__run_folder *folder, size_t first,
                                size_t end, uint64_t page_index,
                                const size_t *origin,
                                const uint64_t *sequence_shift, uint64_t copies);
+/* Folds one strided sequence (`count` >= 1 copies, copy k at first + k
+ * strides, strides > 0 when count > 1) into the open batch in line, as
+ * reshard__run_folder_group of that one sequence would, when its class
+ * is the one the folder last saw in its region (recent[]) and its first
+ * copy follows that class's last: a compare and a few stores, no call.
+ * False, with nothing changed, otherwise (a class new to the batch, a
+ * copy out of order, origins being noted): the caller folds it the
+ * general way. Used by the transfer walk (transfer_direct.c), whose
+ * copies meet one class per region in turn. */
+static inline bool reshard__run_folder_fast(reshard__run_folder *folder,
+                                            const reshard_copy *first,
+                                            uint64_t count,
+                                            uint64_t part_stride,
+                                            uint64_t region_stride) {
+  struct fold_slot *slot =
+      folder->recent[first->region_index % RESHARD__FOLD_RECENT];
+  if (slot == NULL || folder->origin != NULL ||
+      slot->stamp != folder->batch_count + 1 ||
+      slot->page_index != first->page_index ||
+      slot->part_index != first->part_index ||
+      slot->region_index != first->region_index ||
+      slot->nbytes != first->nbytes || first->part_offset <= slot->last_part) {
+    return false;
+  }
+  reshard_run *runs = folder->runs;
+  reshard_run *run = &runs[slot->run];
+  uint64_t part_step = first->part_offset - slot->last_part;
+  uint64_t region_step = first->region_offset - slot->last_region;
+  bool forward = first->region_offset >= slot->last_region;
+  uint64_t rest = count - 1;
+  if (forward && run->count == 1) {
+    /* The first copy is the run's second: it fixes the strides, and the
+     * rest follow it only if the sequence steps alike. */
+    run->part_stride = part_step;
+    run->region_stride = region_step;
+    run->count = 2;
+  } else if (forward && part_step == run->part_stride &&
+             region_step == run->region_stride) {
+    run->count++;
+  } else {
+    /* A new run of the class from the first copy: with its rest, the
+     * sequence itself. */
+    slot->run = folder->run_count;
+    runs[folder->run_count++] =
+        (reshard_run){*first, count, rest > 0 ? part_stride : 0,
+                      rest > 0 ? region_stride : 0};
+    rest = 0;
+  }
+  if (rest > 0) {
+    run = &runs[slot->run];
+    if (run->part_stride == part_stride &&
+        run->region_stride == region_stride) {
+      run->count += rest;
+    } else {
+      slot->run = folder->run_count;
+      reshard_copy second = *first;
+      second.part_offset += part_stride;
+      second.region_offset += region_stride;
+      runs[folder->run_count++] =
+          (reshard_run){second, rest, rest > 1 ? part_stride : 0,
+                        rest > 1 ? region_stride : 0};
+    }
+  }
+  slot->last_part = first->part_offset + (count - 1) * part_stride;
+  slot->last_region = first->region_offset + (count - 1) * region_stride;
+  folder->open_copies += (size_t)count;
+  return true;
+}
+
 /* Closes the open batch. */
 void reshard__run_folder_close(reshard__run_folder *folder);
 void reshard__run_folder_finish(const reshard__run_folder *folder,

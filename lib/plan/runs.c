@@ -11,16 +11,9 @@
 
 #include "plan/plan_internal.h"
 
-/* A class, its current run and where the run's last copy lies, so the
- * progression test is a subtraction (no multiplication that could wrap).
- * One cache line; the key is kept here so a probe reads nothing else. */
-typedef struct fold_slot {
-  uint64_t stamp; /* the batch this slot belongs to; stale otherwise */
-  uint64_t page_index, part_index, region_index, nbytes; /* the class */
-  size_t run;
-  uint64_t last_part;
-  uint64_t last_region;
-} fold_slot;
+/* fold_slot (a class, its current run and where the run's last copy
+ * lies) is in plan_internal.h, for reshard__run_folder_fast. */
+typedef struct fold_slot fold_slot;
 
 static bool in_class(const fold_slot *slot, const reshard_copy *copy) {
   return slot->page_index == copy->page_index &&

@@ -43,6 +43,14 @@ typedef struct direct_shape {
   uint64_t outer, outer_s, outer_d;
 } direct_shape;
 
+/* A (source block, target block) pair: the blocks' ids, where their
+ * shared tokens start in each, and how many. */
+typedef struct direct_pair {
+  uint64_t source_id, source_token;
+  uint64_t target_id, target_token;
+  uint64_t tokens;
+} direct_pair;
+
 /* One source tensor the join reads for one target group. */
 typedef struct direct_job {
   size_t source;                    /* ordinal */
@@ -63,6 +71,18 @@ typedef struct direct_job {
    * blocks of a tensor meet their target blocks alike. */
   direct_shape shape;
   uint64_t shape_tokens, shape_heads;
+  /* What direct_block reads per pair, copied out of the pool groups
+   * once (direct_prepare) so the walk chases no pointer: the source
+   * tensor's and target group's offsets and strides, the head bytes,
+   * and, where the range loop meets just one range sharing heads with
+   * the entry (`single`: a target range per block, or an entry of one
+   * head), that range's heads and where they start in the block and in
+   * the target block. */
+  uint64_t s_offset, s_block_stride, s_token_stride;
+  uint64_t g_offset, g_block_stride, g_token_stride;
+  uint64_t target_region, hb;
+  bool single;
+  uint64_t single_heads, single_source, single_target;
 } direct_job;
 
 static int compare_jobs(const void *a, const void *b) {
@@ -85,11 +105,19 @@ typedef struct direct {
   direct_job *jobs;
   size_t job_count;
   size_t *order; /* source table indices of the span, by id */
+  const uint32_t *source_ids, *target_ids; /* the two block tables */
+  /* The (source block, target block) pairs in walk order: source block
+   * order[k]'s are pair[pair_first[k] .. pair_first[k + 1]), read in
+   * sequence by every job instead of indexing the tables by a scattered
+   * block per job. */
+  direct_pair *pair;
+  size_t *pair_first;
   size_t blocks; /* source blocks of the span */
   /* Tokens: source block i holds [block_start[i], block_start[i + 1]),
    * target block j [target_start[j], target_start[j + 1]); source block
    * i meets target blocks [target_first[i], target_end[i]). Computed
-   * once, so the walk divides nothing. */
+   * once, for the counts and the pairs (d->pair), so the walk divides
+   * nothing. */
   uint64_t *block_start, *target_start;
   size_t *target_first, *target_end;
   /* The (source block, target block) pairs of the span by how many
@@ -175,9 +203,22 @@ static inline void runs_sync(direct *d) {
 static inline void runs_fold(direct *d, const reshard_copy *first,
                              uint64_t count, uint64_t part_stride,
                              uint64_t region_stride) {
-  /* Single copies (most of them where a segment is one copy: T3–T5) are
-   * staged and folded RUNS_STAGE at a time, in the folder's own loop,
-   * rather than a call each. */
+  /* Mostly the sequence's class is the last its region saw (the walk
+   * meets one class per region in turn): folded in line, after the
+   * staged copies before it, with the room checked as below both before
+   * the staged copies (each adds at most a run) and after them (the fast
+   * fold adds at most two). */
+  if (d->folder.run_count <= d->run_room) {
+    runs_unstage(d);
+    if (d->folder.run_count <= d->run_room &&
+        reshard__run_folder_fast(&d->folder, first, count, part_stride,
+                                 region_stride)) {
+      return;
+    }
+  }
+  /* Single copies the fast fold does not take (a class's first in its
+   * batch, mostly) are staged and folded RUNS_STAGE at a time, in the
+   * folder's own loop, rather than a call each. */
   if (count == 1) {
     if (d->staged == RUNS_STAGE) {
       runs_unstage(d);
@@ -283,6 +324,20 @@ static inline void runs_put(direct *d, const reshard_copy *first,
                             uint64_t count, uint64_t part_stride,
                             uint64_t region_stride) {
   reshard_run *p = &d->pending_row;
+  if (d->has_pending && count == 1 && p->count == 1) {
+    /* Single copies after a single copy (segments of one copy: T3–T5):
+     * the same as below, without the sequence arithmetic. */
+    if (p->first.part_index == first->part_index &&
+        p->first.region_index == first->region_index &&
+        p->first.part_offset + p->first.nbytes == first->part_offset &&
+        p->first.region_offset + p->first.nbytes == first->region_offset) {
+      p->first.nbytes += first->nbytes;
+      return;
+    }
+    runs_take(d, p->first, 1, 0, 0);
+    p->first = *first;
+    return;
+  }
   if (d->has_pending) {
     reshard_copy last = reshard_run_copy(p, p->count - 1);
     if (last.part_index == first->part_index &&
@@ -498,56 +553,85 @@ static void direct_count(direct *d) {
   }
 }
 
-/* Source blocks order[k0 .. k1) of one tensor, each against the target
- * blocks it meets, whose ranges are those reshard_pool_window_ranges
- * writes for the target block's window (what reshard_pool_bind binds),
- * made here from the job's target group without a division or a stored
- * range. One call takes a tensor's every block where the walk goes
- * tensor by tensor, so what a block shares stays in registers. */
-static void direct_blocks(direct *d, direct_job *job, size_t k0, size_t k1) {
-  const reshard_pool_group *s = job->tensor;
-  const reshard_pool_group *g = job->target;
-  const uint32_t *source_ids = d->t->request->source_block_ids;
-  const uint32_t *target_ids = d->target->block_ids;
-  const size_t *order = d->order;
-  const uint64_t *block_start = d->block_start;
-  const uint64_t *target_start = d->target_start;
-  uint64_t hb = d->t->head_bytes[job->group % 2];
-  for (size_t k = k0; k < k1 && d->ordered; k++) {
-    size_t i = order[k];
-    uint64_t start = block_start[i], end = block_start[i + 1];
-    uint64_t block_at = s->offset + (uint64_t)source_ids[i] * s->block_stride;
-    for (size_t j = d->target_first[i]; j < d->target_end[i]; j++) {
-      uint64_t token_start = target_start[j];
-      uint64_t at = g->offset + (uint64_t)target_ids[j] * g->block_stride;
-      uint64_t t0 = start > token_start ? start : token_start;
-      uint64_t t1 = end < target_start[j + 1] ? end : target_start[j + 1];
-      uint64_t source_t0 = block_at + (t0 - start) * s->token_stride;
-      uint64_t target_t0 = at + (t0 - token_start) * g->token_stride;
-      for (uint64_t h = job->range_first; h < job->range_last; h++) {
-        uint64_t h0, h1;
-        range_heads(job, h, &h0, &h1);
-        if (h0 >= h1) {
-          continue;
-        }
-        /* The range of head h starts at its head (HND), else at the
-         * target's first; h0 is where the segment starts in both. */
-        uint64_t range_head = job->range_split ? h : job->target_head_start;
-        uint64_t source_at =
-            source_t0 + (h0 - job->head_start) * s->head_stride;
-        uint64_t target_at =
-            target_t0 + (range_head - job->target_head_start) * g->head_stride +
-            (h0 - range_head) * job->range_head_stride;
-        if (t1 - t0 != job->shape_tokens || h1 - h0 != job->shape_heads) {
-          job->shape_tokens = t1 - t0;
-          job->shape_heads = h1 - h0;
-          job->shape = shape_of(job, t1 - t0, h1 - h0, hb);
-        }
-        direct_segment(d, job, g->region_index, source_at, target_at,
-                       &job->shape);
+/* One segment of a job: `tokens` tokens of heads [h0, h1) at source_at
+ * and target_at, its shape the job's last unless the tokens or heads
+ * changed (most blocks of a tensor meet their target blocks alike). */
+static inline void direct_heads(direct *d, direct_job *job, uint64_t source_at,
+                                uint64_t target_at, uint64_t tokens,
+                                uint64_t heads) {
+  if (tokens != job->shape_tokens || heads != job->shape_heads) {
+    job->shape_tokens = tokens;
+    job->shape_heads = heads;
+    job->shape = shape_of(job, tokens, heads, job->hb);
+  }
+  direct_segment(d, job, job->target_region, source_at, target_at, &job->shape);
+}
+
+/* The source block of walk position k of one tensor, against the
+ * target blocks it meets (d->pair), whose ranges are those
+ * reshard_pool_window_ranges writes for the target block's window (what
+ * reshard_pool_bind binds), made here from the job's target group
+ * without a division or a stored range. */
+static inline void direct_block(direct *d, direct_job *job, size_t k) {
+  const direct_pair *pair = d->pair;
+  for (size_t q = d->pair_first[k]; q < d->pair_first[k + 1]; q++) {
+    const direct_pair *pq = &pair[q];
+    uint64_t source_t0 = job->s_offset + pq->source_id * job->s_block_stride +
+                         pq->source_token * job->s_token_stride;
+    uint64_t target_t0 = job->g_offset + pq->target_id * job->g_block_stride +
+                         pq->target_token * job->g_token_stride;
+    uint64_t tokens = pq->tokens;
+    if (job->single) {
+      direct_heads(d, job, source_t0 + job->single_source,
+                   target_t0 + job->single_target, tokens, job->single_heads);
+      continue;
+    }
+    for (uint64_t h = job->range_first; h < job->range_last; h++) {
+      uint64_t h0, h1;
+      range_heads(job, h, &h0, &h1);
+      if (h0 >= h1) {
+        continue;
       }
+      /* The range of head h starts at its head (HND), else at the
+       * target's first; h0 is where the segment starts in both. */
+      uint64_t range_head = job->range_split ? h : job->target_head_start;
+      uint64_t source_at =
+          source_t0 + (h0 - job->head_start) * job->tensor->head_stride;
+      uint64_t target_at =
+          target_t0 +
+          (range_head - job->target_head_start) * job->target->head_stride +
+          (h0 - range_head) * job->range_head_stride;
+      direct_heads(d, job, source_at, target_at, tokens, h1 - h0);
     }
   }
+}
+
+/* The per-job constants direct_block reads (see direct_job). */
+static void direct_job_constants(const direct *d, direct_job *job) {
+  const reshard_pool_group *s = job->tensor, *g = job->target;
+  job->s_offset = s->offset;
+  job->s_block_stride = s->block_stride;
+  job->s_token_stride = s->token_stride;
+  job->g_offset = g->offset;
+  job->g_block_stride = g->block_stride;
+  job->g_token_stride = g->token_stride;
+  job->target_region = g->region_index;
+  job->hb = d->t->head_bytes[job->group % 2];
+  size_t ranges = 0;
+  for (uint64_t h = job->range_first; h < job->range_last; h++) {
+    uint64_t h0, h1;
+    range_heads(job, h, &h0, &h1);
+    if (h0 < h1) {
+      uint64_t range_head = job->range_split ? h : job->target_head_start;
+      job->single_heads = h1 - h0;
+      job->single_source = (h0 - job->head_start) * s->head_stride;
+      job->single_target =
+          (range_head - job->target_head_start) * g->head_stride +
+          (h0 - range_head) * job->range_head_stride;
+      ranges++;
+    }
+  }
+  job->single = ranges == 1;
 }
 
 /* The walk (see above), writing through the batcher; d->ordered false
@@ -571,16 +655,17 @@ static reshard_status direct_walk(direct *d) {
           one_stride && jobs[b].tensor->block_stride == first->block_stride;
       b++;
     }
-    if (b - a > 1 && one_stride &&
-        jobs[b - 1].tensor->offset - first->offset < first->block_stride) {
-      for (size_t k = 0; k < d->blocks; k++) {
-        for (size_t j = a; j < b; j++) {
-          direct_blocks(d, &jobs[j], k, k + 1);
-        }
-      }
-    } else {
-      for (size_t j = a; j < b; j++) {
-        direct_blocks(d, &jobs[j], 0, d->blocks);
+    /* Block by block (x a block, y a tensor) or tensor by tensor (x a
+     * tensor, y a block): one loop, so direct_block is written in line
+     * once. */
+    bool by_block =
+        b - a > 1 && one_stride &&
+        jobs[b - 1].tensor->offset - first->offset < first->block_stride;
+    size_t xs = by_block ? d->blocks : b - a;
+    size_t ys = by_block ? b - a : d->blocks;
+    for (size_t x = 0; x < xs && d->ordered; x++) {
+      for (size_t y = 0; y < ys && d->ordered; y++) {
+        direct_block(d, &jobs[a + (by_block ? y : x)], by_block ? x : y);
       }
     }
     if (b == d->job_count || jobs[b].source != jobs[a].source) {
@@ -652,6 +737,11 @@ static bool direct_prepare(reshard__transfer *t, direct *d) {
     }
   }
   qsort(d->jobs, d->job_count, sizeof *d->jobs, compare_jobs);
+  for (size_t j = 0; j < d->job_count; j++) {
+    direct_job_constants(d, &d->jobs[j]);
+  }
+  d->source_ids = t->request->source_block_ids;
+  d->target_ids = d->target->block_ids;
   uint64_t n = t->request->token_count;
   d->blocks = (size_t)(n / t->block_size + (n % t->block_size != 0));
   reshard__keyed *keyed =
@@ -726,6 +816,25 @@ static bool direct_prepare(reshard__transfer *t, direct *d) {
   for (size_t i = 0; i < d->blocks; i++) {
     d->order[i] = (size_t)sorted[i].index;
   }
+  d->pair = RESHARD_ARENA_ARRAY(t->arena, direct_pair, pairs + 1);
+  d->pair_first = RESHARD_ARENA_ARRAY(t->arena, size_t, d->blocks + 1);
+  if (d->pair == NULL || d->pair_first == NULL) {
+    return false;
+  }
+  p = 0;
+  for (size_t k = 0; k < d->blocks; k++) {
+    size_t i = d->order[k];
+    d->pair_first[k] = p;
+    uint64_t start = d->block_start[i], end = d->block_start[i + 1];
+    for (size_t j = d->target_first[i]; j < d->target_end[i]; j++) {
+      uint64_t token_start = d->target_start[j];
+      uint64_t t0 = start > token_start ? start : token_start;
+      uint64_t t1 = end < d->target_start[j + 1] ? end : d->target_start[j + 1];
+      d->pair[p++] = (direct_pair){d->source_ids[i], t0 - start,
+                                   d->target_ids[j], t0 - token_start, t1 - t0};
+    }
+  }
+  d->pair_first[d->blocks] = p;
   return true;
 }
 
