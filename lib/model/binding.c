@@ -579,6 +579,7 @@ reshard_status reshard_binding_validate(
       .range_count = count,
       .group_start = group_start,
       .group_count = group_count,
+      .region_count = binding->region_count,
       .validation_work = v.work,
   };
   return RESHARD_OK;

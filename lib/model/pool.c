@@ -821,6 +821,7 @@ reshard_status reshard_pool_bind(
       .range_count = written,
       .group_start = group_start,
       .group_count = pool->group_count,
+      .region_count = pool->region_count,
       .validation_work = (uint64_t)count + range_count,
   };
   return RESHARD_OK;

@@ -73,6 +73,7 @@ reshard_status reshard__cursor_init_pooled(
       .range_count = (size_t)room,
       .group_start = group_start,
       .group_count = groups,
+      .region_count = pool->region_count,
   };
   return RESHARD_OK;
 }
@@ -451,6 +452,21 @@ static size_t for_each_open_range(const reshard__range_cursor *cursor,
   return ordinal;
 }
 
+/* Notes that the ranges of `region` move by `shift` (modulo 2^64), the
+ * true amount negative when `negative`; clears memo->uniform when the
+ * region's ranges move by different amounts. */
+static void note_region_shift(reshard__sequence_memo *memo, uint64_t region,
+                              uint64_t shift, bool negative) {
+  uint64_t mark = memo->serial << 1 | (uint64_t)negative;
+  if (memo->region_mark[region] >> 1 != memo->serial) {
+    memo->region_mark[region] = mark;
+    memo->region_shift[region] = shift;
+  } else if (memo->region_mark[region] != mark ||
+             memo->region_shift[region] != shift) {
+    memo->uniform = false;
+  }
+}
+
 /* Comparing a page's open ranges with the remembered page's, the
  * difference of each one's region offset noted. */
 typedef struct memo_compare {
@@ -487,6 +503,10 @@ static bool same_shape(void *context, size_t ordinal, size_t range) {
     return false;
   }
   memo->shift[ordinal] = now->region_offset - then->region_offset;
+  if (memo->uniform) {
+    note_region_shift(memo, now->region_index, memo->shift[ordinal],
+                      now->region_offset < then->region_offset);
+  }
   /* Remembered as this page's; a mismatch further on lowers the page
    * afresh, which remembers every range again. */
   memo->ranges[ordinal] = range;
@@ -516,21 +536,6 @@ static void remember(const reshard__page_lowering *page,
     uint64_t block_size = page->cursor->pooled->pool->block_size;
     memo->first_block = memo->page_start / block_size;
     memo->block_phase = memo->page_start % block_size;
-  }
-}
-
-/* Notes that the ranges of `region` move by `shift` (modulo 2^64), the
- * true amount negative when `negative`; clears memo->uniform when the
- * region's ranges move by different amounts. */
-static void note_region_shift(reshard__sequence_memo *memo, uint64_t region,
-                              uint64_t shift, bool negative) {
-  uint64_t mark = memo->serial << 1 | (uint64_t)negative;
-  if (memo->region_mark[region] >> 1 != memo->serial) {
-    memo->region_mark[region] = mark;
-    memo->region_shift[region] = shift;
-  } else if (memo->region_mark[region] != mark ||
-             memo->region_shift[region] != shift) {
-    memo->uniform = false;
   }
 }
 
@@ -629,8 +634,11 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
         .memo = memo,
         .page_start = page->page_index * page->page_size,
     };
+    memo->serial++;
+    memo->uniform = memo->region_mark != NULL;
     size_t ranges = for_each_open_range(page->cursor, same_shape, &compare);
     same = !compare.differs && ranges == memo->range_count;
+    memo->uniform = memo->uniform && same;
   }
   if (same) {
     /* The same blocks: `out` still holds the remembered page's

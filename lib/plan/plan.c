@@ -75,8 +75,9 @@ static reshard_status check_request(reshard__planner *plan) {
 
 /* A plan whose pages keep refusing sequences (shapes that coalesce
  * across them) stops trying after this many, rather than lowering each
- * page twice. */
-enum { MAX_SEQUENCE_REFUSALS = 4, SEQUENCE_ROOM_DIVISOR = 4 };
+ * page twice. A plan of at least REUSE_PAGES pages keeps a page's worth
+ * of sequences (see lower_pages). */
+enum { MAX_SEQUENCE_REFUSALS = 4, SEQUENCE_ROOM_DIVISOR = 4, REUSE_PAGES = 8 };
 
 /* Where batched copies go besides the batcher: the run folder and the
  * column encoder, each NULL unless the plan asks for it, and how far each
@@ -233,9 +234,6 @@ static reshard_status
 whole_template_record(reshard__planner *plan,
                       const reshard__page_sequences *sequences, size_t first,
                       size_t end) {
-  if (plan->sequence_scratch.memo.region_mark == NULL) {
-    return RESHARD_OK; /* not pooled: no page is another shifted */
-  }
   reshard_status status = cut_templates_init(plan);
   if (status) {
     return status;
@@ -385,12 +383,10 @@ static bool cut_add_piece(struct reshard__cut_template *cut,
 
 /* Whether pages cut by batches may take or leave templates: with runs
  * only (no copies to write, no columns to encode: those follow the
- * pieces' sequences) over pooled memory (which tells when a page is the
- * one before it shifted). */
+ * pieces' sequences). */
 static bool cut_templates_apply(const reshard__planner *plan,
                                 const batch_sinks *sinks) {
-  return sinks->folder != NULL && sinks->encoder == NULL &&
-         !plan->keep_copies && plan->sequence_scratch.memo.region_mark != NULL;
+  return sinks->folder != NULL && sinks->encoder == NULL && !plan->keep_copies;
 }
 
 static reshard_status cut_templates_init(reshard__planner *plan) {
@@ -469,16 +465,28 @@ cut_template_find(reshard__planner *plan,
   return found;
 }
 
-/* Batches page `page` as the template's pieces: each piece's runs moved,
- * its copies committed, the batch closed where the template's was. */
+/* Batches page `page` as the template's pieces: each piece's runs moved
+ * by one amount per region (plan->cut_shift, cut_template_find) or, when
+ * `by_sequence`, each by its sequence's shift (plan->sequence_shift,
+ * cut_template_find_moved); its copies committed, the batch closed where
+ * the template's was. */
 static reshard_status
 cut_template_take(reshard__planner *plan,
                   const struct reshard__cut_template *template, uint64_t page,
-                  batch_sinks *sinks) {
+                  bool by_sequence, batch_sinks *sinks) {
+  size_t base = template->pieces[0].run_first;
   for (size_t i = 0; i < template->piece_count; i++) {
     const cut_piece *piece = &template->pieces[i];
-    reshard__run_folder_shifted(sinks->folder, piece->run_first, piece->run_end,
-                                page, plan->cut_shift, piece->copies);
+    if (by_sequence) {
+      reshard__run_folder_moved(sinks->folder, piece->run_first, piece->run_end,
+                                page,
+                                template->origin + (piece->run_first - base),
+                                plan->sequence_shift, piece->copies);
+    } else {
+      reshard__run_folder_shifted(sinks->folder, piece->run_first,
+                                  piece->run_end, page, plan->cut_shift,
+                                  piece->copies);
+    }
     reshard__batcher_commit(sinks->batcher, (size_t)piece->copies,
                             piece->bytes);
     sinks->folded_copies = sinks->batcher->written;
@@ -566,30 +574,6 @@ static const struct reshard__cut_template *cut_template_find_moved(
     }
   }
   return found;
-}
-
-/* Batches page `page` as the template's pieces, each run moved by its
- * sequence's shift (cut_template_find_moved). */
-static reshard_status
-cut_template_take_moved(reshard__planner *plan,
-                        const struct reshard__cut_template *template,
-                        uint64_t page, batch_sinks *sinks) {
-  size_t base = template->pieces[0].run_first;
-  for (size_t i = 0; i < template->piece_count; i++) {
-    const cut_piece *piece = &template->pieces[i];
-    reshard__run_folder_moved(sinks->folder, piece->run_first, piece->run_end,
-                              page,
-                              template->origin + (piece->run_first - base),
-                              plan->sequence_shift, piece->copies);
-    reshard__batcher_commit(sinks->batcher, (size_t)piece->copies,
-                            piece->bytes);
-    sinks->folded_copies = sinks->batcher->written;
-    reshard_status status = drain_batched(plan, sinks);
-    if (status) {
-      return status;
-    }
-  }
-  return RESHARD_OK;
 }
 
 /* Keeps in `template`, just recorded from a cut page folded with origins,
@@ -680,7 +664,7 @@ static reshard_status batch_sequences(reshard__planner *plan,
       if (template != NULL) {
         out->run_template_cut_pages++;
         plan->cut_misses = 0;
-        return cut_template_take(plan, template, page, sinks);
+        return cut_template_take(plan, template, page, false, sinks);
       }
     } else if (sequences->reused) {
       const struct reshard__cut_template *template =
@@ -688,7 +672,7 @@ static reshard_status batch_sequences(reshard__planner *plan,
       if (template != NULL) {
         out->run_template_cut_pages++;
         plan->cut_misses = 0;
-        return cut_template_take_moved(plan, template, page, sinks);
+        return cut_template_take(plan, template, page, true, sinks);
       }
     }
     /* Pages whose places in their batches do not repeat within a few
@@ -884,10 +868,12 @@ static reshard_status lower_pages(reshard__planner *plan,
    * a page with more goes copy by copy, so the scratch stays a fraction of
    * the page's copies (the in-flight reservation counts per copy). */
   size_t sequence_room = page_room / SEQUENCE_ROOM_DIVISOR + 16;
-  if (plan->cursor.pooled != NULL) {
-    /* Over a pool, the next page is usually this one with other blocks:
-     * its sequences, even one per copy, are kept to be shifted rather
-     * than lowered and sorted again. A page's worth of scratch. */
+  if (plan->cursor.pooled != NULL || out->hit_pages >= REUSE_PAGES) {
+    /* Over a pool, and over a paged binding, the next page is usually
+     * this one with other blocks: its sequences, even one per copy (S5's
+     * 62), are kept to be shifted rather than lowered and sorted again.
+     * A page's worth of scratch, which over REUSE_PAGES pages or more
+     * stays a fraction of the plan's copies. */
     sequence_room = page_room + 16;
   }
   reshard__sequence_scratch *sequence = &plan->sequence_scratch;
@@ -913,19 +899,19 @@ static reshard_status lower_pages(reshard__planner *plan,
       !sequence->memo.ranges || !sequence->memo.shift) {
     return reshard__plan_no_memory(plan);
   }
+  /* One amount per region, to tell when a shifted page is the last one
+   * moved (reshard__sequence_memo.uniform). */
+  reshard__sequence_memo *memo = &sequence->memo;
+  memo->region_count = plan->cursor.binding->region_count;
+  memo->region_shift =
+      RESHARD_ARENA_ARRAY(plan->arena, uint64_t, memo->region_count + 1);
+  memo->region_mark =
+      RESHARD_ARENA_NEW(plan->arena, uint64_t, memo->region_count + 1);
+  if (!memo->region_shift || !memo->region_mark) {
+    return reshard__plan_no_memory(plan);
+  }
   if (plan->cursor.pooled != NULL) {
-    /* One amount per region, to tell when a shifted page is the last one
-     * moved (reshard__sequence_memo.uniform). */
     const reshard_bound_pool *pool = plan->cursor.pooled->pool;
-    reshard__sequence_memo *memo = &sequence->memo;
-    memo->region_count = pool->region_count;
-    memo->region_shift =
-        RESHARD_ARENA_ARRAY(plan->arena, uint64_t, memo->region_count + 1);
-    memo->region_mark =
-        RESHARD_ARENA_NEW(plan->arena, uint64_t, memo->region_count + 1);
-    if (!memo->region_shift || !memo->region_mark) {
-      return reshard__plan_no_memory(plan);
-    }
     memo->one_stride = true;
     bool seen = false;
     for (size_t g = 0; g < pool->group_count; g++) {

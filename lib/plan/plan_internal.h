@@ -112,15 +112,15 @@ typedef struct reshard__sequence_memo {
   size_t range_count; /* the page's open ranges */
   size_t room;
   bool overflowed;
-  /* Pooled memory: whether the last shift moved every range of a region
-   * by one and the same amount (as integers, not only modulo 2^64), and
-   * that amount per region index (region_shift, valid for the regions
-   * the page's ranges lie in). Then every relation between two copies of
+  /* Whether the last shift moved every range of a region by one and the
+   * same amount (as integers, not only modulo 2^64), and that amount per
+   * region index (region_shift, valid for the regions the page's ranges
+   * lie in). Then every relation between two copies of
    * one region (touching, coalescing, a run's progression, which one
    * comes first) is the remembered page's, so the page's coalesced
    * sequences and its runs are the remembered page's moved by
    * region_shift. region_mark holds (serial << 1 | negative) per region,
-   * `serial` counting the shifts; NULL without a pool. */
+   * `serial` counting the shifts. */
   bool uniform;
   uint64_t *region_shift;
   uint64_t *region_mark;
@@ -494,11 +494,17 @@ typedef struct reshard__planner {
   const reshard_placement_part *part;
   reshard_bound_binding binding; /* unused for pooled memory */
   reshard__range_cursor cursor;
-  /* The last page pass 1 counted over pooled memory: its source, where
-   * it starts in its block, and its cost. */
+  /* The last page pass 1 counted: its source, its cost, and over pooled
+   * memory where it starts in its block; over a binding where it starts,
+   * its open ranges group by group (room for `counted_room`) and how many
+   * each group held. */
   const reshard_join *counted_join;
   uint64_t counted_phase;
   reshard__page_cost counted;
+  uint64_t counted_start;
+  size_t *counted_ranges;
+  size_t counted_room;
+  size_t *counted_open;       /* per group */
   const reshard_join **joins; /* per source, built on first use */
   reshard_join **built;       /* per source, what this plan built */
   uint64_t head_bytes[2];

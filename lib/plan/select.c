@@ -150,21 +150,107 @@ static reshard_status choose_source(reshard__planner *plan, uint64_t page,
   return RESHARD_OK;
 }
 
+/* Over a binding: whether the cursor's open ranges meet the page at
+ * `page_start` (of `page_size` tokens) as the counted page's met it, but
+ * for where they lie in their regions: each group as many, each covering
+ * the same tokens of its page and the same heads at the same strides.
+ * Lowering counts nothing else, so the page costs what that one did (a
+ * paged reader's pages, S5's 62 ranges each, counted once). */
+static bool counted_shape(const reshard__planner *plan, uint64_t page_start,
+                          uint64_t page_size) {
+  const reshard__range_cursor *cursor = &plan->cursor;
+  const reshard_bound_binding *binding = cursor->binding;
+  const reshard_bound_range *ranges = binding->ranges;
+  uint64_t then_start = plan->counted_start;
+  size_t ordinal = 0;
+  for (size_t g = 0; g < binding->group_count; g++) {
+    size_t open = cursor->open_count[g];
+    if (open != plan->counted_open[g]) {
+      return false;
+    }
+    const size_t *now_open = cursor->open + binding->group_start[g];
+    for (size_t o = 0; o < open; o++, ordinal++) {
+      const reshard_bound_range *now = &ranges[now_open[o]];
+      const reshard_bound_range *then = &ranges[plan->counted_ranges[ordinal]];
+      /* Token extents within each page, clipped to it as lowering clips
+       * them; the pages are of one size. */
+      uint64_t now_first =
+          now->token_start > page_start ? now->token_start - page_start : 0;
+      uint64_t then_first =
+          then->token_start > then_start ? then->token_start - then_start : 0;
+      uint64_t now_end = now->token_end - page_start < page_size
+                             ? now->token_end - page_start
+                             : page_size;
+      uint64_t then_end = then->token_end - then_start < page_size
+                              ? then->token_end - then_start
+                              : page_size;
+      if (now_first != then_first || now_end != then_end ||
+          now->head_start != then->head_start ||
+          now->head_end != then->head_end ||
+          now->token_stride != then->token_stride ||
+          now->head_stride != then->head_stride) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+/* Remembers the cursor's open ranges as the counted page's; when memory
+ * for them runs out, forgets the page instead (every page is counted). */
+static void remember_counted(reshard__planner *plan, uint64_t page_start) {
+  const reshard__range_cursor *cursor = &plan->cursor;
+  const reshard_bound_binding *binding = cursor->binding;
+  size_t total = 0;
+  for (size_t g = 0; g < binding->group_count; g++) {
+    total += cursor->open_count[g]; /* at most the binding's ranges */
+  }
+  if (plan->counted_open == NULL) {
+    plan->counted_open =
+        RESHARD_ARENA_ARRAY(plan->arena, size_t, binding->group_count + 1);
+  }
+  if (total > plan->counted_room) {
+    size_t room =
+        total > 2 * plan->counted_room ? total : 2 * plan->counted_room;
+    plan->counted_ranges = RESHARD_ARENA_ARRAY(plan->arena, size_t, room);
+    plan->counted_room = plan->counted_ranges != NULL ? room : 0;
+  }
+  if (plan->counted_open == NULL || plan->counted_ranges == NULL) {
+    plan->counted_join = NULL;
+    return;
+  }
+  size_t ordinal = 0;
+  for (size_t g = 0; g < binding->group_count; g++) {
+    const size_t *open = cursor->open + binding->group_start[g];
+    plan->counted_open[g] = cursor->open_count[g];
+    for (size_t o = 0; o < cursor->open_count[g]; o++) {
+      plan->counted_ranges[ordinal++] = open[o];
+    }
+  }
+  plan->counted_start = page_start;
+}
+
 /* Pass 1: the hit prefix, its sources, and what lowering it will cost, all
  * before any copy is materialised. */
 /* What lowering the page from `join` costs. Over pooled memory a page
  * that starts where the last counted one did in its block costs what that
- * one did, whatever its blocks: counted once per (source, place). */
+ * one did, whatever its blocks: counted once per (source, place); over a
+ * binding, a page whose ranges meet it as the last counted page's met
+ * that one (counted_shape). */
 static reshard__page_cost page_cost(reshard__planner *plan,
                                     const reshard_join *join, uint64_t page) {
   const reshard_pooled_memory *pooled = plan->cursor.pooled;
+  uint64_t page_size = plan->request->placement->descriptor.page_size;
+  uint64_t page_start = page * page_size;
   uint64_t phase = 0;
   if (pooled != NULL) {
-    uint64_t page_size = plan->request->placement->descriptor.page_size;
-    phase = page * page_size % pooled->pool->block_size;
+    phase = page_start % pooled->pool->block_size;
     if (plan->counted_join == join && plan->counted_phase == phase) {
       return plan->counted;
     }
+  } else if (plan->counted_join == join &&
+             counted_shape(plan, page_start, page_size)) {
+    return plan->counted;
   }
   reshard__page_lowering lowering =
       reshard__plan_page_lowering(plan, join, page);
@@ -172,6 +258,9 @@ static reshard__page_cost page_cost(reshard__planner *plan,
   plan->counted_join = join;
   plan->counted_phase = phase;
   plan->counted = cost;
+  if (pooled == NULL) {
+    remember_counted(plan, page_start);
+  }
   return cost;
 }
 

@@ -65,6 +65,7 @@ typedef struct reshard_bound_binding {
    * ranges[group_start[g] .. group_start[g + 1]) */
   size_t *group_start;
   size_t group_count;
+  size_t region_count;      /* every range's region_index is below it */
   uint64_t validation_work; /* work units spent, for stats */
 } reshard_bound_binding;
 

@@ -491,9 +491,11 @@ static void run_scenario(int scenario, uint64_t pages,
     cr_assert(ok, "S%d participant #%zu: %s", scenario, participants[i], msg);
     cr_assert_eq(hits, pages);
     /* Which lowering the pages took, so the byte-exact check above proves
-     * that one: strided sequences (lib/plan/sequences.c), or copy by copy where
-     * a page's blocks are single copies (S5: as many sequences as copies,
-     * nothing to gain). */
+     * that one: strided sequences (lib/plan/sequences.c), or copy by copy
+     * where a page's blocks are single copies and the plan is too short
+     * for its pages to be taken from the page before (S5 over 2 pages: as
+     * many sequences as copies, nothing to gain; over 8, each page is the
+     * one before it with other blocks). */
     cr_assert_eq(sequence_pages, by_sequences ? pages : 0,
                  "S%d: %" PRIu64 " of %" PRIu64 " pages lowered as sequences",
                  scenario, sequence_pages, pages);
@@ -527,6 +529,7 @@ Test(oracle, scenario_s4_deepseek_v3) {
 Test(oracle, scenario_s5_llama3_405b) {
   const size_t who[] = {0, 31};
   run_scenario(5, 2, who, 2, false);
+  run_scenario(5, 8, who, 2, true);
 }
 
 /* ---- the oracle itself ---- */
