@@ -473,6 +473,7 @@ typedef struct memo_compare {
   const reshard_bound_range *ranges;
   reshard__sequence_memo *memo;
   uint64_t page_start;
+  uint64_t page_size;
   bool differs;
 } memo_compare;
 
@@ -491,21 +492,19 @@ static bool same_shape(void *context, size_t ordinal, size_t range) {
   }
   const reshard_bound_range *now = &compare->ranges[range];
   const reshard_bound_range *then = &compare->ranges[memo->ranges[ordinal]];
-  if (now->token_start - compare->page_start !=
-          then->token_start - memo->page_start ||
-      now->token_end - compare->page_start !=
-          then->token_end - memo->page_start ||
-      now->head_start != then->head_start || now->head_end != then->head_end ||
-      now->region_index != then->region_index ||
-      now->token_stride != then->token_stride ||
-      now->head_stride != then->head_stride) {
+  if (now->region_index != then->region_index ||
+      !reshard__ranges_meet_alike(now, compare->page_start, then,
+                                  memo->page_start, compare->page_size)) {
     compare->differs = true;
     return false;
   }
-  memo->shift[ordinal] = now->region_offset - then->region_offset;
+  /* A range that spans both pages (a contiguous reader's) meets the later
+   * one further in: its shift is that of its first token on each. */
+  uint64_t to = reshard__range_page_offset(now, compare->page_start);
+  uint64_t from = reshard__range_page_offset(then, memo->page_start);
+  memo->shift[ordinal] = to - from;
   if (memo->uniform) {
-    note_region_shift(memo, now->region_index, memo->shift[ordinal],
-                      now->region_offset < then->region_offset);
+    note_region_shift(memo, now->region_index, memo->shift[ordinal], to < from);
   }
   /* Remembered as this page's; a mismatch further on lowers the page
    * afresh, which remembers every range again. */
@@ -540,17 +539,25 @@ static void remember(const reshard__page_lowering *page,
 }
 
 /* For pooled memory: whether the page starts where the remembered one
- * did in its block, and if so the shift of each of its ranges (by
- * ordinal) from the block ids alone, none of its ranges written; also
+ * did in its block, or each lies inside one block (blocks of more than a
+ * page), and if so the shift of each of its ranges (by ordinal) from the
+ * block ids and the two places alone, none of its ranges written; also
  * whether each region moves by one amount (memo->uniform). */
 static bool pooled_shift(const reshard__page_lowering *page,
                          reshard__sequence_memo *memo) {
   const reshard_pooled_memory *pooled = page->cursor->pooled;
   const reshard_bound_pool *pool = pooled->pool;
   uint64_t page_start = page->page_index * page->page_size;
+  uint64_t phase = page_start % pool->block_size;
+  /* Pages at two places in their blocks meet their ranges alike only when
+   * each lies inside its block: then each range covers its whole page,
+   * the later one further into its block by the places' difference. */
+  bool moved_in_block = phase != memo->block_phase;
   memo->uniform = false;
   if (memo->join != page->join ||
-      page_start % pool->block_size != memo->block_phase) {
+      (moved_in_block &&
+       (pool->block_size - phase < page->page_size ||
+        pool->block_size - memo->block_phase < page->page_size))) {
     return false;
   }
   uint64_t first = page_start / pool->block_size;
@@ -563,7 +570,7 @@ static bool pooled_shift(const reshard__page_lowering *page,
   memo->serial++;
   memo->uniform = memo->region_mark != NULL;
   memo->single = false;
-  if (blocks == 1 && memo->one_stride) {
+  if (blocks == 1 && memo->one_stride && !moved_in_block) {
     /* One block, one stride: every range moves by one amount, so every
      * region does. */
     if (memo->ranges_per_page_block != memo->range_count) {
@@ -584,6 +591,9 @@ static bool pooled_shift(const reshard__page_lowering *page,
     size_t g = visited_group(i, groups);
     size_t per_block = page->cursor->ranges_per_block[g];
     uint64_t stride = pool->groups[g].block_stride;
+    /* Where each page starts in its block, in the group's bytes. */
+    uint64_t now_place = phase * pool->groups[g].token_stride;
+    uint64_t then_place = memo->block_phase * pool->groups[g].token_stride;
     if (per_block == 0) {
       continue;
     }
@@ -593,11 +603,11 @@ static bool pooled_shift(const reshard__page_lowering *page,
     }
     for (uint64_t j = 0; j < blocks; j++) {
       /* Modulo 2^64: the sum the caller forms is the block's offset. The
-       * products themselves do not wrap, every block's offset lying in
-       * its region (pool validation), so `to < from` is the sign of the
-       * true shift. */
-      uint64_t to = (uint64_t)now[j] * stride;
-      uint64_t from = (uint64_t)then[j] * stride;
+       * sums themselves do not wrap, every block's offset and each token
+       * of it lying in its region (pool validation), so `to < from` is
+       * the sign of the true shift. */
+      uint64_t to = (uint64_t)now[j] * stride + now_place;
+      uint64_t from = (uint64_t)then[j] * stride + then_place;
       uint64_t shift = to - from;
       if (memo->uniform) {
         note_region_shift(memo, pool->groups[g].region_index, shift, to < from);
@@ -612,6 +622,7 @@ static bool pooled_shift(const reshard__page_lowering *page,
     return false;
   }
   memo->first_block = first;
+  memo->block_phase = phase;
   return true;
 }
 
@@ -633,6 +644,7 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
         .ranges = page->cursor->binding->ranges,
         .memo = memo,
         .page_start = page->page_index * page->page_size,
+        .page_size = page->page_size,
     };
     memo->serial++;
     memo->uniform = memo->region_mark != NULL;

@@ -172,23 +172,8 @@ static bool counted_shape(const reshard__planner *plan, uint64_t page_start,
     for (size_t o = 0; o < open; o++, ordinal++) {
       const reshard_bound_range *now = &ranges[now_open[o]];
       const reshard_bound_range *then = &ranges[plan->counted_ranges[ordinal]];
-      /* Token extents within each page, clipped to it as lowering clips
-       * them; the pages are of one size. */
-      uint64_t now_first =
-          now->token_start > page_start ? now->token_start - page_start : 0;
-      uint64_t then_first =
-          then->token_start > then_start ? then->token_start - then_start : 0;
-      uint64_t now_end = now->token_end - page_start < page_size
-                             ? now->token_end - page_start
-                             : page_size;
-      uint64_t then_end = then->token_end - then_start < page_size
-                              ? then->token_end - then_start
-                              : page_size;
-      if (now_first != then_first || now_end != then_end ||
-          now->head_start != then->head_start ||
-          now->head_end != then->head_end ||
-          now->token_stride != then->token_stride ||
-          now->head_stride != then->head_stride) {
+      if (!reshard__ranges_meet_alike(now, page_start, then, then_start,
+                                      page_size)) {
         return false;
       }
     }

@@ -331,6 +331,12 @@ bool oracle_case_build(oracle_case *c, uint64_t seed,
  * (taken modulo the part count). */
 bool oracle_scenario_build(oracle_case *c, int scenario, uint64_t pages,
                            size_t participant, char *msg, size_t msg_size);
+/* The same with the reader's memory in `style` instead of the scenario's
+ * own (ORACLE_MEM_CONTIGUOUS: one range per layer and component over all
+ * pages, the contiguous reader of reshard-roundtrip). */
+bool oracle_scenario_build_memory(oracle_case *c, int scenario, uint64_t pages,
+                                  size_t participant, oracle_memory_style style,
+                                  char *msg, size_t msg_size);
 
 /* A hand-made case: the reader is TP1 (one participant "r-d0-p0-t0" with
  * every layer and head of `desc`), the only source is a layout in

@@ -404,8 +404,9 @@ bool oracle_case_build(oracle_case *c, uint64_t seed,
   return case_finish(c, msg, msg_size);
 }
 
-bool oracle_scenario_build(oracle_case *c, int scenario, uint64_t pages,
-                           size_t participant, char *msg, size_t msg_size) {
+static bool scenario_build(oracle_case *c, int scenario, uint64_t pages,
+                           size_t participant, const oracle_memory_style *style,
+                           char *msg, size_t msg_size) {
   memset(c, 0, sizeof *c);
   reshard_arena_init(&c->arena, 0);
   c->seed = 0x5ce7a110ull + (uint64_t)scenario;
@@ -467,9 +468,12 @@ bool oracle_scenario_build(oracle_case *c, int scenario, uint64_t pages,
   default:
     return failf(msg, msg_size, "unknown scenario %d", scenario);
   }
+  if (style != NULL) {
+    mem.style = *style;
+  }
   snprintf(c->description, sizeof c->description,
-           "scenario S%d, %" PRIu64 " pages, participant #%zu; ", scenario,
-           pages, participant);
+           "scenario S%d, %" PRIu64 " pages, participant #%zu, memory %s; ",
+           scenario, pages, participant, oracle_memory_style_name(mem.style));
   describe_descriptor(c->description, sizeof c->description, &c->descriptor);
 
   oracle_build_placement(&c->arena, NULL, &c->descriptor, &reader, "r",
@@ -517,6 +521,17 @@ bool oracle_scenario_build(oracle_case *c, int scenario, uint64_t pages,
   append(c->description, sizeof c->description, "%zu ranges",
          c->binding.range_count);
   return case_finish(c, msg, msg_size);
+}
+
+bool oracle_scenario_build(oracle_case *c, int scenario, uint64_t pages,
+                           size_t participant, char *msg, size_t msg_size) {
+  return scenario_build(c, scenario, pages, participant, NULL, msg, msg_size);
+}
+
+bool oracle_scenario_build_memory(oracle_case *c, int scenario, uint64_t pages,
+                                  size_t participant, oracle_memory_style style,
+                                  char *msg, size_t msg_size) {
+  return scenario_build(c, scenario, pages, participant, &style, msg, msg_size);
 }
 
 bool oracle_manual_case(oracle_case *c, const reshard_descriptor *desc,

@@ -532,6 +532,37 @@ Test(oracle, scenario_s5_llama3_405b) {
   run_scenario(5, 8, who, 2, true);
 }
 
+/* A contiguous reader (one range per layer and component over every
+ * page) meets each page further into the same ranges: from the second
+ * page on, each is the page before moved by a page's rows, so it is not
+ * lowered again. The plan is executed byte for byte as any other. */
+Test(oracle, scenario_contiguous_readers_take_the_page_before) {
+  const int scenarios[] = {1, 5};
+  for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++) {
+    oracle_case c;
+    char msg[ORACLE_MSG_SIZE];
+    cr_assert(oracle_scenario_build_memory(&c, scenarios[i], 8, 0,
+                                           ORACLE_MEM_CONTIGUOUS, msg,
+                                           sizeof msg),
+              "%s", msg);
+    reshard_arena plan_arena;
+    reshard_load_plan plan;
+    bool ok = oracle_case_run(&c, &plan_arena, &plan, NULL, msg, sizeof msg);
+    uint64_t hits = plan.hit_pages, sequence_pages = plan.sequence_pages,
+             reused = plan.reused_pages;
+    if (ok) {
+      oracle_plan_release(&c, &plan_arena, &plan);
+    }
+    oracle_case_destroy(&c);
+    cr_assert(ok, "S%d contiguous: %s", scenarios[i], msg);
+    cr_assert_eq(hits, 8);
+    cr_assert_eq(sequence_pages, 8, "S%d contiguous: %" PRIu64 " of 8 pages",
+                 scenarios[i], sequence_pages);
+    cr_assert_eq(reused, 7, "S%d contiguous: %" PRIu64 " of 7 pages reused",
+                 scenarios[i], reused);
+  }
+}
+
 /* ---- the oracle itself ---- */
 
 /* Guards against an oracle that accepts anything: a corrupted plan must be
