@@ -477,6 +477,31 @@ typedef struct memo_compare {
   bool differs;
 } memo_compare;
 
+/* Notes how far `range` moved from the remembered page's range of the
+ * same ordinal, the two meeting their pages alike. */
+static bool note_shift(void *context, size_t ordinal, size_t range) {
+  memo_compare *compare = context;
+  reshard__sequence_memo *memo = compare->memo;
+  if (ordinal >= memo->range_count) {
+    compare->differs = true; /* see same_shape */
+    return false;
+  }
+  const reshard_bound_range *now = &compare->ranges[range];
+  const reshard_bound_range *then = &compare->ranges[memo->ranges[ordinal]];
+  /* A range that spans both pages (a contiguous reader's) meets the later
+   * one further in: its shift is that of its first token on each. */
+  uint64_t to = reshard__range_page_offset(now, compare->page_start);
+  uint64_t from = reshard__range_page_offset(then, memo->page_start);
+  memo->shift[ordinal] = to - from;
+  if (memo->uniform) {
+    note_region_shift(memo, now->region_index, memo->shift[ordinal], to < from);
+  }
+  /* Remembered as this page's; a mismatch further on lowers the page
+   * afresh, which remembers every range again. */
+  memo->ranges[ordinal] = range;
+  return true;
+}
+
 /* Whether `range` meets the page as the remembered page's range of the
  * same ordinal met it, but for where it lies in its region: then each
  * block it makes is the remembered one's, its region offsets shifted. */
@@ -498,18 +523,7 @@ static bool same_shape(void *context, size_t ordinal, size_t range) {
     compare->differs = true;
     return false;
   }
-  /* A range that spans both pages (a contiguous reader's) meets the later
-   * one further in: its shift is that of its first token on each. */
-  uint64_t to = reshard__range_page_offset(now, compare->page_start);
-  uint64_t from = reshard__range_page_offset(then, memo->page_start);
-  memo->shift[ordinal] = to - from;
-  if (memo->uniform) {
-    note_region_shift(memo, now->region_index, memo->shift[ordinal], to < from);
-  }
-  /* Remembered as this page's; a mismatch further on lowers the page
-   * afresh, which remembers every range again. */
-  memo->ranges[ordinal] = range;
-  return true;
+  return note_shift(compare, ordinal, range);
 }
 
 static bool remember_range(void *context, size_t ordinal, size_t range) {
@@ -648,7 +662,12 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
     };
     memo->serial++;
     memo->uniform = memo->region_mark != NULL;
-    size_t ranges = for_each_open_range(page->cursor, same_shape, &compare);
+    /* Pass 1 compared the page with the one before already when it found
+     * them alike: then only the shifts are left. */
+    bool known =
+        page->alike && memo->page_start + page->page_size == compare.page_start;
+    size_t ranges = for_each_open_range(
+        page->cursor, known ? note_shift : same_shape, &compare);
     same = !compare.differs && ranges == memo->range_count;
     memo->uniform = memo->uniform && same;
   }

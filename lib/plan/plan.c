@@ -1042,7 +1042,10 @@ static reshard_status plan_load(reshard__planner *plan,
       RESHARD_ARENA_ARRAY(plan->arena, size_t, (size_t)request->page_count);
   plan->page_bytes =
       RESHARD_ARENA_ARRAY(plan->arena, uint64_t, (size_t)request->page_count);
-  if (out->page_source == NULL || plan->page_bytes == NULL) {
+  plan->page_alike =
+      RESHARD_ARENA_NEW(plan->arena, bool, (size_t)request->page_count);
+  if (out->page_source == NULL || plan->page_bytes == NULL ||
+      plan->page_alike == NULL) {
     return reshard__plan_no_memory(plan);
   }
   const reshard_descriptor *descriptor = &request->placement->descriptor;

@@ -119,6 +119,10 @@ typedef struct reshard__page_lowering {
   uint64_t page_index;
   uint64_t page_size;
   uint64_t head_bytes[2]; /* by component - 1 */
+  /* Pass 1 found the page's open ranges alike the page before's, regions
+   * included (select.c, counted_shape): only their shifts are left to
+   * find when the page before is the one remembered. */
+  bool alike;
 } reshard__page_lowering;
 
 /* Counts the copies (SPEC §2.2 step 3 granularity) and bytes of one page. */
@@ -541,6 +545,7 @@ typedef struct reshard__planner {
   reshard__page_cost counted;
   uint64_t counted_start;
   size_t *counted_ranges;
+  bool *page_alike; /* per page: alike the page before (counted_shape) */
   size_t counted_room;
   size_t *counted_open;       /* per group */
   const reshard_join **joins; /* per source, built on first use */
@@ -630,6 +635,7 @@ reshard__plan_page_lowering(reshard__planner *plan, const reshard_join *join,
       .page_index = page,
       .page_size = plan->request->placement->descriptor.page_size,
       .head_bytes = {plan->head_bytes[0], plan->head_bytes[1]},
+      .alike = plan->page_alike != NULL && plan->page_alike[page],
   };
 }
 

@@ -152,10 +152,12 @@ static reshard_status choose_source(reshard__planner *plan, uint64_t page,
 
 /* Over a binding: whether the cursor's open ranges meet the page at
  * `page_start` (of `page_size` tokens) as the counted page's met it, but
- * for where they lie in their regions: each group as many, each covering
- * the same tokens of its page and the same heads at the same strides.
- * Lowering counts nothing else, so the page costs what that one did (a
- * paged reader's pages, S5's 62 ranges each, counted once). */
+ * for where they lie in their regions: each group as many, each in the
+ * same region, covering the same tokens of its page and the same heads
+ * at the same strides. Lowering counts nothing else, so the page costs
+ * what that one did (a paged reader's pages, S5's 62 ranges each,
+ * counted once); and every page since was alike too, so this page is
+ * alike the page before it (plan->page_alike). */
 static bool counted_shape(const reshard__planner *plan, uint64_t page_start,
                           uint64_t page_size) {
   const reshard__range_cursor *cursor = &plan->cursor;
@@ -172,7 +174,8 @@ static bool counted_shape(const reshard__planner *plan, uint64_t page_start,
     for (size_t o = 0; o < open; o++, ordinal++) {
       const reshard_bound_range *now = &ranges[now_open[o]];
       const reshard_bound_range *then = &ranges[plan->counted_ranges[ordinal]];
-      if (!reshard__ranges_meet_alike(now, page_start, then, then_start,
+      if (now->region_index != then->region_index ||
+          !reshard__ranges_meet_alike(now, page_start, then, then_start,
                                       page_size)) {
         return false;
       }
@@ -235,6 +238,7 @@ static reshard__page_cost page_cost(reshard__planner *plan,
     }
   } else if (plan->counted_join == join &&
              counted_shape(plan, page_start, page_size)) {
+    plan->page_alike[page] = true;
     return plan->counted;
   }
   reshard__page_lowering lowering =
