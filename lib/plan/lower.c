@@ -467,15 +467,22 @@ static void note_region_shift(reshard__sequence_memo *memo, uint64_t region,
   }
 }
 
-/* Comparing a page's open ranges with the remembered page's, the
- * difference of each one's region offset noted. */
+/* A page's open ranges against the remembered page's, which they meet
+ * alike (pass 1's counted_shape): the shift of each noted. */
 typedef struct memo_compare {
   const reshard_bound_range *ranges;
   reshard__sequence_memo *memo;
   uint64_t page_start;
-  uint64_t page_size;
   bool differs;
 } memo_compare;
+
+/* The region offset of range `r`'s first token on the page starting at
+ * `page_start` (the range open on it). Inside the region, so no wrap. */
+static inline uint64_t range_page_offset(const reshard_bound_range *r,
+                                         uint64_t page_start) {
+  uint64_t first = r->token_start > page_start ? r->token_start : page_start;
+  return r->region_offset + (first - r->token_start) * r->token_stride;
+}
 
 /* Notes how far `range` moved from the remembered page's range of the
  * same ordinal, the two meeting their pages alike. */
@@ -483,47 +490,25 @@ static bool note_shift(void *context, size_t ordinal, size_t range) {
   memo_compare *compare = context;
   reshard__sequence_memo *memo = compare->memo;
   if (ordinal >= memo->range_count) {
-    compare->differs = true; /* see same_shape */
+    /* More ranges than the remembered page. Pages alike hold as many;
+     * a shift must not rest on that, though. */
+    compare->differs = true;
     return false;
   }
   const reshard_bound_range *now = &compare->ranges[range];
   const reshard_bound_range *then = &compare->ranges[memo->ranges[ordinal]];
   /* A range that spans both pages (a contiguous reader's) meets the later
    * one further in: its shift is that of its first token on each. */
-  uint64_t to = reshard__range_page_offset(now, compare->page_start);
-  uint64_t from = reshard__range_page_offset(then, memo->page_start);
+  uint64_t to = range_page_offset(now, compare->page_start);
+  uint64_t from = range_page_offset(then, memo->page_start);
   memo->shift[ordinal] = to - from;
   if (memo->uniform) {
     note_region_shift(memo, now->region_index, memo->shift[ordinal], to < from);
   }
-  /* Remembered as this page's; a mismatch further on lowers the page
+  /* Remembered as this page's; a page that turns out longer is lowered
    * afresh, which remembers every range again. */
   memo->ranges[ordinal] = range;
   return true;
-}
-
-/* Whether `range` meets the page as the remembered page's range of the
- * same ordinal met it, but for where it lies in its region: then each
- * block it makes is the remembered one's, its region offsets shifted. */
-static bool same_shape(void *context, size_t ordinal, size_t range) {
-  memo_compare *compare = context;
-  reshard__sequence_memo *memo = compare->memo;
-  if (ordinal >= memo->range_count) {
-    /* More ranges than the remembered page. A validated binding tiles
-     * each token's heads, so a page whose ranges match all of another's
-     * has no more; a shift must not rest on that, though. */
-    compare->differs = true;
-    return false;
-  }
-  const reshard_bound_range *now = &compare->ranges[range];
-  const reshard_bound_range *then = &compare->ranges[memo->ranges[ordinal]];
-  if (now->region_index != then->region_index ||
-      !reshard__ranges_meet_alike(now, compare->page_start, then,
-                                  memo->page_start, compare->page_size)) {
-    compare->differs = true;
-    return false;
-  }
-  return note_shift(compare, ordinal, range);
 }
 
 static bool remember_range(void *context, size_t ordinal, size_t range) {
@@ -582,7 +567,7 @@ static bool pooled_shift(const reshard__page_lowering *page,
   size_t groups = pool->group_count;
   size_t ordinal = 0;
   memo->serial++;
-  memo->uniform = memo->region_mark != NULL;
+  memo->uniform = true;
   memo->single = false;
   if (blocks == 1 && memo->one_stride && !moved_in_block) {
     /* One block, one stride: every range moves by one amount, so every
@@ -653,21 +638,19 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
     if (!same) {
       reshard__cursor_ranges(page->cursor);
     }
-  } else if (memo->join == page->join) {
+  } else if (page->alike && memo->join == page->join &&
+             memo->page_start + page->page_size ==
+                 page->page_index * page->page_size) {
+    /* Pass 1 found the page's ranges alike the page before's (whose
+     * sequences the memo holds): only their shifts are left. */
     memo_compare compare = {
         .ranges = page->cursor->binding->ranges,
         .memo = memo,
         .page_start = page->page_index * page->page_size,
-        .page_size = page->page_size,
     };
     memo->serial++;
-    memo->uniform = memo->region_mark != NULL;
-    /* Pass 1 compared the page with the one before already when it found
-     * them alike: then only the shifts are left. */
-    bool known =
-        page->alike && memo->page_start + page->page_size == compare.page_start;
-    size_t ranges = for_each_open_range(
-        page->cursor, known ? note_shift : same_shape, &compare);
+    memo->uniform = true;
+    size_t ranges = for_each_open_range(page->cursor, note_shift, &compare);
     same = !compare.differs && ranges == memo->range_count;
     memo->uniform = memo->uniform && same;
   }

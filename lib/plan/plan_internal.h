@@ -68,44 +68,6 @@ static inline void reshard__cursor_ranges(reshard__range_cursor *cursor) {
   }
 }
 
-/* Whether ranges `now`, open on the page starting at token `now_start`,
- * and `then`, open on the page at `then_start` (pages of `page_size`
- * tokens), meet their pages alike but for where they lie in their
- * regions: the same tokens of the page (each clipped to its page, as
- * lowering clips it), the same heads, the same strides. Then a join
- * entry's block with one lowers to the same copies as with the other but
- * for their region offsets, which differ by the two ranges'
- * reshard__range_page_offset. */
-static inline bool reshard__ranges_meet_alike(const reshard_bound_range *now,
-                                              uint64_t now_start,
-                                              const reshard_bound_range *then,
-                                              uint64_t then_start,
-                                              uint64_t page_size) {
-  uint64_t now_first =
-      now->token_start > now_start ? now->token_start - now_start : 0;
-  uint64_t then_first =
-      then->token_start > then_start ? then->token_start - then_start : 0;
-  uint64_t now_end = now->token_end - now_start < page_size
-                         ? now->token_end - now_start
-                         : page_size;
-  uint64_t then_end = then->token_end - then_start < page_size
-                          ? then->token_end - then_start
-                          : page_size;
-  return now_first == then_first && now_end == then_end &&
-         now->head_start == then->head_start &&
-         now->head_end == then->head_end &&
-         now->token_stride == then->token_stride &&
-         now->head_stride == then->head_stride;
-}
-
-/* The region offset of range `r`'s first token on the page starting at
- * `page_start` (the range open on it). Inside the region, so no wrap. */
-static inline uint64_t reshard__range_page_offset(const reshard_bound_range *r,
-                                                  uint64_t page_start) {
-  uint64_t first = r->token_start > page_start ? r->token_start : page_start;
-  return r->region_offset + (first - r->token_start) * r->token_stride;
-}
-
 /* What lowering one page produces, counted without producing it. */
 typedef struct reshard__page_cost {
   uint64_t copies;
@@ -545,9 +507,9 @@ typedef struct reshard__planner {
   reshard__page_cost counted;
   uint64_t counted_start;
   size_t *counted_ranges;
-  bool *page_alike; /* per page: alike the page before (counted_shape) */
   size_t counted_room;
-  size_t *counted_open;       /* per group */
+  size_t *counted_open; /* per group */
+  bool *page_alike;     /* per page: alike the page before (counted_shape) */
   const reshard_join **joins; /* per source, built on first use */
   reshard_join **built;       /* per source, what this plan built */
   uint64_t head_bytes[2];
@@ -635,7 +597,7 @@ reshard__plan_page_lowering(reshard__planner *plan, const reshard_join *join,
       .page_index = page,
       .page_size = plan->request->placement->descriptor.page_size,
       .head_bytes = {plan->head_bytes[0], plan->head_bytes[1]},
-      .alike = plan->page_alike != NULL && plan->page_alike[page],
+      .alike = plan->page_alike[page],
   };
 }
 

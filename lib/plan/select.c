@@ -150,6 +150,35 @@ static reshard_status choose_source(reshard__planner *plan, uint64_t page,
   return RESHARD_OK;
 }
 
+/* Whether ranges `now`, open on the page starting at token `now_start`,
+ * and `then`, open on the page at `then_start` (pages of `page_size`
+ * tokens), meet their pages alike but for where they lie in their
+ * regions: the same tokens of the page (each clipped to its page, as
+ * lowering clips it), the same heads, the same strides. Then a join
+ * entry's block with one lowers to the same copies as with the other but
+ * for their region offsets, which differ as the region offsets of the
+ * ranges' first tokens on their pages do (range_page_offset, lower.c). */
+static inline bool ranges_meet_alike(const reshard_bound_range *now,
+                                     uint64_t now_start,
+                                     const reshard_bound_range *then,
+                                     uint64_t then_start, uint64_t page_size) {
+  uint64_t now_first =
+      now->token_start > now_start ? now->token_start - now_start : 0;
+  uint64_t then_first =
+      then->token_start > then_start ? then->token_start - then_start : 0;
+  uint64_t now_end = now->token_end - now_start < page_size
+                         ? now->token_end - now_start
+                         : page_size;
+  uint64_t then_end = then->token_end - then_start < page_size
+                          ? then->token_end - then_start
+                          : page_size;
+  return now_first == then_first && now_end == then_end &&
+         now->head_start == then->head_start &&
+         now->head_end == then->head_end &&
+         now->token_stride == then->token_stride &&
+         now->head_stride == then->head_stride;
+}
+
 /* Over a binding: whether the cursor's open ranges meet the page at
  * `page_start` (of `page_size` tokens) as the counted page's met it, but
  * for where they lie in their regions: each group as many, each in the
@@ -175,8 +204,7 @@ static bool counted_shape(const reshard__planner *plan, uint64_t page_start,
       const reshard_bound_range *now = &ranges[now_open[o]];
       const reshard_bound_range *then = &ranges[plan->counted_ranges[ordinal]];
       if (now->region_index != then->region_index ||
-          !reshard__ranges_meet_alike(now, page_start, then, then_start,
-                                      page_size)) {
+          !ranges_meet_alike(now, page_start, then, then_start, page_size)) {
         return false;
       }
     }
