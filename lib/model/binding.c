@@ -365,6 +365,52 @@ static reshard_status check_range(reshard__binding_validation *v,
   return RESHARD_OK;
 }
 
+/* Whether `range` differs from `before` only in where it lies: its tokens
+ * and its offset. Paged readers list a layer's blocks one after another,
+ * each shaped as the last. */
+static inline bool shaped_as(const reshard_binding_range *range,
+                             const reshard_binding_range *before) {
+  return range->global_layer_id == before->global_layer_id &&
+         range->component == before->component &&
+         range->token_count == before->token_count &&
+         range->head_start == before->head_start &&
+         range->head_count == before->head_count &&
+         range->region_id == before->region_id &&
+         range->token_stride_bytes == before->token_stride_bytes &&
+         range->head_stride_bytes == before->head_stride_bytes;
+}
+
+/* check_range for a range shaped as the range before it, which passed:
+ * every rule on its layer, component, heads, strides and region holds as
+ * it did there, so only the rules on where it lies are checked. false
+ * when one fails (check_range then words the error) or nothing was
+ * saved. */
+static inline bool check_shaped_range(const reshard__binding_validation *v,
+                                      uint64_t token_span,
+                                      const reshard_binding_range *range,
+                                      const reshard_bound_range *before,
+                                      const reshard__binding_span *before_span,
+                                      reshard_bound_range *out,
+                                      reshard__binding_span *span) {
+  const reshard_region *region = &v->binding->regions[before->region_index];
+  uint64_t extent = before_span->end - before_span->start;
+  uint64_t token_end, last_end;
+  if (!reshard_add(range->token_start, range->token_count, &token_end) ||
+      token_end > token_span ||
+      !reshard_add(range->offset_bytes, extent, &last_end) ||
+      last_end > region->nbytes ||
+      !item_multiple(v, region->address + range->offset_bytes)) {
+    return false;
+  }
+  *out = *before;
+  out->token_start = range->token_start;
+  out->token_end = token_end;
+  out->region_offset = range->offset_bytes;
+  span->start = region->address + range->offset_bytes;
+  span->end = span->start + extent;
+  return true;
+}
+
 static int compare_bound(const void *a, const void *b) {
   const reshard_bound_range *x = a;
   const reshard_bound_range *y = b;
@@ -511,11 +557,22 @@ reshard_status reshard_binding_validate(
   size_t next_group = 0;
   for (size_t i = 0; i < count; i++) {
     reshard__binding_span *span = &v.spans[i + 1];
-    if ((status = check_range(&v, &regions, token_span, i, &ranges[i], span))) {
+    bool shaped =
+        i > 0 && shaped_as(&binding->ranges[i], &binding->ranges[i - 1]) &&
+        check_shaped_range(&v, token_span, &binding->ranges[i], &ranges[i - 1],
+                           &v.spans[i], &ranges[i], span);
+    if (!shaped &&
+        (status = check_range(&v, &regions, token_span, i, &ranges[i], span))) {
       return status;
     }
     v.span_low = span->start < v.span_low ? span->start : v.span_low;
     v.span_high = span->end > v.span_high ? span->end : v.span_high;
+    if (shaped) {
+      /* The span as long as the one before, and one layer, component and
+       * head start: in its group, in order when its tokens come later. */
+      in_order = in_order && ranges[i - 1].token_start <= ranges[i].token_start;
+      continue;
+    }
     uint64_t length = span->end - span->start;
     v.span_shortest = length < v.span_shortest ? length : v.span_shortest;
     in_order =

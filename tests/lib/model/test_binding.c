@@ -805,6 +805,140 @@ Test(binding, neighbouring_ranges_of_other_regions_and_layers_are_told_apart) {
   ASSERT_INVALID("binding.ranges[5].global_layer_id: layer 3 is not owned");
 }
 
+/* ---- ranges shaped as the range before -------------------------------- */
+
+/* Every group as two 4-token blocks shaped alike, one after another in
+ * "kv": ranges[2g] is block [0, 4) of group g, ranges[2g + 1] block [4, 8),
+ * which validation checks as the one before it moved. */
+static void paged_alike(void) {
+  fx.binding.range_count = 0;
+  uint64_t offset = 0;
+  for (uint64_t layer = 1; layer <= 2; layer++) {
+    for (unsigned c = K; c <= V; c++) {
+      uint64_t hb = c == K ? 8 : 4;
+      for (uint64_t page = 0; page < 2; page++) {
+        add_range(layer, (reshard_component)c, 4 * page, 4, 2, 2, "kv", offset,
+                  2 * hb, hb);
+        offset += 4 * 2 * hb;
+      }
+    }
+  }
+}
+
+Test(binding, blocks_shaped_alike_bind_as_each_one_alone) {
+  paged_alike();
+  validate_ok();
+  cr_assert_eq(fx.out.range_count, 8);
+  for (size_t r = 0; r < 8; r++) {
+    const reshard_bound_range *got = &fx.out.ranges[r];
+    const reshard_binding_range *in = &fx.binding.ranges[r];
+    cr_assert_eq(got->layer_index, r / 4, "range %zu", r);
+    cr_assert_eq(got->component, in->component, "range %zu", r);
+    cr_assert_eq(got->token_start, in->token_start, "range %zu", r);
+    cr_assert_eq(got->token_end, in->token_start + 4, "range %zu", r);
+    cr_assert_eq(got->head_start, 2, "range %zu", r);
+    cr_assert_eq(got->head_end, 4, "range %zu", r);
+    cr_assert_eq(got->region_index, 0, "range %zu", r);
+    cr_assert_eq(got->region_offset, in->offset_bytes, "range %zu", r);
+    cr_assert_eq(got->token_stride, in->token_stride_bytes, "range %zu", r);
+    cr_assert_eq(got->head_stride, in->head_stride_bytes, "range %zu", r);
+  }
+  for (size_t g = 0; g <= 4; g++) {
+    cr_assert_eq(fx.out.group_start[g], 2 * g, "group %zu", g);
+  }
+}
+
+Test(binding, blocks_shaped_alike_listed_out_of_order_are_sorted) {
+  paged_alike();
+  reshard_binding_range first = fx.binding.ranges[4];
+  fx.binding.ranges[4] = fx.binding.ranges[5];
+  fx.binding.ranges[5] = first;
+  validate_ok();
+  cr_assert_eq(fx.out.ranges[4].token_start, 0);
+  cr_assert_eq(fx.out.ranges[4].region_offset, first.offset_bytes);
+  cr_assert_eq(fx.out.ranges[5].token_start, 4);
+  cr_assert_eq(fx.out.ranges[5].region_offset,
+               fx.binding.ranges[4].offset_bytes);
+}
+
+/* One field of ranges[5], the second block of L2 K, broken: a range
+ * shaped as the one before in every other field is checked on its own. */
+struct alike_case {
+  size_t field;
+  uint64_t value;
+  char expected[112];
+};
+
+#define ALIKE_FIELD(name) offsetof(reshard_binding_range, name)
+
+ParameterizedTestParameters(binding, rejects_a_block_shaped_alike_but_one) {
+  static struct alike_case cases[] = {
+      {ALIKE_FIELD(token_start), 5,
+       "binding.ranges[5]: tokens [5, +4) leave the request's span [0, 8)"},
+      {ALIKE_FIELD(token_start), UINT64_MAX - 1,
+       "binding.ranges[5]: tokens [18446744073709551614, +4) leave"},
+      {ALIKE_FIELD(token_start), 2,
+       "binding.ranges[4] and binding.ranges[5] both bind layer 2 component "
+       "KEY token 2 head 2"},
+      {ALIKE_FIELD(token_count), 5, "binding.ranges[5]: tokens [4, +5) leave"},
+      {ALIKE_FIELD(offset_bytes), 4096 - 62,
+       "binding.ranges[5]: its last byte lies outside region \"kv\" of 4096 "
+       "bytes"},
+      {ALIKE_FIELD(offset_bytes), UINT64_MAX - 15,
+       "binding.ranges[5]: its last byte lies outside region \"kv\""},
+      {ALIKE_FIELD(offset_bytes), 4001,
+       "binding.ranges[5].offset_bytes: region address + offset is not a "
+       "multiple of itemsize 2"},
+      {ALIKE_FIELD(global_layer_id), 3,
+       "binding.ranges[5].global_layer_id: layer 3 is not owned"},
+      {ALIKE_FIELD(head_start), 3,
+       "binding.ranges[5]: heads [3, +2) leave participant"},
+      {ALIKE_FIELD(head_count), 3,
+       "binding.ranges[5]: heads [2, +3) leave participant"},
+      {ALIKE_FIELD(head_stride_bytes), 6,
+       "binding.ranges[5]: head_stride_bytes 6 is below the head width 8"},
+      {ALIKE_FIELD(head_stride_bytes), 9,
+       "binding.ranges[5]: token_stride_bytes 16 is below the row span 17"},
+      {ALIKE_FIELD(token_stride_bytes), 14,
+       "binding.ranges[5]: token_stride_bytes 14 is below the row span 16"},
+      {ALIKE_FIELD(token_stride_bytes), 17,
+       "binding.ranges[5].token_stride_bytes: 17 is not a multiple of "
+       "itemsize 2"},
+  };
+  return cr_make_param_array(struct alike_case, cases,
+                             sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(struct alike_case *c, binding,
+                  rejects_a_block_shaped_alike_but_one) {
+  paged_alike();
+  memcpy((char *)&fx.binding.ranges[5] + c->field, &c->value, sizeof c->value);
+  ASSERT_INVALID(c->expected);
+}
+
+Test(binding, rejects_a_block_shaped_alike_but_for_its_component) {
+  /* ranges[3] is L1 V's second block; as a KEY it is below K's width. */
+  paged_alike();
+  fx.binding.ranges[3].component = K;
+  ASSERT_INVALID("binding.ranges[3]: head_stride_bytes 4 is below the head "
+                 "width 8");
+}
+
+Test(binding, rejects_a_block_shaped_alike_but_for_its_region) {
+  paged_alike();
+  fx.binding.ranges[5].region_id = "elsewhere";
+  ASSERT_INVALID("binding.ranges[5].region_id: \"elsewhere\" is not a region");
+}
+
+Test(binding, a_block_shaped_alike_may_end_on_the_regions_last_byte) {
+  /* L2 V's second block (32 bytes) moved to the region's end. */
+  paged_alike();
+  fx.binding.ranges[7].offset_bytes = 4096 - 32;
+  validate_ok();
+  fx.binding.ranges[7].offset_bytes = 4096 - 30;
+  ASSERT_INVALID("binding.ranges[7]: its last byte lies outside region");
+}
+
 /* ---- tiling ----------------------------------------------------------- */
 
 Test(binding, rejects_a_token_left_unbound) {
