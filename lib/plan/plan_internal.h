@@ -510,6 +510,9 @@ typedef struct reshard__planner {
   size_t counted_room;
   size_t *counted_open; /* per group */
   bool *page_alike;     /* per page: alike the page before (counted_shape) */
+  /* The last source descriptor found equal to the target's: sources
+   * are immutable for the call, and most pages share one layout. */
+  const reshard_descriptor *matching_descriptor;
   const reshard_join **joins; /* per source, built on first use */
   reshard_join **built;       /* per source, what this plan built */
   uint64_t head_bytes[2];

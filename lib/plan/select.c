@@ -74,6 +74,23 @@ static reshard_status trial_cost(reshard__planner *plan, size_t source,
   return RESHARD_OK;
 }
 
+/* Whether source `source`'s descriptor is the target's, compared once per
+ * descriptor in a row; `field` as reshard_descriptor_equal's. */
+static bool source_matches(reshard__planner *plan, size_t source,
+                           const char **field) {
+  const reshard_descriptor *descriptor =
+      &plan->request->sources[source].layout->descriptor;
+  if (descriptor == plan->matching_descriptor) {
+    return true;
+  }
+  if (!reshard_descriptor_equal(descriptor,
+                                &plan->request->placement->descriptor, field)) {
+    return false;
+  }
+  plan->matching_descriptor = descriptor;
+  return true;
+}
+
 /* Picks the source of page `page` among its candidates with the target's
  * descriptor: the caller's first preference, else the fewest operations,
  * ties to the smallest layout id. Sets *chosen to SIZE_MAX when no
@@ -81,7 +98,6 @@ static reshard_status trial_cost(reshard__planner *plan, size_t source,
 static reshard_status choose_source(reshard__planner *plan, uint64_t page,
                                     size_t *chosen) {
   const reshard_load_request *request = plan->request;
-  const reshard_descriptor *target = &request->placement->descriptor;
   size_t first = request->page_source_start[page];
   size_t end = request->page_source_start[page + 1];
   size_t matching = 0;
@@ -91,8 +107,7 @@ static reshard_status choose_source(reshard__planner *plan, uint64_t page,
   for (size_t i = first; i < end; i++) {
     size_t source = request->page_sources[i];
     const char *field;
-    if (reshard_descriptor_equal(&request->sources[source].layout->descriptor,
-                                 target, &field)) {
+    if (source_matches(plan, source, &field)) {
       matching++;
       only = source;
     } else if (differing == NULL) {
@@ -120,8 +135,7 @@ static reshard_status choose_source(reshard__planner *plan, uint64_t page,
       size_t source = request->page_sources[i];
       if (strcmp(request->sources[source].layout_id,
                  request->preferred_layout_ids[p]) == 0 &&
-          reshard_descriptor_equal(&request->sources[source].layout->descriptor,
-                                   target, NULL)) {
+          source_matches(plan, source, NULL)) {
         *chosen = source;
         return RESHARD_OK;
       }
@@ -130,8 +144,7 @@ static reshard_status choose_source(reshard__planner *plan, uint64_t page,
   uint64_t best_cost = UINT64_MAX;
   for (size_t i = first; i < end; i++) {
     size_t source = request->page_sources[i];
-    if (!reshard_descriptor_equal(&request->sources[source].layout->descriptor,
-                                  target, NULL)) {
+    if (!source_matches(plan, source, NULL)) {
       continue;
     }
     uint64_t cost;

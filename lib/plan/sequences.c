@@ -224,13 +224,22 @@ reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
 
 void reshard__page_sequences_expand(const reshard__page_sequences *page,
                                     reshard_copy *out) {
+  if (page->copies == page->count) {
+    /* Every sequence one copy (copies are at least one a sequence; S5's
+     * whole blocks, 62 a page): however they group, the copies are the
+     * sequences' first copies in order. */
+    for (size_t i = 0; i < page->count; i++) {
+      out[i] = page->sequences[i].first;
+    }
+    return;
+  }
   size_t first = 0;
   for (size_t g = 0; g < page->group_count; g++) {
     size_t end = page->group_ends[g];
     const reshard_run *group = &page->sequences[first];
     if (end - first == 1 && group->count == 1) {
-      /* A group of one copy (S5's whole blocks, 62 a page): the copy,
-       * without a call and its two loops. */
+      /* A group of one copy: the copy, without a call and its two
+       * loops. */
       *out++ = group->first;
     } else {
       out = reshard__group_expand(group, end - first, out);
