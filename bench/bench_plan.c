@@ -338,6 +338,32 @@ typedef struct pooled_figures {
   bool same;
 } pooled_figures;
 
+/* The pooled plans, each behind a function of its own, so that an
+ * instruction count can take one form alone (docs/performance.md):
+ *   valgrind --tool=callgrind --toggle-collect='bench_plan_pooled_copies*' \
+ *     build/bench/reshard-bench 5 S5
+ * (the '*' takes the compiler's clones too). Each plans from a copy of
+ * the request: a plain forward compiles to a jump, which the toggle does
+ * not follow. */
+__attribute__((noinline)) static reshard_status
+bench_plan_pooled_copies(const reshard_load_request *request,
+                         reshard_arena *arena, reshard_load_plan *plan,
+                         reshard_error *err) {
+  reshard_load_request pooled = *request;
+  return reshard_plan_load(&pooled, arena, plan, err);
+}
+
+/* With runs and no copies, as the daemon asks for them. */
+__attribute__((noinline)) static reshard_status
+bench_plan_pooled_runs(const reshard_load_request *request,
+                       reshard_arena *arena, reshard_load_plan *plan,
+                       reshard_error *err) {
+  reshard_load_request runs = *request;
+  runs.runs = true;
+  runs.omit_copies = true;
+  return reshard_plan_load(&runs, arena, plan, err);
+}
+
 /* Pooled and explicit forms of one scenario's reader memory, the same
  * bytes: built, checked to plan the same copies, measured over `count`
  * runs with arena chunks from a pool (as the daemon's calls have them). */
@@ -588,7 +614,7 @@ static int pooled_measure(const scenario_spec *spec, size_t index,
     request.binding = &shell;
     request.bound_binding = NULL;
     request.pooled = &memory;
-    if (reshard_plan_load(&request, &a, &plan, &err)) {
+    if (bench_plan_pooled_copies(&request, &a, &plan, &err)) {
       failed = 1;
       break;
     }
@@ -602,10 +628,8 @@ static int pooled_measure(const scenario_spec *spec, size_t index,
     /* Pooled with runs (SPEC §2.2 step 7), as the daemon asks for them. */
     reshard_arena_init_from(&a, 64 * 1024, reshard_chunk_pool_source(chunks));
     memory = (reshard_pooled_memory){&bound_pool, sp.block_ids, sp.block_count};
-    request.runs = true;
-    request.omit_copies = true;
     t0 = bench_now_ns();
-    if (reshard_plan_load(&request, &a, &plan, &err)) {
+    if (bench_plan_pooled_runs(&request, &a, &plan, &err)) {
       failed = 1;
       break;
     }
@@ -617,7 +641,7 @@ static int pooled_measure(const scenario_spec *spec, size_t index,
     /* Pooled without runs as the daemon answers it: the copies' varint
      * columns written while batching, the copies themselves never. */
     reshard_arena_init_from(&a, 64 * 1024, reshard_chunk_pool_source(chunks));
-    request.runs = false;
+    request.omit_copies = true;
     request.varint_columns = true;
     t0 = bench_now_ns();
     if (reshard_plan_load(&request, &a, &plan, &err)) {
