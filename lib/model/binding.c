@@ -554,6 +554,7 @@ reshard_status reshard_binding_validate(
   v.span_high = 0;
   v.span_shortest = UINT64_MAX;
   bool in_order = true;
+  bool page_blocks = descriptor->page_size > 0;
   size_t next_group = 0;
   for (size_t i = 0; i < count; i++) {
     reshard__binding_span *span = &v.spans[i + 1];
@@ -565,6 +566,17 @@ reshard_status reshard_binding_validate(
         (status = check_range(&v, &regions, token_span, i, &ranges[i], span))) {
       return status;
     }
+    /* Page blocks: each group's first range a page long, the others
+     * shaped as it. Once tiled in order, they lie a page apart, and each
+     * binds all the heads (ranges shaped alike bind the same heads, so
+     * any other range of the group, for the rest, is shaped as none). */
+    page_blocks =
+        page_blocks &&
+        (shaped ||
+         ((i == 0 || ranges[i].layer_index != ranges[i - 1].layer_index ||
+           ranges[i].component != ranges[i - 1].component) &&
+          ranges[i].token_end - ranges[i].token_start ==
+              descriptor->page_size));
     v.span_low = span->start < v.span_low ? span->start : v.span_low;
     v.span_high = span->end > v.span_high ? span->end : v.span_high;
     if (shaped) {
@@ -637,6 +649,8 @@ reshard_status reshard_binding_validate(
       .group_start = group_start,
       .group_count = group_count,
       .region_count = binding->region_count,
+      /* In order and tiled, each group's ranges are its pages, one a page. */
+      .page_blocks = in_order && page_blocks ? descriptor->page_size : 0,
       .validation_work = v.work,
   };
   return RESHARD_OK;

@@ -117,6 +117,24 @@ void reshard__cursor_advance(reshard__range_cursor *cursor, uint64_t page_start,
   }
   const reshard_bound_binding *binding = cursor->binding;
   const reshard_bound_range *ranges = binding->ranges;
+  uint64_t page_size = binding->page_blocks;
+  if (page_size != 0 && page_end - page_start == page_size &&
+      page_start % page_size == 0) {
+    /* Each group's range of this page is known by its place: the walk
+     * below would open it alone. (Both passes advance by whole pages; a
+     * window of another size would take the walk.) */
+    size_t page = (size_t)(page_start / page_size);
+    for (size_t g = 0; g < binding->group_count; g++) {
+      size_t first = binding->group_start[g];
+      if (first == binding->group_start[g + 1]) {
+        continue; /* a component the cache has not: never opens */
+      }
+      cursor->open[first] = first + page;
+      cursor->open_count[g] = 1;
+      cursor->next[g] = first + page + 1;
+    }
+    return;
+  }
   for (size_t g = 0; g < binding->group_count; g++) {
     size_t *open = cursor->open + binding->group_start[g];
     size_t kept = 0;

@@ -278,7 +278,8 @@ static reshard__page_cost page_cost(reshard__planner *plan,
       return plan->counted;
     }
   } else if (plan->counted_join == join &&
-             counted_shape(plan, page_start, page_size)) {
+             (plan->cursor.binding->page_blocks != 0 ||
+              counted_shape(plan, page_start, page_size))) {
     plan->page_alike[page] = true;
     return plan->counted;
   }

@@ -65,7 +65,13 @@ typedef struct reshard_bound_binding {
    * ranges[group_start[g] .. group_start[g + 1]) */
   size_t *group_start;
   size_t group_count;
-  size_t region_count;      /* every range's region_index is below it */
+  size_t region_count; /* every range's region_index is below it */
+  /* Nonzero when each group binds every page as one range of all the
+   * participant's heads, each shaped as the group's first but for where
+   * it lies (a paged reader whose blocks are pages): the page size. Then
+   * page p's range of group g is ranges[group_start[g] + p], and every
+   * page meets its ranges as the page before it did. */
+  uint64_t page_blocks;
   uint64_t validation_work; /* work units spent, for stats */
 } reshard_bound_binding;
 

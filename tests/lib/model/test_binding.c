@@ -846,6 +846,35 @@ Test(binding, blocks_shaped_alike_bind_as_each_one_alone) {
   for (size_t g = 0; g <= 4; g++) {
     cr_assert_eq(fx.out.group_start[g], 2 * g, "group %zu", g);
   }
+  /* One range a page in every group, each binding the page whole. */
+  cr_assert_eq(fx.out.page_blocks, 4);
+}
+
+Test(binding, blocks_other_than_pages_are_not_page_blocks) {
+  validate_ok(); /* the base: one range over both pages a group */
+  cr_assert_eq(fx.out.page_blocks, 0);
+  paged_alike();
+  fx.binding.ranges[5].token_stride_bytes = 32; /* not shaped alike */
+  fx.binding.ranges[5].offset_bytes = 1024;
+  validate_ok();
+  cr_assert_eq(fx.out.page_blocks, 0);
+  /* Pages bound one head a range, in order. */
+  fx.binding.range_count = 0;
+  uint64_t offset = 0;
+  for (uint64_t layer = 1; layer <= 2; layer++) {
+    for (unsigned c = K; c <= V; c++) {
+      uint64_t hb = c == K ? 8 : 4;
+      for (uint64_t page = 0; page < 2; page++) {
+        for (uint64_t head = 2; head < 4; head++) {
+          add_range(layer, (reshard_component)c, 4 * page, 4, head, 1, "kv",
+                    offset, hb, hb);
+          offset += 4 * hb;
+        }
+      }
+    }
+  }
+  validate_ok();
+  cr_assert_eq(fx.out.page_blocks, 0);
 }
 
 Test(binding, blocks_shaped_alike_listed_out_of_order_are_sorted) {
@@ -859,6 +888,7 @@ Test(binding, blocks_shaped_alike_listed_out_of_order_are_sorted) {
   cr_assert_eq(fx.out.ranges[5].token_start, 4);
   cr_assert_eq(fx.out.ranges[5].region_offset,
                fx.binding.ranges[4].offset_bytes);
+  cr_assert_eq(fx.out.page_blocks, 0); /* sorted: not proved */
 }
 
 /* One field of ranges[5], the second block of L2 K, broken: a range
