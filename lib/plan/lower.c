@@ -672,10 +672,21 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
     same = !compare.differs && ranges == memo->range_count;
     memo->uniform = memo->uniform && same;
   }
+  if (same && memo->behind && !(memo->uniform && memo->defer)) {
+    /* `out` stayed as it was while pages were taken from the caller's
+     * copy; moving it by this page's shifts would start from the wrong
+     * page: lowered afresh. */
+    same = false;
+    if (page->cursor->pooled != NULL) {
+      reshard__cursor_ranges(page->cursor);
+    }
+  }
   if (same) {
     /* The same blocks: `out` still holds the remembered page's
      * sequences (the caller keeps them), which become this page's. */
-    if (memo->single) {
+    if (memo->uniform && memo->defer) {
+      memo->behind = true;
+    } else if (memo->single) {
       for (size_t i = 0; i < memo->count; i++) {
         out[i].first.page_index = page->page_index;
         out[i].first.region_offset += memo->single_shift;
@@ -690,6 +701,7 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
     *reused = true;
     return memo->count;
   }
+  memo->behind = false; /* written afresh below */
   sequencer seq = {
       .out = out,
       .origin = memo->origin,

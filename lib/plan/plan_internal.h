@@ -141,6 +141,13 @@ typedef struct reshard__sequence_memo {
   size_t ranges_per_page_block;
   bool single;
   uint64_t single_shift;
+  /* Set by the caller before each page: it takes a page moved by one
+   * amount per region (`uniform`) from its own kept copy of the
+   * remembered page, so `out` may
+   * stay as it was (`behind`: then a page not deferred is lowered
+   * afresh). */
+  bool defer;
+  bool behind;
 } reshard__sequence_memo;
 
 /* Writes the page's copies into `out` as strided sequences (reshard_run:
@@ -150,7 +157,8 @@ typedef struct reshard__sequence_memo {
  * the caller lowers the page copy by copy. `out` must hold what the last
  * call wrote there, as `memo` remembers it: *reused says the page was the
  * remembered one shifted (same sequences in the same order, their page
- * index and region offsets changed). */
+ * index and region offsets changed; with memo->defer and memo->uniform,
+ * left as they were). */
 size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
                                      reshard_run *out, size_t room,
                                      reshard__sequence_memo *memo,
