@@ -567,9 +567,9 @@ reshard_status reshard_binding_validate(
       return status;
     }
     /* Page blocks: each group's first range a page long, the others
-     * shaped as it. Once tiled in order, they lie a page apart, and each
-     * binds all the heads (ranges shaped alike bind the same heads, so
-     * any other range of the group, for the rest, is shaped as none). */
+     * shaped as it. Once tiled in order, they lie a page apart and each
+     * binds all the heads: they bind the first's heads, and a range of
+     * the other heads would be shaped as none of them. */
     page_blocks =
         page_blocks &&
         (shaped ||

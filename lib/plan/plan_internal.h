@@ -143,9 +143,8 @@ typedef struct reshard__sequence_memo {
   uint64_t single_shift;
   /* Set by the caller before each page: it takes a page moved by one
    * amount per region (`uniform`) from its own kept copy of the
-   * remembered page, so `out` may
-   * stay as it was (`behind`: then a page not deferred is lowered
-   * afresh). */
+   * remembered page, so `out` may stay as it was (`behind`; a later page
+   * not taken so is then lowered afresh). */
   bool defer;
   bool behind;
 } reshard__sequence_memo;

@@ -93,8 +93,8 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
                             reshard__page_sequences *out) {
   const uint64_t *part_base = lowering->join->part_base;
   bool reused;
-  /* A page moved by one amount is taken from `sorted` below when it is
-   * current: `lowered` need not move with it. */
+  /* A page moved by one amount per region is taken from `sorted` below
+   * when that is current: `lowered` need not move with it. */
   scratch->memo.defer = scratch->sorted_current;
   size_t count = reshard__lower_page_sequences(
       lowering, scratch->lowered, scratch->room, &scratch->memo, &reused);
