@@ -529,6 +529,24 @@ static bool note_shift(void *context, size_t ordinal, size_t range) {
   return true;
 }
 
+/* note_shift for every range of a page of page blocks (binding.h) after
+ * the remembered page, the page before it: each ordinal's range is the
+ * one after the remembered one in its group, and both start on their
+ * pages, so the shift is the difference of their region offsets. */
+static void note_page_block_shifts(const reshard_bound_range *ranges,
+                                   reshard__sequence_memo *memo) {
+  for (size_t ordinal = 0; ordinal < memo->range_count; ordinal++) {
+    size_t then = memo->ranges[ordinal];
+    const reshard_bound_range *now = &ranges[then + 1];
+    uint64_t to = now->region_offset, from = ranges[then].region_offset;
+    memo->shift[ordinal] = to - from;
+    if (memo->uniform) {
+      note_region_shift(memo, now->region_index, to - from, to < from);
+    }
+    memo->ranges[ordinal] = then + 1;
+  }
+}
+
 static bool remember_range(void *context, size_t ordinal, size_t range) {
   reshard__sequence_memo *memo = context;
   if (ordinal == memo->room) {
@@ -668,9 +686,14 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
     };
     memo->serial++;
     memo->uniform = true;
-    size_t ranges = for_each_open_range(page->cursor, note_shift, &compare);
-    same = !compare.differs && ranges == memo->range_count;
-    memo->uniform = memo->uniform && same;
+    if (page->cursor->binding->page_blocks != 0) {
+      note_page_block_shifts(compare.ranges, memo);
+      same = true;
+    } else {
+      size_t ranges = for_each_open_range(page->cursor, note_shift, &compare);
+      same = !compare.differs && ranges == memo->range_count;
+      memo->uniform = memo->uniform && same;
+    }
   }
   if (same && memo->behind && !(memo->uniform && memo->defer)) {
     /* `out` stayed as it was while pages were taken from the caller's
