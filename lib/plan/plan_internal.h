@@ -202,6 +202,10 @@ typedef struct reshard__sequence_scratch {
    * from it by one amount per region takes them moved, without sorting,
    * coalescing or grouping again. */
   bool sorted_current;
+  /* Whether grouping `sorted` compared no region offsets (no two of its
+   * sequences met in the Part), so that any page shifted from it groups
+   * alike, whatever the shifts. */
+  bool sorted_region_free;
   size_t sorted_count;
   size_t sorted_groups;
   uint64_t sorted_copies;

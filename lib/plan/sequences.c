@@ -14,11 +14,15 @@ static uint64_t position(const uint64_t *part_base, const reshard_copy *copy) {
   return part_base[copy->part_index] + copy->part_offset;
 }
 
-/* Whether `a` ends where `b` starts in both the Part and the region. */
-static bool coalesce(const reshard_copy *a, const reshard_copy *b) {
+/* Whether `a` ends where `b` starts in the Part. */
+static bool touch_in_part(const reshard_copy *a, const reshard_copy *b) {
   return a->part_index == b->part_index &&
-         a->part_offset + a->nbytes == b->part_offset &&
-         a->region_index == b->region_index &&
+         a->part_offset + a->nbytes == b->part_offset;
+}
+
+/* Whether `a` ends where `b` starts in the region. */
+static bool touch_in_region(const reshard_copy *a, const reshard_copy *b) {
+  return a->region_index == b->region_index &&
          a->region_offset + a->nbytes == b->region_offset;
 }
 
@@ -39,6 +43,14 @@ static bool touches_in_region(const reshard_run *from, const reshard_run *to,
   return from->first.region_offset + from->first.nbytes == to_start;
 }
 
+/* Whether touches_in_region(from, to, ...) compared region offsets, which
+ * a page shifted block by block may move apart or together: not when the
+ * region or the strides alone decided. */
+static bool moves_with_region(const reshard_run *from, const reshard_run *to) {
+  return from->first.region_index == to->first.region_index &&
+         from->region_stride == to->region_stride;
+}
+
 /* The end of sequence `i`'s first group in `sorted`, or 0 when the page
  * does not split into groups whose copies are the sequences of each group
  * in turn without coalescing. A group is one sequence, or sequences in
@@ -48,7 +60,7 @@ static bool touches_in_region(const reshard_run *from, const reshard_run *to,
  * Part and the region. The group's copies all lie before the next
  * group's first, and its last copy does not coalesce with that one. */
 static size_t group_end(const reshard_run *sorted, size_t count, size_t i,
-                        const uint64_t *part_base) {
+                        const uint64_t *part_base, bool *region_free) {
   const reshard_run *head = &sorted[i];
   uint64_t start = position(part_base, &head->first);
   size_t end = i + 1;
@@ -71,8 +83,11 @@ static size_t group_end(const reshard_run *sorted, size_t count, size_t i,
     if (from_end > to_start) {
       return 0;
     }
-    if (from_end == to_start && touches_in_region(from, to, shift > 0)) {
-      return 0;
+    if (from_end == to_start) {
+      if (touches_in_region(from, to, shift > 0)) {
+        return 0;
+      }
+      *region_free &= !moves_with_region(from, to);
     }
   }
   if (end < count) {
@@ -80,9 +95,14 @@ static size_t group_end(const reshard_run *sorted, size_t count, size_t i,
     reshard_copy last =
         reshard_run_copy(last_sequence, last_sequence->count - 1);
     if (position(part_base, &last) + last.nbytes >
-            position(part_base, &sorted[end].first) ||
-        coalesce(&last, &sorted[end].first)) {
+        position(part_base, &sorted[end].first)) {
       return 0;
+    }
+    if (touch_in_part(&last, &sorted[end].first)) {
+      if (touch_in_region(&last, &sorted[end].first)) {
+        return 0;
+      }
+      *region_free &= last.region_index != sorted[end].first.region_index;
     }
   }
   return end;
@@ -127,6 +147,25 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
     scratch->sorted_page = lowering->page_index;
     return true;
   }
+  if (reused && scratch->sorted_current && scratch->sorted_region_free) {
+    /* Moved by other amounts, but the remembered page's grouping looked at
+     * no region offset: no two of its sequences met in the Part, where
+     * this page's lie as they did. It groups the same, in the same order,
+     * with nothing coalesced. */
+    for (size_t i = 0; i < count; i++) {
+      scratch->sorted[i] = scratch->lowered[scratch->order[i]];
+    }
+    *out = (reshard__page_sequences){
+        .sequences = scratch->sorted,
+        .count = count,
+        .group_ends = scratch->group_ends,
+        .group_count = scratch->sorted_groups,
+        .copies = scratch->sorted_copies,
+        .reused = true,
+    };
+    scratch->sorted_page = lowering->page_index;
+    return true;
+  }
   /* From here on `sorted` is rewritten: current again only if the page
    * groups. */
   scratch->sorted_current = false;
@@ -148,13 +187,17 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
    * sequences that would are refused below. */
   size_t kept = 0;
   uint64_t copies = 0;
+  bool region_free = true;
   for (size_t i = 0; i < count; i++) {
     const reshard_run *next = &scratch->lowered[scratch->order[i]];
     reshard_run *previous = kept > 0 ? &scratch->sorted[kept - 1] : NULL;
     if (previous != NULL && previous->count == 1 && next->count == 1 &&
-        coalesce(&previous->first, &next->first)) {
-      previous->first.nbytes += next->first.nbytes;
-      continue;
+        touch_in_part(&previous->first, &next->first)) {
+      region_free &= previous->first.region_index != next->first.region_index;
+      if (touch_in_region(&previous->first, &next->first)) {
+        previous->first.nbytes += next->first.nbytes;
+        continue;
+      }
     }
     scratch->sorted[kept++] = *next;
     copies += next->count;
@@ -162,7 +205,7 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
   count = kept;
   size_t groups = 0;
   for (size_t i = 0; i < count;) {
-    size_t end = group_end(scratch->sorted, count, i, part_base);
+    size_t end = group_end(scratch->sorted, count, i, part_base, &region_free);
     if (end == 0) {
       return false;
     }
@@ -170,6 +213,7 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
     i = end;
   }
   scratch->sorted_current = true;
+  scratch->sorted_region_free = region_free;
   scratch->sorted_count = count;
   scratch->sorted_groups = groups;
   scratch->sorted_copies = copies;

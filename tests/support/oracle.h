@@ -56,6 +56,10 @@ uint64_t oracle_rng_between(oracle_rng *rng, uint64_t lo, uint64_t hi);
 bool oracle_rng_chance(oracle_rng *rng, unsigned percent);
 /* Fisher-Yates shuffle of `count` elements of `size` bytes. */
 void oracle_rng_shuffle(oracle_rng *rng, void *base, size_t count, size_t size);
+/* Shuffles `count` elements of `size` bytes as runs of one to three
+ * neighbours, each run kept in order: some neighbours stay neighbours. */
+void oracle_rng_shuffle_in_runs(oracle_rng *rng, void *base, size_t count,
+                                size_t size);
 
 /* The run's base seed: RESHARD_ORACLE_SEED (decimal or 0x-hex) when set,
  * ORACLE_DEFAULT_SEED otherwise. */
@@ -161,6 +165,9 @@ typedef struct oracle_memory_opts {
   oracle_memory_style style;
   uint64_t block_tokens; /* 0: chosen at random for the style */
   size_t region_count;   /* 0: chosen at random for the style */
+  /* Chunks (blocks) scattered in runs of one to three kept in order, so
+   * that some neighbours lie back to back and others do not. */
+  bool scatter_in_runs;
 } oracle_memory_opts;
 
 /* Builds a valid binding for participant `part` (of a normalized
@@ -280,6 +287,7 @@ typedef struct oracle_case_opts {
   const oracle_topology *reader;
   uint64_t max_batch_operations; /* 0: library default */
   uint64_t max_batch_bytes;      /* 0: library default */
+  bool scatter_in_runs;          /* oracle_memory_opts.scatter_in_runs */
 } oracle_case_opts;
 
 #define ORACLE_MAX_SOURCES 6

@@ -312,7 +312,9 @@ void oracle_build_binding(oracle_rng *rng, reshard_arena *arena,
     }
   }
   /* Scatter: chunks land in the regions in random order. */
-  if (style != ORACLE_MEM_CONTIGUOUS || oracle_rng_chance(rng, 50)) {
+  if (opts->scatter_in_runs) {
+    oracle_rng_shuffle_in_runs(rng, b.chunks, b.chunk_count, sizeof *b.chunks);
+  } else if (style != ORACLE_MEM_CONTIGUOUS || oracle_rng_chance(rng, 50)) {
     oracle_rng_shuffle(rng, b.chunks, b.chunk_count, sizeof *b.chunks);
   }
 

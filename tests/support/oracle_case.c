@@ -354,6 +354,7 @@ bool oracle_case_build(oracle_case *c, uint64_t seed,
   mem.style = opts->random_style ? (oracle_memory_style)oracle_rng_between(
                                        &rng, 0, ORACLE_MEM_STYLE_COUNT - 1)
                                  : opts->style;
+  mem.scatter_in_runs = opts->scatter_in_runs;
   oracle_build_binding(&rng, &c->arena, &c->descriptor, c->participant, pages,
                        &mem, &c->binding);
   append(c->description, sizeof c->description,
@@ -417,7 +418,7 @@ static bool scenario_build(oracle_case *c, int scenario, uint64_t pages,
 
   oracle_topology writer = {1, 1, 1, 0}, reader = {1, 1, 1, 0};
   reshard_format format = RESHARD_FORMAT_PLHD;
-  oracle_memory_opts mem = {ORACLE_MEM_PAGED_SMALL, 0, 1};
+  oracle_memory_opts mem = {ORACLE_MEM_PAGED_SMALL, 0, 1, false};
   switch (scenario) {
   case 1: /* llama3-8b */
     oracle_fixed_descriptor(&c->arena, 32, "bf16", 2, 16, 8, 128, 128,

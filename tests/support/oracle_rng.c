@@ -62,3 +62,32 @@ uint64_t oracle_case_seed(uint64_t base, uint64_t stream, uint64_t index) {
   return mix64(base ^ mix64(stream * 0x2545f4914f6cdd1dull + 1) ^
                mix64(index + 0x9e3779b97f4a7c15ull));
 }
+
+void oracle_rng_shuffle_in_runs(oracle_rng *rng, void *base, size_t count,
+                                size_t size) {
+  size_t *starts = xmalloc((count + 1) * sizeof *starts);
+  size_t runs = 0;
+  for (size_t i = 0; i < count; runs++) {
+    starts[runs] = i;
+    uint64_t length = oracle_rng_between(rng, 1, 3);
+    i += length < count - i ? (size_t)length : count - i;
+  }
+  starts[runs] = count;
+  size_t *order = xmalloc((runs + 1) * sizeof *order);
+  for (size_t r = 0; r < runs; r++) {
+    order[r] = r;
+  }
+  oracle_rng_shuffle(rng, order, runs, sizeof *order);
+  unsigned char *shuffled = xmalloc(count * size + 1);
+  size_t n = 0;
+  for (size_t r = 0; r < runs; r++) {
+    size_t length = starts[order[r] + 1] - starts[order[r]];
+    memcpy(shuffled + n * size, (unsigned char *)base + starts[order[r]] * size,
+           length * size);
+    n += length;
+  }
+  memcpy(base, shuffled, count * size);
+  free(shuffled);
+  free(order);
+  free(starts);
+}

@@ -151,6 +151,16 @@ uint32_t *oracle_block_table(oracle_rng *rng, reshard_arena *arena,
   return ids;
 }
 
+uint32_t *oracle_block_table_in_runs(oracle_rng *rng, reshard_arena *arena,
+                                     uint64_t num_blocks) {
+  uint32_t *ids = anew(arena, (size_t)num_blocks, sizeof *ids);
+  for (uint64_t b = 0; b < num_blocks; b++) {
+    ids[b] = (uint32_t)b;
+  }
+  oracle_rng_shuffle_in_runs(rng, ids, (size_t)num_blocks, sizeof *ids);
+  return ids;
+}
+
 void oracle_pool_binding(const reshard_pool *pool,
                          const reshard_descriptor *desc,
                          const reshard_placement_part *part,

@@ -84,6 +84,14 @@ void oracle_build_pool(const reshard_descriptor *desc,
 uint32_t *oracle_block_table(oracle_rng *rng, reshard_arena *arena,
                              uint64_t num_blocks);
 
+/* Every block id of [0, num_blocks) once, in runs of one to three
+ * consecutive ids in random order: some neighbours in the table lie back
+ * to back in the pool and others do not, so pages alike in their blocks
+ * are moved by other amounts block by block, and some of them coalesce
+ * across blocks where the page before did not. */
+uint32_t *oracle_block_table_in_runs(oracle_rng *rng, reshard_arena *arena,
+                                     uint64_t num_blocks);
+
 /* The explicit binding of `pool` with table `ids` over tokens [0, span):
  * per tensor one range per block of the span, or one per block and head
  * when the head rows do not fit in the token stride (HND). */

@@ -89,6 +89,27 @@ ParameterizedTest(oracle_matrix_param *param, oracle, single_tensor) {
   run_many(stream, count, &opts);
 }
 
+/* Paged and HND memory whose blocks are scattered in runs of one to three
+ * (oracle_memory_opts.scatter_in_runs), every format: pages alike but
+ * moved by other amounts block by block, where blocks, or one layer's
+ * last and the next layer's first, lie back to back on some pages and
+ * apart on others. A page planned from the page before must coalesce as
+ * the reference does (lib/plan/sequences.c, sorted_region_free). */
+Test(oracle, blocks_back_to_back_on_some_pages) {
+  const oracle_memory_style styles[] = {ORACLE_MEM_PAGED_SMALL, ORACLE_MEM_HND};
+  for (int f = RESHARD_FORMAT_PLHD; f <= RESHARD_FORMAT_HPLD; f++) {
+    for (size_t s = 0; s < 2; s++) {
+      oracle_case_opts opts;
+      memset(&opts, 0, sizeof opts);
+      opts.format = (reshard_format)f;
+      opts.style = styles[s];
+      opts.max_sources = 1;
+      opts.scatter_in_runs = true;
+      run_many(0x7700 + (uint64_t)f * 2 + s, 40, &opts);
+    }
+  }
+}
+
 /* ---- explicit TP/PP/DP/replica changes ---- */
 
 typedef struct topology_param {
