@@ -130,7 +130,8 @@ typedef struct direct {
   uint64_t pieces;        /* what the walk writes before coalescing */
   uint64_t rows;          /* segments' outer rows: the runs path's bound */
   reshard__batcher batcher;
-  reshard_copy pending; /* the last coalesced copy, not yet batched */
+  /* The last coalesced copy, not yet batched, at batcher.out + written
+   * (the explicit path) or the pending row (the runs path). */
   bool has_pending;
   /* With runs and omit_copies the copies are never written: each row of
    * a segment goes on as a strided sequence (pending_row, the coalesced
@@ -364,42 +365,48 @@ static inline void runs_put(direct *d, const reshard_copy *first,
   d->has_pending = true;
 }
 
-/* A coalesced copy to the batcher. One that fits the open batch without
- * filling it is what reshard__batcher_push does with it, a store and
- * three additions, done here in line; anything else (a batch to close,
- * a copy to split) is the batcher's. */
-static inline void direct_batch(direct *d, const reshard_copy *c) {
+/* The pending copy (the last coalesced one, at out + written: written in
+ * place, so batching it is a count, not a 48-byte move) to the batcher.
+ * One that fits the open batch without filling it is what
+ * reshard__batcher_push does with it, three additions, done here in
+ * line; anything else (a batch to close, a copy to split) is the
+ * batcher's, from a copy of it, since the batcher writes where it lies. */
+static inline void direct_batch(direct *d) {
   reshard__batcher *b = &d->batcher;
+  uint64_t nbytes = b->out[b->written].nbytes;
   if (b->batch_ops + 1 < b->limits.max_operations &&
-      c->nbytes < b->limits.max_bytes - b->batch_bytes) {
-    b->out[b->written++] = *c;
+      nbytes < b->limits.max_bytes - b->batch_bytes) {
+    b->written++;
     b->batch_ops++;
-    b->batch_bytes += c->nbytes;
+    b->batch_bytes += nbytes;
     b->pushed++;
     return;
   }
-  reshard__batcher_push(b, c, 1);
+  reshard_copy c = b->out[b->written];
+  reshard__batcher_push(b, &c, 1);
   if (d->columns != NULL && d->status == RESHARD_OK &&
       (d->status = reshard__transfer_columns_drain(d->columns, d->t->err))) {
     d->ordered = false; /* stops the walk; plan_direct reports status */
   }
 }
 
-/* Coalescing against the last copy: merged when both ends continue it
- * (the source is the same one: the walk flushes at each change). */
+/* Coalescing against the pending copy: merged when both ends continue it
+ * (the source is the same one: the walk flushes at each change). The
+ * copy is written where the batcher would write it (out has a slot
+ * past its bound for it). */
 static inline void direct_put(direct *d, const reshard_copy *c) {
-  reshard_copy *p = &d->pending;
-  if (d->has_pending && p->part_index == c->part_index &&
-      p->region_index == c->region_index &&
-      p->part_offset + p->nbytes == c->part_offset &&
-      p->region_offset + p->nbytes == c->region_offset) {
-    p->nbytes += c->nbytes;
-    return;
-  }
+  reshard__batcher *b = &d->batcher;
   if (d->has_pending) {
-    direct_batch(d, p);
+    reshard_copy *p = &b->out[b->written];
+    if (p->part_index == c->part_index && p->region_index == c->region_index &&
+        p->part_offset + p->nbytes == c->part_offset &&
+        p->region_offset + p->nbytes == c->region_offset) {
+      p->nbytes += c->nbytes;
+      return;
+    }
+    direct_batch(d);
   }
-  *p = *c;
+  b->out[b->written] = *c;
   d->has_pending = true;
 }
 
@@ -410,7 +417,7 @@ static void direct_flush(direct *d) {
     d->has_pending = false;
   }
   if (d->has_pending) {
-    direct_batch(d, &d->pending);
+    direct_batch(d);
     d->has_pending = false;
   }
   reshard__batcher_finish(&d->batcher);
