@@ -39,6 +39,7 @@
  * only, so the count is computed per job, not per segment. */
 typedef struct direct_shape {
   uint64_t copies, unit;
+  uint64_t span; /* from its first source byte to past its last */
   uint64_t inner, inner_s, inner_d;
   uint64_t outer, outer_s, outer_d;
 } direct_shape;
@@ -80,7 +81,7 @@ typedef struct direct_job {
    * the target block. */
   uint64_t s_offset, s_block_stride, s_token_stride;
   uint64_t g_offset, g_block_stride, g_token_stride;
-  uint64_t target_region, hb;
+  uint64_t source_region, target_region, hb;
   bool single;
   uint64_t single_heads, single_source, single_target;
 } direct_job;
@@ -440,7 +441,7 @@ static direct_shape shape_of(const direct_job *job, uint64_t tokens,
   direct_shape sh = {.inner = 1, .outer = 1};
   if (rows && (tokens == 1 || (s->token_stride == row && token_d == row))) {
     sh.copies = 1;
-    sh.unit = tokens * row;
+    sh.unit = sh.span = tokens * row;
     return sh;
   }
   if (rows) {
@@ -476,43 +477,58 @@ static direct_shape shape_of(const direct_job *job, uint64_t tokens,
       sh.inner = 1;
     }
   }
+  sh.span = (sh.outer - 1) * sh.outer_s + (sh.inner - 1) * sh.inner_s + sh.unit;
   return sh;
+}
+
+/* A segment's rows: each a strided sequence to runs_put with runs, else
+ * its copies one by one to direct_put. Out of line, so the walk's loop,
+ * whose segments are mostly one piece (T3-T5: a source block's tokens of
+ * one head), keeps its state in registers. */
+static __attribute__((noinline)) void
+direct_segment_rows(direct *d, const direct_job *job, uint64_t source_at,
+                    uint64_t target_at, const direct_shape *sh) {
+  reshard_copy c = {job->source,        job->source_region, source_at,
+                    job->target_region, target_at,          sh->unit};
+  for (uint64_t a = 0; a < sh->outer; a++) {
+    if (d->runs) {
+      runs_put(d, &c, sh->inner, sh->inner_s, sh->inner_d);
+    } else {
+      reshard_copy copy = c;
+      for (uint64_t b = 0; b < sh->inner; b++) {
+        direct_put(d, &copy);
+        copy.part_offset += sh->inner_s;
+        copy.region_offset += sh->inner_d;
+      }
+    }
+    c.part_offset += sh->outer_s;
+    c.region_offset += sh->outer_d;
+  }
 }
 
 /* One segment written in source order, after checking that it starts
  * past the last byte the one before it reads (else the walk is not in
  * plan order and stops). */
 static inline void direct_segment(direct *d, const direct_job *job,
-                                  uint64_t target_region, uint64_t source_at,
-                                  uint64_t target_at, const direct_shape *sh) {
+                                  uint64_t source_at, uint64_t target_at,
+                                  const direct_shape *sh) {
   uint64_t first = job->line + source_at;
   if (first < d->end) {
     d->ordered = false;
     return;
   }
-  d->end = first + (sh->outer - 1) * sh->outer_s +
-           (sh->inner - 1) * sh->inner_s + sh->unit;
-  if (d->runs) {
-    reshard_copy c = {job->source, job->tensor->region_index,
-                      source_at,   target_region,
-                      target_at,   sh->unit};
-    for (uint64_t a = 0; a < sh->outer; a++) {
-      runs_put(d, &c, sh->inner, sh->inner_s, sh->inner_d);
-      c.part_offset += sh->outer_s;
-      c.region_offset += sh->outer_d;
+  d->end = first + sh->span;
+  if (sh->inner == 1 && sh->outer == 1) {
+    reshard_copy c = {job->source,        job->source_region, source_at,
+                      job->target_region, target_at,          sh->unit};
+    if (d->runs) {
+      runs_put(d, &c, 1, 0, 0);
+    } else {
+      direct_put(d, &c);
     }
     return;
   }
-  for (uint64_t a = 0; a < sh->outer; a++) {
-    reshard_copy c = {
-        job->source,   job->tensor->region_index,   source_at + a * sh->outer_s,
-        target_region, target_at + a * sh->outer_d, sh->unit};
-    for (uint64_t b = 0; b < sh->inner; b++) {
-      direct_put(d, &c);
-      c.part_offset += sh->inner_s;
-      c.region_offset += sh->inner_d;
-    }
-  }
+  direct_segment_rows(d, job, source_at, target_at, sh);
 }
 
 /* The heads a job's target range over head `h` (of its range loop)
@@ -571,7 +587,7 @@ static inline void direct_heads(direct *d, direct_job *job, uint64_t source_at,
     job->shape_heads = heads;
     job->shape = shape_of(job, tokens, heads, job->hb);
   }
-  direct_segment(d, job, job->target_region, source_at, target_at, &job->shape);
+  direct_segment(d, job, source_at, target_at, &job->shape);
 }
 
 /* The source block of walk position k of one tensor, against the
@@ -622,6 +638,7 @@ static void direct_job_constants(const direct *d, direct_job *job) {
   job->g_offset = g->offset;
   job->g_block_stride = g->block_stride;
   job->g_token_stride = g->token_stride;
+  job->source_region = s->region_index;
   job->target_region = g->region_index;
   job->hb = d->t->head_bytes[job->group % 2];
   size_t ranges = 0;
@@ -639,6 +656,115 @@ static void direct_job_constants(const direct *d, direct_job *job) {
     }
   }
   job->single = ranges == 1;
+}
+
+/* The explicit walk's state while a region is walked by
+ * direct_region_pieces: the batcher's counts, the line's end and whether
+ * a copy is pending at out + written. */
+typedef struct piece_state {
+  size_t written;
+  uint64_t batch_ops, batch_bytes, pushed;
+  uint64_t end;
+  bool has_pending;
+} piece_state;
+
+static inline piece_state pieces_load(const direct *d) {
+  const reshard__batcher *b = &d->batcher;
+  return (piece_state){b->written, b->batch_ops, b->batch_bytes,
+                       b->pushed,  d->end,       d->has_pending};
+}
+
+static inline void pieces_store(direct *d, const piece_state *s) {
+  reshard__batcher *b = &d->batcher;
+  b->written = s->written;
+  b->batch_ops = s->batch_ops;
+  b->batch_bytes = s->batch_bytes;
+  b->pushed = s->pushed;
+  d->end = s->end;
+  d->has_pending = s->has_pending;
+}
+
+/* The explicit walk of one region whose jobs each meet one target range
+ * per block (job->single), the segments of one piece each (T3-T5) taken
+ * in line with the state in locals: in `d` it is reloaded after every
+ * copy written, which the compiler must assume may alias it (all are
+ * 64-bit words). direct_put and direct_batch's fast path, written here
+ * again for that; a segment of more pieces, or a batch to close, goes
+ * their way between a store and a reload of the state. */
+static void direct_region_pieces(direct *d, direct_job *jobs, bool by_block,
+                                 size_t xs, size_t ys) {
+  reshard_copy *out = d->batcher.out;
+  const uint64_t max_ops = d->batcher.limits.max_operations;
+  const uint64_t max_bytes = d->batcher.limits.max_bytes;
+  const direct_pair *pairs = d->pair;
+  piece_state s = pieces_load(d);
+  for (size_t x = 0; x < xs; x++) {
+    for (size_t y = 0; y < ys; y++) {
+      direct_job *job = &jobs[by_block ? y : x];
+      size_t k = by_block ? x : y;
+      for (size_t q = d->pair_first[k]; q < d->pair_first[k + 1]; q++) {
+        const direct_pair *pq = &pairs[q];
+        if (pq->tokens != job->shape_tokens ||
+            job->single_heads != job->shape_heads) {
+          job->shape_tokens = pq->tokens;
+          job->shape_heads = job->single_heads;
+          job->shape = shape_of(job, pq->tokens, job->single_heads, job->hb);
+        }
+        uint64_t source_at =
+            job->s_offset + pq->source_id * job->s_block_stride +
+            pq->source_token * job->s_token_stride + job->single_source;
+        uint64_t target_at =
+            job->g_offset + pq->target_id * job->g_block_stride +
+            pq->target_token * job->g_token_stride + job->single_target;
+        if (job->shape.inner != 1 || job->shape.outer != 1) {
+          pieces_store(d, &s);
+          direct_segment(d, job, source_at, target_at, &job->shape);
+          if (!d->ordered) {
+            return;
+          }
+          s = pieces_load(d);
+          continue;
+        }
+        uint64_t first = job->line + source_at;
+        if (first < s.end) {
+          pieces_store(d, &s);
+          d->ordered = false;
+          return;
+        }
+        s.end = first + job->shape.span;
+        uint64_t unit = job->shape.unit;
+        if (s.has_pending) {
+          reshard_copy *p = &out[s.written];
+          if (p->part_index == job->source_region &&
+              p->region_index == job->target_region &&
+              p->part_offset + p->nbytes == source_at &&
+              p->region_offset + p->nbytes == target_at) {
+            p->nbytes += unit;
+            continue;
+          }
+          if (s.batch_ops + 1 < max_ops &&
+              p->nbytes < max_bytes - s.batch_bytes) {
+            s.batch_bytes += p->nbytes;
+            s.written++;
+            s.batch_ops++;
+            s.pushed++;
+          } else {
+            pieces_store(d, &s);
+            direct_batch(d);
+            if (!d->ordered) {
+              return;
+            }
+            s = pieces_load(d);
+          }
+        }
+        out[s.written] =
+            (reshard_copy){job->source,        job->source_region, source_at,
+                           job->target_region, target_at,          unit};
+        s.has_pending = true;
+      }
+    }
+  }
+  pieces_store(d, &s);
 }
 
 /* The walk (see above), writing through the batcher; d->ordered false
@@ -670,7 +796,14 @@ static reshard_status direct_walk(direct *d) {
         jobs[b - 1].tensor->offset - first->offset < first->block_stride;
     size_t xs = by_block ? d->blocks : b - a;
     size_t ys = by_block ? b - a : d->blocks;
-    for (size_t x = 0; x < xs && d->ordered; x++) {
+    bool single = !d->runs;
+    for (size_t j = a; j < b && single; j++) {
+      single = jobs[j].single;
+    }
+    if (single) {
+      direct_region_pieces(d, &jobs[a], by_block, xs, ys);
+    }
+    for (size_t x = 0; x < xs && d->ordered && !single; x++) {
       for (size_t y = 0; y < ys && d->ordered; y++) {
         direct_block(d, &jobs[a + (by_block ? y : x)], by_block ? x : y);
       }
