@@ -658,20 +658,34 @@ static void direct_job_constants(const direct *d, direct_job *job) {
   job->single = ranges == 1;
 }
 
-/* The explicit walk's state while a region is walked by
- * direct_region_pieces: the batcher's counts, the line's end and whether
- * a copy is pending at out + written. */
+/* The walk's state while a region is walked by region_pieces: the
+ * batcher's counts, the line's end, and with runs the pending copy (kept
+ * as a pending row of one copy; the explicit path keeps it where the
+ * batcher puts it, at out + written). */
 typedef struct piece_state {
   size_t written;
   uint64_t batch_ops, batch_bytes, pushed;
   uint64_t end;
   bool has_pending;
+  reshard_copy pending;
+  /* The runs path's pending row is of more than one copy (a segment of
+   * more pieces left it): the next segment goes the general way. */
+  bool row_pending;
 } piece_state;
 
 static inline piece_state pieces_load(const direct *d) {
   const reshard__batcher *b = &d->batcher;
-  return (piece_state){b->written, b->batch_ops, b->batch_bytes,
-                       b->pushed,  d->end,       d->has_pending};
+  piece_state s = {.written = b->written,
+                   .batch_ops = b->batch_ops,
+                   .batch_bytes = b->batch_bytes,
+                   .pushed = b->pushed,
+                   .end = d->end,
+                   .has_pending = d->has_pending};
+  if (s.has_pending && d->runs) {
+    s.pending = d->pending_row.first;
+    s.row_pending = d->pending_row.count != 1;
+  }
+  return s;
 }
 
 static inline void pieces_store(direct *d, const piece_state *s) {
@@ -682,18 +696,58 @@ static inline void pieces_store(direct *d, const piece_state *s) {
   b->pushed = s->pushed;
   d->end = s->end;
   d->has_pending = s->has_pending;
+  if (s->has_pending && d->runs && !s->row_pending) {
+    d->pending_row = (reshard_run){s->pending, 1, 0, 0};
+  }
 }
 
-/* The explicit walk of one region whose jobs each meet one target range
- * per block (job->single), the segments of one piece each (T3-T5) taken
- * in line with the state in locals: in `d` it is reloaded after every
- * copy written, which the compiler must assume may alias it (all are
- * 64-bit words). direct_put and direct_batch's fast path, written here
- * again for that; a segment of more pieces, or a batch to close, goes
- * their way between a store and a reload of the state. */
-static void direct_region_pieces(direct *d, direct_job *jobs, bool by_block,
-                                 size_t xs, size_t ys) {
-  reshard_copy *out = d->batcher.out;
+/* pieces_emit's way for a copy that closes or splits a batch: the
+ * batcher's (direct_batch, runs_take_cut), between a store and a reload
+ * of the state, after which nothing is pending. */
+static __attribute__((noinline)) bool pieces_emit_cut(direct *d, piece_state *s,
+                                                      bool runs) {
+  reshard_copy pending = s->pending;
+  s->has_pending = false; /* handed over below */
+  pieces_store(d, s);
+  if (runs) {
+    runs_take_cut(d, pending, 1, 0, 0);
+  } else {
+    direct_batch(d); /* the copy at out + written */
+  }
+  *s = pieces_load(d);
+  return d->ordered;
+}
+
+/* The pending copy, of `nbytes`, to the batcher (and with runs, to the
+ * folder), in line when it fits the open batch without filling it, as
+ * direct_batch and runs_take do. False when the walk stopped. */
+static inline __attribute__((always_inline)) bool
+pieces_emit(direct *d, piece_state *s, bool runs, uint64_t nbytes,
+            uint64_t max_ops, uint64_t max_bytes) {
+  if (s->batch_ops + 1 >= max_ops || nbytes >= max_bytes - s->batch_bytes) {
+    return pieces_emit_cut(d, s, runs);
+  }
+  if (runs) {
+    reshard_copy pending = s->pending; /* its address, not the state's */
+    runs_fold(d, &pending, 1, 0, 0);
+  }
+  s->written++;
+  s->batch_ops++;
+  s->batch_bytes += nbytes;
+  s->pushed++;
+  return !runs || d->ordered;
+}
+
+/* The walk of one region whose jobs each meet one target range per block
+ * (job->single), the segments of one piece each (T3-T5) taken in line
+ * with the state in locals: in `d` it is reloaded after every copy
+ * written, which the compiler must assume may alias it (all are 64-bit
+ * words). The coalescing of direct_put and runs_put, for one copy after
+ * one copy; a segment of more pieces goes the general way, between a
+ * store and a reload of the state. */
+static inline __attribute__((always_inline)) void
+region_pieces(direct *d, direct_job *jobs, bool by_block, size_t xs, size_t ys,
+              bool runs) {
   const uint64_t max_ops = d->batcher.limits.max_operations;
   const uint64_t max_bytes = d->batcher.limits.max_bytes;
   const direct_pair *pairs = d->pair;
@@ -716,7 +770,7 @@ static void direct_region_pieces(direct *d, direct_job *jobs, bool by_block,
         uint64_t target_at =
             job->g_offset + pq->target_id * job->g_block_stride +
             pq->target_token * job->g_token_stride + job->single_target;
-        if (job->shape.inner != 1 || job->shape.outer != 1) {
+        if (job->shape.inner != 1 || job->shape.outer != 1 || s.row_pending) {
           pieces_store(d, &s);
           direct_segment(d, job, source_at, target_at, &job->shape);
           if (!d->ordered) {
@@ -734,7 +788,7 @@ static void direct_region_pieces(direct *d, direct_job *jobs, bool by_block,
         s.end = first + job->shape.span;
         uint64_t unit = job->shape.unit;
         if (s.has_pending) {
-          reshard_copy *p = &out[s.written];
+          reshard_copy *p = runs ? &s.pending : &d->batcher.out[s.written];
           if (p->part_index == job->source_region &&
               p->region_index == job->target_region &&
               p->part_offset + p->nbytes == source_at &&
@@ -742,29 +796,34 @@ static void direct_region_pieces(direct *d, direct_job *jobs, bool by_block,
             p->nbytes += unit;
             continue;
           }
-          if (s.batch_ops + 1 < max_ops &&
-              p->nbytes < max_bytes - s.batch_bytes) {
-            s.batch_bytes += p->nbytes;
-            s.written++;
-            s.batch_ops++;
-            s.pushed++;
-          } else {
-            pieces_store(d, &s);
-            direct_batch(d);
-            if (!d->ordered) {
-              return;
-            }
-            s = pieces_load(d);
+          if (!pieces_emit(d, &s, runs, p->nbytes, max_ops, max_bytes)) {
+            return;
           }
         }
-        out[s.written] =
-            (reshard_copy){job->source,        job->source_region, source_at,
-                           job->target_region, target_at,          unit};
+        reshard_copy c = {job->source,        job->source_region, source_at,
+                          job->target_region, target_at,          unit};
+        if (runs) {
+          s.pending = c;
+        } else {
+          d->batcher.out[s.written] = c;
+        }
         s.has_pending = true;
       }
     }
   }
   pieces_store(d, &s);
+}
+
+/* region_pieces compiled for each path, so neither tests which it is on
+ * every copy. */
+static void direct_region_copies(direct *d, direct_job *jobs, bool by_block,
+                                 size_t xs, size_t ys) {
+  region_pieces(d, jobs, by_block, xs, ys, false);
+}
+
+static void direct_region_runs(direct *d, direct_job *jobs, bool by_block,
+                               size_t xs, size_t ys) {
+  region_pieces(d, jobs, by_block, xs, ys, true);
 }
 
 /* The walk (see above), writing through the batcher; d->ordered false
@@ -796,12 +855,22 @@ static reshard_status direct_walk(direct *d) {
         jobs[b - 1].tensor->offset - first->offset < first->block_stride;
     size_t xs = by_block ? d->blocks : b - a;
     size_t ys = by_block ? b - a : d->blocks;
-    bool single = !d->runs;
+    /* Jobs of one target range per block whose segments are one piece
+     * (the first pair's shape; a block cut short goes the general way in
+     * region_pieces) are walked there. */
+    bool single = true;
     for (size_t j = a; j < b && single; j++) {
       single = jobs[j].single;
+      if (single) {
+        direct_shape sh = shape_of(&jobs[j], d->pair[0].tokens,
+                                   jobs[j].single_heads, jobs[j].hb);
+        single = sh.inner == 1 && sh.outer == 1;
+      }
     }
-    if (single) {
-      direct_region_pieces(d, &jobs[a], by_block, xs, ys);
+    if (single && d->runs) {
+      direct_region_runs(d, &jobs[a], by_block, xs, ys);
+    } else if (single) {
+      direct_region_copies(d, &jobs[a], by_block, xs, ys);
     }
     for (size_t x = 0; x < xs && d->ordered && !single; x++) {
       for (size_t y = 0; y < ys && d->ordered; y++) {
