@@ -29,7 +29,14 @@
  * tokens and heads only (direct_count). The walk checks the order as it
  * writes; one it refutes (a source block split by target blocks in an
  * HND source, a per-head target over an NHD source) stops, and the plan
- * is made by binding the target and sorting, as for any binding. */
+ * is made by binding the target and sorting, as for any binding.
+ *
+ * Most of what engines hold walks as segments of one piece each (a
+ * source block's tokens of one head range, contiguous on both sides:
+ * FlashInfer's HND blocks into NHD, one-head participants, MLA): a
+ * region whose every job is so is walked by region_pieces, with the
+ * walk's state in locals rather than in `direct`, which every copy
+ * written may alias. */
 
 /* A segment's copies: `copies` as lower_segment lowers it, and what the
  * walk writes, `outer` × `inner` pieces of `unit` bytes, the axes whose
@@ -797,6 +804,7 @@ region_pieces(direct *d, direct_job *jobs, bool by_block, size_t xs, size_t ys,
             continue;
           }
           if (!pieces_emit(d, &s, runs, p->nbytes, max_ops, max_bytes)) {
+            pieces_store(d, &s); /* the walk stops; the state stays whole */
             return;
           }
         }
