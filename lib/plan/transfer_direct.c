@@ -488,34 +488,31 @@ static direct_shape shape_of(const direct_job *job, uint64_t tokens,
   return sh;
 }
 
-/* A segment's rows: each a strided sequence to runs_put with runs, else
- * its copies one by one to direct_put. Out of line, so the walk's loop,
- * whose segments are mostly one piece (T3-T5: a source block's tokens of
- * one head), keeps its state in registers. */
+/* A segment's copies one by one to direct_put. Out of line, so the
+ * walk's loop, whose segments are mostly one piece (T3-T5: a source
+ * block's tokens of one head), keeps its state in registers. */
 static __attribute__((noinline)) void
-direct_segment_rows(direct *d, const direct_job *job, uint64_t source_at,
-                    uint64_t target_at, const direct_shape *sh) {
-  reshard_copy c = {job->source,        job->source_region, source_at,
-                    job->target_region, target_at,          sh->unit};
+direct_segment_copies(direct *d, const direct_job *job, uint64_t source_at,
+                      uint64_t target_at, const direct_shape *sh) {
   for (uint64_t a = 0; a < sh->outer; a++) {
-    if (d->runs) {
-      runs_put(d, &c, sh->inner, sh->inner_s, sh->inner_d);
-    } else {
-      reshard_copy copy = c;
-      for (uint64_t b = 0; b < sh->inner; b++) {
-        direct_put(d, &copy);
-        copy.part_offset += sh->inner_s;
-        copy.region_offset += sh->inner_d;
-      }
+    reshard_copy c = {job->source,
+                      job->source_region,
+                      source_at + a * sh->outer_s,
+                      job->target_region,
+                      target_at + a * sh->outer_d,
+                      sh->unit};
+    for (uint64_t b = 0; b < sh->inner; b++) {
+      direct_put(d, &c);
+      c.part_offset += sh->inner_s;
+      c.region_offset += sh->inner_d;
     }
-    c.part_offset += sh->outer_s;
-    c.region_offset += sh->outer_d;
   }
 }
 
 /* One segment written in source order, after checking that it starts
  * past the last byte the one before it reads (else the walk is not in
- * plan order and stops). */
+ * plan order and stops). With runs, each row goes on as a strided
+ * sequence (runs_put). */
 static inline void direct_segment(direct *d, const direct_job *job,
                                   uint64_t source_at, uint64_t target_at,
                                   const direct_shape *sh) {
@@ -525,17 +522,19 @@ static inline void direct_segment(direct *d, const direct_job *job,
     return;
   }
   d->end = first + sh->span;
-  if (sh->inner == 1 && sh->outer == 1) {
-    reshard_copy c = {job->source,        job->source_region, source_at,
-                      job->target_region, target_at,          sh->unit};
-    if (d->runs) {
-      runs_put(d, &c, 1, 0, 0);
-    } else {
-      direct_put(d, &c);
+  reshard_copy c = {job->source,        job->source_region, source_at,
+                    job->target_region, target_at,          sh->unit};
+  if (d->runs) {
+    for (uint64_t a = 0; a < sh->outer; a++) {
+      runs_put(d, &c, sh->inner, sh->inner_s, sh->inner_d);
+      c.part_offset += sh->outer_s;
+      c.region_offset += sh->outer_d;
     }
-    return;
+  } else if (sh->inner == 1 && sh->outer == 1) {
+    direct_put(d, &c);
+  } else {
+    direct_segment_copies(d, job, source_at, target_at, sh);
   }
-  direct_segment_rows(d, job, source_at, target_at, sh);
 }
 
 /* The heads a job's target range over head `h` (of its range loop)
