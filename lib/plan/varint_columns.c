@@ -302,8 +302,21 @@ static uint8_t *plain_column(uint8_t *out, const char *base, size_t pitch,
                       true);
       out += length * (end - i);
     } else {
+      /* Too short to pay: value by value, and on past it while no three
+       * values in a row step alike (scattered offsets: T3's blocks),
+       * since looking for a stretch at every value costs several times
+       * writing it. Any split gives the same bytes. */
       for (size_t k = i; k < end; k++) {
         out = put_varint_word(out, row_field(base, pitch, k, field));
+      }
+      for (; end + 2 < count; end++) {
+        uint64_t a = row_field(base, pitch, end, field);
+        uint64_t b = row_field(base, pitch, end + 1, field);
+        uint64_t c = row_field(base, pitch, end + 2, field);
+        if (b >= a && c - b == b - a) {
+          break;
+        }
+        out = put_varint_word(out, a);
       }
     }
     i = end;
