@@ -1018,6 +1018,12 @@ static int time_transfer_response(transfer_scenario *t, bool columns, int count,
 static int transfer_table(const char *only, uint64_t tokens, int count) {
   int failures = 0;
   bool header = false;
+  /* RESHARD_BENCH_TRANSFER_FORM=explicit or =runs: that form `count`
+   * times, the other twice, no response tables, so a profile or an
+   * instruction count is of one form (docs/performance.md, Round 23). */
+  const char *form = getenv("RESHARD_BENCH_TRANSFER_FORM");
+  bool form_explicit = form != NULL && strcmp(form, "explicit") == 0;
+  bool form_runs = form != NULL && strcmp(form, "runs") == 0;
   for (size_t i = 0; i < sizeof transfer_specs / sizeof transfer_specs[0];
        i++) {
     const transfer_spec *spec = &transfer_specs[i];
@@ -1054,12 +1060,13 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
     if (transfer_scenario_build(spec, tokens, 42 + i, &arena, &t, &err)) {
       fprintf(stderr, "%s: %s\n", spec->name, err.message);
       failures++;
-    } else if (time_transfer(&t, false, count, &plain) ||
-               time_transfer(&t, true, count, &runs) ||
-               time_transfer_response(&t, false, count, &from_copies_ns,
-                                      &from_copies, &from_copies_size) ||
-               time_transfer_response(&t, true, count, &columns_ns,
-                                      &from_columns, &from_columns_size)) {
+    } else if (time_transfer(&t, false, form_runs ? 2 : count, &plain) ||
+               time_transfer(&t, true, form_explicit ? 2 : count, &runs) ||
+               (form == NULL &&
+                (time_transfer_response(&t, false, count, &from_copies_ns,
+                                        &from_copies, &from_copies_size) ||
+                 time_transfer_response(&t, true, count, &columns_ns,
+                                        &from_columns, &from_columns_size)))) {
       failures++;
     } else {
       bool same = runs.runs_match && runs.copies == plain.copies;
