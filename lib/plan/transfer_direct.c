@@ -325,6 +325,24 @@ static inline void runs_take(direct *d, reshard_copy first, uint64_t count,
   runs_take_cut(d, first, count, part_stride, region_stride);
 }
 
+/* Whether a copy from `part_offset` of source region `part_index` to
+ * `region_offset` of target region `region_index` continues `p` on both
+ * sides: coalescing merges them. The source is the same one (the walk
+ * flushes at each change). */
+static inline bool continues_at(const reshard_copy *p, uint64_t part_index,
+                                uint64_t region_index, uint64_t part_offset,
+                                uint64_t region_offset) {
+  return p->part_index == part_index && p->region_index == region_index &&
+         p->part_offset + p->nbytes == part_offset &&
+         p->region_offset + p->nbytes == region_offset;
+}
+
+static inline bool copy_continues(const reshard_copy *p,
+                                  const reshard_copy *c) {
+  return continues_at(p, c->part_index, c->region_index, c->part_offset,
+                      c->region_offset);
+}
+
 /* A row of `count` copies (first + k strides) after the pending ones:
  * direct_put's coalescing, by sequences. Only the pending row's last
  * copy and the row's first can merge (see above); the merged copy is of
@@ -336,10 +354,7 @@ static inline void runs_put(direct *d, const reshard_copy *first,
   if (d->has_pending && count == 1 && p->count == 1) {
     /* Single copies after a single copy (segments of one copy: T3–T5):
      * the same as below, without the sequence arithmetic. */
-    if (p->first.part_index == first->part_index &&
-        p->first.region_index == first->region_index &&
-        p->first.part_offset + p->first.nbytes == first->part_offset &&
-        p->first.region_offset + p->first.nbytes == first->region_offset) {
+    if (copy_continues(&p->first, first)) {
       p->first.nbytes += first->nbytes;
       return;
     }
@@ -349,10 +364,7 @@ static inline void runs_put(direct *d, const reshard_copy *first,
   }
   if (d->has_pending) {
     reshard_copy last = reshard_run_copy(p, p->count - 1);
-    if (last.part_index == first->part_index &&
-        last.region_index == first->region_index &&
-        last.part_offset + last.nbytes == first->part_offset &&
-        last.region_offset + last.nbytes == first->region_offset) {
+    if (copy_continues(&last, first)) {
       if (p->count > 1) {
         runs_take(d, p->first, p->count - 1, p->part_stride, p->region_stride);
       }
@@ -398,17 +410,14 @@ static inline void direct_batch(direct *d) {
   }
 }
 
-/* Coalescing against the pending copy: merged when both ends continue it
- * (the source is the same one: the walk flushes at each change). The
- * copy is written where the batcher would write it (out has a slot
- * past its bound for it). */
+/* Coalescing against the pending copy (copy_continues). The copy is
+ * written where the batcher would write it (out has a slot past its
+ * bound for it). */
 static inline void direct_put(direct *d, const reshard_copy *c) {
   reshard__batcher *b = &d->batcher;
   if (d->has_pending) {
     reshard_copy *p = &b->out[b->written];
-    if (p->part_index == c->part_index && p->region_index == c->region_index &&
-        p->part_offset + p->nbytes == c->part_offset &&
-        p->region_offset + p->nbytes == c->region_offset) {
+    if (copy_continues(p, c)) {
       p->nbytes += c->nbytes;
       return;
     }
@@ -582,18 +591,39 @@ static void direct_count(direct *d) {
   }
 }
 
-/* One segment of a job: `tokens` tokens of heads [h0, h1) at source_at
- * and target_at, its shape the job's last unless the tokens or heads
- * changed (most blocks of a tensor meet their target blocks alike). */
-static inline void direct_heads(direct *d, direct_job *job, uint64_t source_at,
-                                uint64_t target_at, uint64_t tokens,
-                                uint64_t heads) {
+/* The shape of a job's segment of `tokens` tokens and `heads` heads: the
+ * job's last unless the tokens or heads changed (most blocks of a tensor
+ * meet their target blocks alike). */
+static inline __attribute__((always_inline)) const direct_shape *
+job_shape(direct_job *job, uint64_t tokens, uint64_t heads) {
   if (tokens != job->shape_tokens || heads != job->shape_heads) {
     job->shape_tokens = tokens;
     job->shape_heads = heads;
     job->shape = shape_of(job, tokens, heads, job->hb);
   }
-  direct_segment(d, job, source_at, target_at, &job->shape);
+  return &job->shape;
+}
+
+/* Where a pair's shared tokens start in the job's source tensor and in
+ * its target group (before the heads' offsets). */
+static inline uint64_t pair_source(const direct_job *job,
+                                   const direct_pair *pq) {
+  return job->s_offset + pq->source_id * job->s_block_stride +
+         pq->source_token * job->s_token_stride;
+}
+
+static inline uint64_t pair_target(const direct_job *job,
+                                   const direct_pair *pq) {
+  return job->g_offset + pq->target_id * job->g_block_stride +
+         pq->target_token * job->g_token_stride;
+}
+
+/* One segment of a job: `tokens` tokens of heads [h0, h1) at source_at
+ * and target_at (its shape from job_shape). */
+static inline void direct_heads(direct *d, direct_job *job, uint64_t source_at,
+                                uint64_t target_at, uint64_t tokens,
+                                uint64_t heads) {
+  direct_segment(d, job, source_at, target_at, job_shape(job, tokens, heads));
 }
 
 /* The source block of walk position k of one tensor, against the
@@ -605,10 +635,8 @@ static inline void direct_block(direct *d, direct_job *job, size_t k) {
   const direct_pair *pair = d->pair;
   for (size_t q = d->pair_first[k]; q < d->pair_first[k + 1]; q++) {
     const direct_pair *pq = &pair[q];
-    uint64_t source_t0 = job->s_offset + pq->source_id * job->s_block_stride +
-                         pq->source_token * job->s_token_stride;
-    uint64_t target_t0 = job->g_offset + pq->target_id * job->g_block_stride +
-                         pq->target_token * job->g_token_stride;
+    uint64_t source_t0 = pair_source(job, pq);
+    uint64_t target_t0 = pair_target(job, pq);
     uint64_t tokens = pq->tokens;
     if (job->single) {
       direct_heads(d, job, source_t0 + job->single_source,
@@ -764,21 +792,12 @@ region_pieces(direct *d, direct_job *jobs, bool by_block, size_t xs, size_t ys,
       size_t k = by_block ? x : y;
       for (size_t q = d->pair_first[k]; q < d->pair_first[k + 1]; q++) {
         const direct_pair *pq = &pairs[q];
-        if (pq->tokens != job->shape_tokens ||
-            job->single_heads != job->shape_heads) {
-          job->shape_tokens = pq->tokens;
-          job->shape_heads = job->single_heads;
-          job->shape = shape_of(job, pq->tokens, job->single_heads, job->hb);
-        }
-        uint64_t source_at =
-            job->s_offset + pq->source_id * job->s_block_stride +
-            pq->source_token * job->s_token_stride + job->single_source;
-        uint64_t target_at =
-            job->g_offset + pq->target_id * job->g_block_stride +
-            pq->target_token * job->g_token_stride + job->single_target;
-        if (job->shape.inner != 1 || job->shape.outer != 1 || s.row_pending) {
+        const direct_shape *sh = job_shape(job, pq->tokens, job->single_heads);
+        uint64_t source_at = pair_source(job, pq) + job->single_source;
+        uint64_t target_at = pair_target(job, pq) + job->single_target;
+        if (sh->inner != 1 || sh->outer != 1 || s.row_pending) {
           pieces_store(d, &s);
-          direct_segment(d, job, source_at, target_at, &job->shape);
+          direct_segment(d, job, source_at, target_at, sh);
           if (!d->ordered) {
             return;
           }
@@ -791,14 +810,12 @@ region_pieces(direct *d, direct_job *jobs, bool by_block, size_t xs, size_t ys,
           d->ordered = false;
           return;
         }
-        s.end = first + job->shape.span;
-        uint64_t unit = job->shape.unit;
+        s.end = first + sh->span;
+        uint64_t unit = sh->unit;
         if (s.has_pending) {
           reshard_copy *p = runs ? &s.pending : &d->batcher.out[s.written];
-          if (p->part_index == job->source_region &&
-              p->region_index == job->target_region &&
-              p->part_offset + p->nbytes == source_at &&
-              p->region_offset + p->nbytes == target_at) {
+          if (continues_at(p, job->source_region, job->target_region, source_at,
+                           target_at)) {
             p->nbytes += unit;
             continue;
           }
@@ -878,10 +895,11 @@ static reshard_status direct_walk(direct *d) {
       direct_region_runs(d, &jobs[a], by_block, xs, ys);
     } else if (single) {
       direct_region_copies(d, &jobs[a], by_block, xs, ys);
-    }
-    for (size_t x = 0; x < xs && d->ordered && !single; x++) {
-      for (size_t y = 0; y < ys && d->ordered; y++) {
-        direct_block(d, &jobs[a + (by_block ? y : x)], by_block ? x : y);
+    } else {
+      for (size_t x = 0; x < xs && d->ordered; x++) {
+        for (size_t y = 0; y < ys && d->ordered; y++) {
+          direct_block(d, &jobs[a + (by_block ? y : x)], by_block ? x : y);
+        }
       }
     }
     if (b == d->job_count || jobs[b].source != jobs[a].source) {
