@@ -376,31 +376,29 @@ void reshard__run_folder_moved(reshard__run_folder *folder, size_t first,
                                size_t end, uint64_t page_index,
                                const size_t *origin,
                                const uint64_t *sequence_shift, uint64_t copies);
+/* Whether a strided sequence starting at `first` is of `slot`'s class and
+ * its first copy follows the class's last: what folding it in line
+ * (reshard__fold_slot_extend) needs. */
+static inline bool reshard__fold_slot_takes(const struct fold_slot *slot,
+                                            const reshard_copy *first) {
+  return slot->page_index == first->page_index &&
+         slot->part_index == first->part_index &&
+         slot->region_index == first->region_index &&
+         slot->nbytes == first->nbytes && first->part_offset > slot->last_part;
+}
+
 /* Folds one strided sequence (`count` >= 1 copies, copy k at first + k
- * strides, strides > 0 when count > 1) into the open batch in line, as
- * reshard__run_folder_group of that one sequence would, when its class
- * is the one the folder last saw in its region (recent[]) and its first
- * copy follows that class's last: a compare and a few stores, no call.
- * False, with nothing changed, otherwise (a class new to the batch, a
- * copy out of order, origins being noted): the caller folds it the
- * general way. Used by the transfer walk (transfer_direct.c), whose
- * copies meet one class per region in turn. */
-static inline bool reshard__run_folder_fast(reshard__run_folder *folder,
-                                            const reshard_copy *first,
-                                            uint64_t count,
-                                            uint64_t part_stride,
-                                            uint64_t region_stride) {
-  struct fold_slot *slot =
-      folder->recent[first->region_index % RESHARD__FOLD_RECENT];
-  if (slot == NULL || folder->origin != NULL ||
-      slot->stamp != folder->batch_count + 1 ||
-      slot->page_index != first->page_index ||
-      slot->part_index != first->part_index ||
-      slot->region_index != first->region_index ||
-      slot->nbytes != first->nbytes || first->part_offset <= slot->last_part) {
-    return false;
-  }
-  reshard_run *runs = folder->runs;
+ * strides, strides > 0 when count > 1) of the class of `slot`, which takes
+ * it (reshard__fold_slot_takes), into `runs`: the class's run goes on or
+ * the sequence starts the next (at *run_count, which it counts), as
+ * reshard__run_folder_group of that one sequence would. The slot may be
+ * the caller's copy of the folder's (the transfer walk keeps it in a
+ * local while it walks a region); the caller counts the copies. */
+static inline __attribute__((always_inline)) void
+reshard__fold_slot_extend(struct fold_slot *slot, reshard_run *runs,
+                          size_t *run_count, const reshard_copy *first,
+                          uint64_t count, uint64_t part_stride,
+                          uint64_t region_stride) {
   reshard_run *run = &runs[slot->run];
   uint64_t part_step = first->part_offset - slot->last_part;
   uint64_t region_step = first->region_offset - slot->last_region;
@@ -418,8 +416,8 @@ static inline bool reshard__run_folder_fast(reshard__run_folder *folder,
   } else {
     /* A new run of the class from the first copy: with its rest, the
      * sequence itself. */
-    slot->run = folder->run_count;
-    runs[folder->run_count++] =
+    slot->run = *run_count;
+    runs[(*run_count)++] =
         (reshard_run){*first, count, rest > 0 ? part_stride : 0,
                       rest > 0 ? region_stride : 0};
     rest = 0;
@@ -430,17 +428,51 @@ static inline bool reshard__run_folder_fast(reshard__run_folder *folder,
         run->region_stride == region_stride) {
       run->count += rest;
     } else {
-      slot->run = folder->run_count;
+      slot->run = *run_count;
       reshard_copy second = *first;
       second.part_offset += part_stride;
       second.region_offset += region_stride;
-      runs[folder->run_count++] =
+      runs[(*run_count)++] =
           (reshard_run){second, rest, rest > 1 ? part_stride : 0,
                         rest > 1 ? region_stride : 0};
     }
   }
   slot->last_part = first->part_offset + (count - 1) * part_stride;
   slot->last_region = first->region_offset + (count - 1) * region_stride;
+}
+
+/* The folder's slot for `region_index`'s class when it belongs to the
+ * open batch (recent[]), else NULL. */
+static inline struct fold_slot *
+reshard__run_folder_recent(const reshard__run_folder *folder,
+                           uint64_t region_index) {
+  struct fold_slot *slot = folder->recent[region_index % RESHARD__FOLD_RECENT];
+  return slot != NULL && folder->origin == NULL &&
+                 slot->stamp == folder->batch_count + 1
+             ? slot
+             : NULL;
+}
+
+/* Folds one strided sequence into the open batch in line, as
+ * reshard__run_folder_group of that one sequence would, when its class
+ * is the one the folder last saw in its region (recent[]) and its first
+ * copy follows that class's last: a compare and a few stores, no call.
+ * False, with nothing changed, otherwise (a class new to the batch, a
+ * copy out of order, origins being noted): the caller folds it the
+ * general way. Used by the transfer walk (transfer_direct.c), whose
+ * copies meet one class per region in turn. */
+static inline bool reshard__run_folder_fast(reshard__run_folder *folder,
+                                            const reshard_copy *first,
+                                            uint64_t count,
+                                            uint64_t part_stride,
+                                            uint64_t region_stride) {
+  struct fold_slot *slot =
+      reshard__run_folder_recent(folder, first->region_index);
+  if (slot == NULL || !reshard__fold_slot_takes(slot, first)) {
+    return false;
+  }
+  reshard__fold_slot_extend(slot, folder->runs, &folder->run_count, first,
+                            count, part_stride, region_stride);
   folder->open_copies += (size_t)count;
   return true;
 }

@@ -31,12 +31,11 @@
  * HND source, a per-head target over an NHD source) stops, and the plan
  * is made by binding the target and sorting, as for any binding.
  *
- * Most of what engines hold walks as segments of one piece each (a
- * source block's tokens of one head range, contiguous on both sides:
- * FlashInfer's HND blocks into NHD, one-head participants, MLA): a
- * region whose every job is so is walked by region_pieces, with the
- * walk's state in locals rather than in `direct`, which every copy
- * written may alias. */
+ * Most of what engines hold walks as segments of one row each (a
+ * source block's tokens of one head range: one piece, contiguous on
+ * both sides, or a copy per token): a region whose every job is so is
+ * walked by region_walk, with the walk's state in locals rather than in
+ * `direct`, which every copy or run written may alias. */
 
 /* A segment's copies: `copies` as lower_segment lowers it, and what the
  * walk writes, `outer` × `inner` pieces of `unit` bytes, the axes whose
@@ -112,7 +111,8 @@ typedef struct direct {
   const reshard_pooled_memory *target;
   direct_job *jobs;
   size_t job_count;
-  size_t *order; /* source table indices of the span, by id */
+  struct region_job *region_jobs; /* region_walk's, per job */
+  size_t *order;                  /* source table indices of the span, by id */
   const uint32_t *source_ids, *target_ids; /* the two block tables */
   /* The (source block, target block) pairs in walk order: source block
    * order[k]'s are pair[pair_first[k] .. pair_first[k + 1]), read in
@@ -692,162 +692,375 @@ static void direct_job_constants(const direct *d, direct_job *job) {
   job->single = ranges == 1;
 }
 
-/* The walk's state while a region is walked by region_pieces: the
- * batcher's counts, the line's end, and with runs the pending copy (kept
- * as a pending row of one copy; the explicit path keeps it where the
- * batcher puts it, at out + written). */
+/* ---- Regions of one-row segments ----
+ *
+ * Most of what engines hold walks as segments of one row each: one piece
+ * (FlashInfer's HND blocks into NHD, one-head participants, MLA, equal
+ * TP) or, with runs, a copy per token (a TP change over NHD blocks). A
+ * region whose every job meets one target range per block (job->single)
+ * and whose segments are so is walked by region_walk. The walk's state
+ * (region_state: the batcher's counts, the pending copy or row, the
+ * fold's cursor) is in locals: in `d` it would be reloaded after every
+ * copy or run written, which the compiler must assume may alias it (all
+ * are 64-bit words). What the walk reads of a job per pair is copied
+ * out once per region (region_job), with the shape of its segments, so
+ * a segment reads one record. A segment of another shape, a copy that
+ * closes or splits a batch, a row of a class other than the cursor's go
+ * the general way, between a store and a reload of the state. */
+
+/* A job's per-pair constants (see direct_job), the start of its target
+ * range added to both bases, and the shape of its segments of `tokens`
+ * tokens (job_shape's). */
+typedef struct region_job {
+  direct_job *job;
+  uint64_t source_base, source_block, source_token;
+  uint64_t target_base, target_block, target_token;
+  uint64_t line, source, source_region, target_region;
+  uint64_t tokens, unit, span, inner, inner_s, inner_d;
+  bool one_row; /* the shape is one row (one piece without runs) */
+} region_job;
+
+/* The shape of the job's segments of `tokens` tokens; one_row says
+ * whether region_walk takes them. Out of line: a region's segments are
+ * mostly of one shape. */
+static __attribute__((noinline)) void
+region_job_shape(region_job *rj, uint64_t tokens, bool runs) {
+  const direct_shape *sh = job_shape(rj->job, tokens, rj->job->single_heads);
+  rj->tokens = tokens;
+  rj->unit = sh->unit;
+  rj->span = sh->span;
+  rj->inner = sh->inner;
+  rj->inner_s = sh->inner_s;
+  rj->inner_d = sh->inner_d;
+  rj->one_row = sh->outer == 1 && (sh->inner == 1 || runs);
+}
+
+/* The region_jobs of jobs [0, count), their shapes at `tokens` tokens;
+ * false when region_walk does not take the region (a job of several
+ * target ranges per block, or segments of another shape). */
+static bool region_jobs(direct_job *jobs, size_t count, uint64_t tokens,
+                        bool runs, region_job *out) {
+  for (size_t j = 0; j < count; j++) {
+    direct_job *job = &jobs[j];
+    if (!job->single) {
+      return false;
+    }
+    out[j] = (region_job){
+        .job = job,
+        .source_base = job->s_offset + job->single_source,
+        .source_block = job->s_block_stride,
+        .source_token = job->s_token_stride,
+        .target_base = job->g_offset + job->single_target,
+        .target_block = job->g_block_stride,
+        .target_token = job->g_token_stride,
+        .line = job->line,
+        .source = job->source,
+        .source_region = job->source_region,
+        .target_region = job->target_region,
+    };
+    region_job_shape(&out[j], tokens, runs);
+    if (!out[j].one_row) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The walk's state in a region: the batcher's counts as what the open
+ * batch has room for (one compare a copy, no limit held), where written
+ * stands and the line's end (the explicit path's pending copy lies at
+ * out + written). pushed moves with written in the walk, so it is kept
+ * as their difference. */
 typedef struct piece_state {
   size_t written;
-  uint64_t batch_ops, batch_bytes, pushed;
+  uint64_t ops_left, bytes_left; /* the open batch's */
+  uint64_t pushed_over;          /* pushed - written */
   uint64_t end;
   bool has_pending;
-  reshard_copy pending;
-  /* The runs path's pending row is of more than one copy (a segment of
-   * more pieces left it): the next segment goes the general way. */
-  bool row_pending;
 } piece_state;
+
+/* With runs, also the pending row and a cursor: a copy of the folder's
+ * slot for the class last folded (the walk meets one class per region in
+ * turn), with the runs' count, so a row of that class is folded without
+ * reading `d`. */
+typedef struct region_state {
+  piece_state batch;
+  reshard_run row;
+  struct fold_slot slot;
+  struct fold_slot *slot_at; /* where `slot` goes back; NULL: no cursor */
+  size_t run_count, open_copies;
+} region_state;
 
 static inline piece_state pieces_load(const direct *d) {
   const reshard__batcher *b = &d->batcher;
-  piece_state s = {.written = b->written,
-                   .batch_ops = b->batch_ops,
-                   .batch_bytes = b->batch_bytes,
-                   .pushed = b->pushed,
-                   .end = d->end,
-                   .has_pending = d->has_pending};
-  if (s.has_pending && d->runs) {
-    s.pending = d->pending_row.first;
-    s.row_pending = d->pending_row.count != 1;
-  }
-  return s;
+  return (piece_state){.written = b->written,
+                       .ops_left = b->limits.max_operations - b->batch_ops,
+                       .bytes_left = b->limits.max_bytes - b->batch_bytes,
+                       .pushed_over = b->pushed - b->written,
+                       .end = d->end,
+                       .has_pending = d->has_pending};
 }
 
 static inline void pieces_store(direct *d, const piece_state *s) {
   reshard__batcher *b = &d->batcher;
   b->written = s->written;
-  b->batch_ops = s->batch_ops;
-  b->batch_bytes = s->batch_bytes;
-  b->pushed = s->pushed;
+  b->batch_ops = b->limits.max_operations - s->ops_left;
+  b->batch_bytes = b->limits.max_bytes - s->bytes_left;
+  b->pushed = s->pushed_over + s->written;
   d->end = s->end;
   d->has_pending = s->has_pending;
-  if (s->has_pending && d->runs && !s->row_pending) {
-    d->pending_row = (reshard_run){s->pending, 1, 0, 0};
-  }
 }
 
-/* pieces_emit's way for a copy that closes or splits a batch: the
- * batcher's (direct_batch, runs_take_cut), between a store and a reload
- * of the state, after which nothing is pending. */
-static __attribute__((noinline)) bool pieces_emit_cut(direct *d, piece_state *s,
-                                                      bool runs) {
-  reshard_copy pending = s->pending;
-  s->has_pending = false; /* handed over below */
-  pieces_store(d, s);
-  if (runs) {
-    runs_take_cut(d, pending, 1, 0, 0);
-  } else {
-    direct_batch(d); /* the copy at out + written */
+/* The state from `d`; with runs, the cursor the folder's slot for
+ * `region_index`'s class when nothing waits to be folded before it (no
+ * staged copies). */
+static inline region_state region_load(const direct *d, uint64_t region_index) {
+  region_state s = {.batch = pieces_load(d),
+                    .row = d->pending_row,
+                    .run_count = d->folder.run_count,
+                    .open_copies = d->folder.open_copies};
+  s.slot_at = d->staged == 0
+                  ? reshard__run_folder_recent(&d->folder, region_index)
+                  : NULL;
+  if (s.slot_at != NULL) {
+    s.slot = *s.slot_at;
   }
-  *s = pieces_load(d);
+  return s;
+}
+
+static inline void region_store(direct *d, const region_state *s) {
+  pieces_store(d, &s->batch);
+  d->pending_row = s->row;
+  if (s->slot_at != NULL) {
+    *s->slot_at = s->slot;
+  }
+  d->folder.run_count = s->run_count;
+  d->folder.open_copies = s->open_copies;
+}
+
+/* The pending copy to the batcher when it closes or splits a batch
+ * (direct_batch), or a row the general way (runs_take), between a store
+ * and a reload of the state. The state goes by value, so the caller's
+ * never escapes. */
+static __attribute__((noinline)) piece_state pieces_cut(direct *d,
+                                                        piece_state s) {
+  pieces_store(d, &s);
+  direct_batch(d); /* the copy at out + written */
+  d->has_pending = false;
+  return pieces_load(d);
+}
+
+/* The row is folded at once (unstaged), so the cursor may go on, on
+ * the row's class. */
+static __attribute__((noinline)) region_state
+region_take(direct *d, region_state s, reshard_run row) {
+  region_store(d, &s);
+  runs_take(d, row.first, row.count, row.part_stride, row.region_stride);
+  runs_unstage(d);
+  return region_load(d, row.first.region_index);
+}
+
+/* A segment of another shape, the general way (direct_heads). */
+static __attribute__((noinline)) piece_state
+region_segment(direct *d, piece_state s, const region_job *j,
+               uint64_t source_at, uint64_t target_at, uint64_t tokens) {
+  pieces_store(d, &s);
+  direct_heads(d, j->job, source_at, target_at, tokens, j->job->single_heads);
+  return pieces_load(d);
+}
+
+static __attribute__((noinline)) region_state
+region_segment_runs(direct *d, region_state s, const region_job *j,
+                    uint64_t source_at, uint64_t target_at, uint64_t tokens) {
+  region_store(d, &s);
+  direct_heads(d, j->job, source_at, target_at, tokens, j->job->single_heads);
+  return region_load(d, j->target_region);
+}
+
+/* A row to the batcher and the folder: in line when it fits the open
+ * batch without filling it and folds into the cursor's class (what
+ * runs_take and reshard__run_folder_fast do then), else the general way.
+ * False when the walk stopped. */
+static inline bool region_emit_row(direct *d, region_state *s,
+                                   reshard_run *runs, const reshard_run *row) {
+  piece_state *b = &s->batch;
+  uint64_t bytes;
+  if (s->slot_at != NULL && row->count < b->ops_left &&
+      reshard_mul(row->count, row->first.nbytes, &bytes) &&
+      bytes < b->bytes_left && s->run_count <= d->run_room &&
+      reshard__fold_slot_takes(&s->slot, &row->first)) {
+    /* A row of one copy (one-piece segments) is folded without the
+     * sequence arithmetic. */
+    if (row->count == 1) {
+      reshard__fold_slot_extend(&s->slot, runs, &s->run_count, &row->first, 1,
+                                0, 0);
+    } else {
+      reshard__fold_slot_extend(&s->slot, runs, &s->run_count, &row->first,
+                                row->count, row->part_stride,
+                                row->region_stride);
+    }
+    s->open_copies += (size_t)row->count;
+    b->written += (size_t)row->count;
+    b->ops_left -= row->count;
+    b->bytes_left -= bytes;
+    return true;
+  }
+  *s = region_take(d, *s, *row);
   return d->ordered;
 }
 
-/* The pending copy, of `nbytes`, to the batcher (and with runs, to the
- * folder), in line when it fits the open batch without filling it, as
- * direct_batch and runs_take do. False when the walk stopped. */
-static inline __attribute__((always_inline)) bool
-pieces_emit(direct *d, piece_state *s, bool runs, uint64_t nbytes,
-            uint64_t max_ops, uint64_t max_bytes) {
-  if (s->batch_ops + 1 >= max_ops || nbytes >= max_bytes - s->batch_bytes) {
-    return pieces_emit_cut(d, s, runs);
+/* A row after the pending one: runs_put's coalescing, by sequences. Only
+ * the pending row's last copy and the row's first can merge; the merged
+ * copy goes alone unless the row is one copy, and the rest of the row
+ * waits. False when the walk stopped. */
+static inline bool region_put_row(direct *d, region_state *s, reshard_run *runs,
+                                  const reshard_run *row) {
+  reshard_run *p = &s->row;
+  if (!s->batch.has_pending) {
+    *p = *row;
+    s->batch.has_pending = true;
+    return true;
   }
-  if (runs) {
-    reshard_copy pending = s->pending; /* its address, not the state's */
-    runs_fold(d, &pending, 1, 0, 0);
+  if (p->count == 1 && row->count == 1) {
+    if (copy_continues(&p->first, &row->first)) {
+      p->first.nbytes += row->first.nbytes;
+      return true;
+    }
+  } else {
+    reshard_copy last = reshard_run_copy(p, p->count - 1);
+    if (copy_continues(&last, &row->first)) {
+      last.nbytes += row->first.nbytes;
+      reshard_run rest = {p->first, p->count - 1, p->part_stride,
+                          p->region_stride};
+      reshard_run merged = {last, 1, 0, 0};
+      if (p->count > 1 && !region_emit_row(d, s, runs, &rest)) {
+        return false;
+      }
+      if (row->count == 1) {
+        *p = merged;
+        return true;
+      }
+      if (!region_emit_row(d, s, runs, &merged)) {
+        return false;
+      }
+      *p = (reshard_run){reshard_run_copy(row, 1), row->count - 1,
+                         row->part_stride, row->region_stride};
+      return true;
+    }
   }
-  s->written++;
-  s->batch_ops++;
-  s->batch_bytes += nbytes;
-  s->pushed++;
-  return !runs || d->ordered;
+  if (!region_emit_row(d, s, runs, p)) {
+    return false;
+  }
+  *p = *row;
+  return true;
 }
 
-/* The walk of one region whose jobs each meet one target range per block
- * (job->single), the segments of one piece each (T3-T5) taken in line
- * with the state in locals: in `d` it is reloaded after every copy
- * written, which the compiler must assume may alias it (all are 64-bit
- * words). The coalescing of direct_put and runs_put, for one copy after
- * one copy; a segment of more pieces goes the general way, between a
- * store and a reload of the state. */
-static inline __attribute__((always_inline)) void
-region_pieces(direct *d, direct_job *jobs, bool by_block, size_t xs, size_t ys,
-              bool runs) {
-  const uint64_t max_ops = d->batcher.limits.max_operations;
-  const uint64_t max_bytes = d->batcher.limits.max_bytes;
-  const direct_pair *pairs = d->pair;
-  piece_state s = pieces_load(d);
-  for (size_t x = 0; x < xs; x++) {
-    for (size_t y = 0; y < ys; y++) {
-      direct_job *job = &jobs[by_block ? y : x];
-      size_t k = by_block ? x : y;
-      for (size_t q = d->pair_first[k]; q < d->pair_first[k + 1]; q++) {
-        const direct_pair *pq = &pairs[q];
-        const direct_shape *sh = job_shape(job, pq->tokens, job->single_heads);
-        uint64_t source_at = pair_source(job, pq) + job->single_source;
-        uint64_t target_at = pair_target(job, pq) + job->single_target;
-        if (sh->inner != 1 || sh->outer != 1 || s.row_pending) {
-          pieces_store(d, &s);
-          direct_segment(d, job, source_at, target_at, sh);
-          if (!d->ordered) {
-            return;
-          }
-          s = pieces_load(d);
-          continue;
-        }
-        uint64_t first = job->line + source_at;
-        if (first < s.end) {
-          pieces_store(d, &s);
-          d->ordered = false;
-          return;
-        }
-        s.end = first + sh->span;
-        uint64_t unit = sh->unit;
-        if (s.has_pending) {
-          reshard_copy *p = runs ? &s.pending : &d->batcher.out[s.written];
-          if (continues_at(p, job->source_region, job->target_region, source_at,
-                           target_at)) {
-            p->nbytes += unit;
-            continue;
-          }
-          if (!pieces_emit(d, &s, runs, p->nbytes, max_ops, max_bytes)) {
-            pieces_store(d, &s); /* the walk stops; the state stays whole */
-            return;
-          }
-        }
-        reshard_copy c = {job->source,        job->source_region, source_at,
-                          job->target_region, target_at,          unit};
-        if (runs) {
-          s.pending = c;
-        } else {
-          d->batcher.out[s.written] = c;
-        }
-        s.has_pending = true;
+/* A one-piece segment's copy after the pending one: direct_put's
+ * coalescing, the batching in line as direct_batch's. False when the
+ * walk stopped. */
+static inline bool region_put_copy(direct *d, piece_state *s, reshard_copy *out,
+                                   const reshard_copy *c) {
+  if (s->has_pending) {
+    reshard_copy *p = &out[s->written];
+    if (copy_continues(p, c)) {
+      p->nbytes += c->nbytes;
+      return true;
+    }
+    if (s->ops_left > 1 && p->nbytes < s->bytes_left) {
+      s->written++;
+      s->ops_left--;
+      s->bytes_left -= p->nbytes;
+    } else {
+      *s = pieces_cut(d, *s);
+      if (!d->ordered) {
+        return false;
       }
     }
   }
-  pieces_store(d, &s);
+  out[s->written] = *c;
+  s->has_pending = true;
+  return true;
 }
 
-/* region_pieces compiled for each path, so neither tests which it is on
+/* The walk of one region (see above): block by block (each block's pairs
+ * for each job in turn) or tensor by tensor (every pair for each job in
+ * turn), as direct_walk's general loop; `runs` says which path. */
+static inline __attribute__((always_inline)) void
+region_walk(direct *d, region_job *rj, size_t jobs, bool by_block, bool runs) {
+  const direct_pair *pairs = d->pair;
+  const size_t *pair_first = d->pair_first;
+  reshard_copy *out = d->batcher.out;
+  reshard_run *run_out = d->folder.runs;
+  size_t xs = by_block ? d->blocks : jobs;
+  size_t ys = by_block ? jobs : 1;
+  region_state s;
+  if (runs) {
+    /* The cursor on the pending row's class: the row from the region
+     * before, if any, is the first to be folded. */
+    s = region_load(d, d->has_pending ? d->pending_row.first.region_index
+                                      : rj[0].target_region);
+  } else {
+    s.batch = pieces_load(d);
+  }
+  for (size_t x = 0; x < xs; x++) {
+    for (size_t y = 0; y < ys; y++) {
+      region_job *j = &rj[by_block ? y : x];
+      size_t q_end = pair_first[by_block ? x + 1 : d->blocks];
+      for (size_t q = by_block ? pair_first[x] : 0; q < q_end; q++) {
+        const direct_pair *pq = &pairs[q];
+        if (pq->tokens != j->tokens) {
+          region_job_shape(j, pq->tokens, runs);
+        }
+        uint64_t source_at = j->source_base + pq->source_id * j->source_block +
+                             pq->source_token * j->source_token;
+        uint64_t target_at = j->target_base + pq->target_id * j->target_block +
+                             pq->target_token * j->target_token;
+        if (!j->one_row) {
+          if (runs) {
+            s = region_segment_runs(d, s, j, source_at, target_at, pq->tokens);
+          } else {
+            s.batch =
+                region_segment(d, s.batch, j, source_at, target_at, pq->tokens);
+          }
+          if (!d->ordered) {
+            return;
+          }
+          continue;
+        }
+        uint64_t first = j->line + source_at;
+        bool going = first >= s.batch.end;
+        if (going) {
+          s.batch.end = first + j->span;
+          reshard_copy c = {j->source,        j->source_region, source_at,
+                            j->target_region, target_at,        j->unit};
+          going = runs ? region_put_row(d, &s, run_out,
+                                        &(reshard_run){c, j->inner, j->inner_s,
+                                                       j->inner_d})
+                       : region_put_copy(d, &s.batch, out, &c);
+        } else {
+          d->ordered = false;
+        }
+        if (!going) {
+          /* The walk stops; the state stays whole. */
+          runs ? region_store(d, &s) : pieces_store(d, &s.batch);
+          return;
+        }
+      }
+    }
+  }
+  runs ? region_store(d, &s) : pieces_store(d, &s.batch);
+}
+
+/* region_walk compiled for each path, so neither tests which it is on
  * every copy. */
-static void direct_region_copies(direct *d, direct_job *jobs, bool by_block,
-                                 size_t xs, size_t ys) {
-  region_pieces(d, jobs, by_block, xs, ys, false);
+static __attribute__((noinline)) void
+region_copies(direct *d, region_job *rj, size_t jobs, bool by_block) {
+  region_walk(d, rj, jobs, by_block, false);
 }
 
-static void direct_region_runs(direct *d, direct_job *jobs, bool by_block,
-                               size_t xs, size_t ys) {
-  region_pieces(d, jobs, by_block, xs, ys, true);
+static __attribute__((noinline)) void region_runs(direct *d, region_job *rj,
+                                                  size_t jobs, bool by_block) {
+  region_walk(d, rj, jobs, by_block, true);
 }
 
 /* The walk (see above), writing through the batcher; d->ordered false
@@ -879,22 +1092,16 @@ static reshard_status direct_walk(direct *d) {
         jobs[b - 1].tensor->offset - first->offset < first->block_stride;
     size_t xs = by_block ? d->blocks : b - a;
     size_t ys = by_block ? b - a : d->blocks;
-    /* Jobs of one target range per block whose segments are one piece
-     * (the first pair's shape; a block cut short goes the general way in
-     * region_pieces) are walked there. */
-    bool single = true;
-    for (size_t j = a; j < b && single; j++) {
-      single = jobs[j].single;
-      if (single) {
-        direct_shape sh = shape_of(&jobs[j], d->pair[0].tokens,
-                                   jobs[j].single_heads, jobs[j].hb);
-        single = sh.inner == 1 && sh.outer == 1;
+    /* Regions whose segments are one row are walked by region_walk (the
+     * first pair's shape says; a block cut short that is not goes the
+     * general way there). */
+    region_job *rj = &d->region_jobs[a];
+    if (region_jobs(&jobs[a], b - a, d->pair[0].tokens, d->runs, rj)) {
+      if (d->runs) {
+        region_runs(d, rj, b - a, by_block);
+      } else {
+        region_copies(d, rj, b - a, by_block);
       }
-    }
-    if (single && d->runs) {
-      direct_region_runs(d, &jobs[a], by_block, xs, ys);
-    } else if (single) {
-      direct_region_copies(d, &jobs[a], by_block, xs, ys);
     } else {
       for (size_t x = 0; x < xs && d->ordered; x++) {
         for (size_t y = 0; y < ys && d->ordered; y++) {
@@ -921,7 +1128,9 @@ static bool direct_prepare(reshard__transfer *t, direct *d) {
   size_t *first_region =
       RESHARD_ARENA_ARRAY(t->arena, size_t, t->source_count + 1);
   d->jobs = RESHARD_ARENA_ARRAY(t->arena, direct_job, join->entry_count + 1);
-  if (first_region == NULL || d->jobs == NULL ||
+  d->region_jobs =
+      RESHARD_ARENA_ARRAY(t->arena, region_job, join->entry_count + 1);
+  if (first_region == NULL || d->jobs == NULL || d->region_jobs == NULL ||
       !reshard__transfer_region_bases(t, &bases)) {
     return false;
   }
