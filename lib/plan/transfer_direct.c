@@ -779,16 +779,19 @@ typedef struct piece_state {
   bool has_pending;
 } piece_state;
 
-/* With runs, also the pending row and a cursor: a copy of the folder's
- * slot for the class last folded (the walk meets one class per region in
- * turn), with the runs' count, so a row of that class is folded without
- * reading `d`. */
+/* With runs, a cursor: a copy of the folder's slot for the class last
+ * folded (the walk meets one class per region in turn), with the runs'
+ * count, so a row of that class is folded without reading `d`. */
+typedef struct run_cursor {
+  struct fold_slot slot;
+  struct fold_slot *slot_at; /* where `slot` goes back; NULL: none */
+  size_t run_count, open_copies;
+} run_cursor;
+
 typedef struct region_state {
   piece_state batch;
-  reshard_run row;
-  struct fold_slot slot;
-  struct fold_slot *slot_at; /* where `slot` goes back; NULL: no cursor */
-  size_t run_count, open_copies;
+  reshard_run row; /* with runs, the pending row */
+  run_cursor cursor;
 } region_state;
 
 static inline piece_state pieces_load(const direct *d) {
@@ -811,31 +814,41 @@ static inline void pieces_store(direct *d, const piece_state *s) {
   d->has_pending = s->has_pending;
 }
 
-/* The state from `d`; with runs, the cursor the folder's slot for
- * `region_index`'s class when nothing waits to be folded before it (no
- * staged copies). */
-static inline region_state region_load(const direct *d, uint64_t region_index) {
-  region_state s = {.batch = pieces_load(d),
-                    .row = d->pending_row,
-                    .run_count = d->folder.run_count,
-                    .open_copies = d->folder.open_copies};
-  s.slot_at = d->staged == 0
+/* The cursor on the folder's slot for `region_index`'s class when
+ * nothing waits to be folded before it (no staged copies). */
+static inline run_cursor cursor_load(const direct *d, uint64_t region_index) {
+  run_cursor c;
+  c.run_count = d->folder.run_count;
+  c.open_copies = d->folder.open_copies;
+  c.slot_at = d->staged == 0
                   ? reshard__run_folder_recent(&d->folder, region_index)
                   : NULL;
-  if (s.slot_at != NULL) {
-    s.slot = *s.slot_at;
+  c.slot = c.slot_at != NULL ? *c.slot_at : (struct fold_slot){0};
+  return c;
+}
+
+static inline void cursor_store(direct *d, const run_cursor *c) {
+  if (c->slot_at != NULL) {
+    *c->slot_at = c->slot;
   }
+  d->folder.run_count = c->run_count;
+  d->folder.open_copies = c->open_copies;
+}
+
+/* Field by field, not as one initializer: that would clear the whole
+ * record first (a `rep stos` on the general paths). */
+static inline region_state region_load(const direct *d, uint64_t region_index) {
+  region_state s;
+  s.batch = pieces_load(d);
+  s.row = d->pending_row;
+  s.cursor = cursor_load(d, region_index);
   return s;
 }
 
 static inline void region_store(direct *d, const region_state *s) {
   pieces_store(d, &s->batch);
   d->pending_row = s->row;
-  if (s->slot_at != NULL) {
-    *s->slot_at = s->slot;
-  }
-  d->folder.run_count = s->run_count;
-  d->folder.open_copies = s->open_copies;
+  cursor_store(d, &s->cursor);
 }
 
 /* The pending copy to the batcher when it closes or splits a batch
@@ -850,14 +863,28 @@ static __attribute__((noinline)) piece_state pieces_cut(direct *d,
   return pieces_load(d);
 }
 
-/* The row is folded at once (unstaged), so the cursor may go on, on
- * the row's class. */
+/* A row that closes or splits a batch, the general way (runs_take); the
+ * row is folded at once (unstaged), so the cursor may go on, on the
+ * row's class. */
 static __attribute__((noinline)) region_state
 region_take(direct *d, region_state s, reshard_run row) {
   region_store(d, &s);
   runs_take(d, row.first, row.count, row.part_stride, row.region_stride);
   runs_unstage(d);
   return region_load(d, row.first.region_index);
+}
+
+/* A row that fits the open batch but not the cursor's class (the first
+ * of a region, a copy merged with the next, of another size), to the
+ * folder the general way (runs_fold), folded at once; the cursor then on
+ * the row's class. Only the cursor goes back and forth: the batcher's
+ * side is the caller's. */
+static __attribute__((noinline)) run_cursor region_fold(direct *d, run_cursor c,
+                                                        reshard_run row) {
+  cursor_store(d, &c);
+  runs_fold(d, &row.first, row.count, row.part_stride, row.region_stride);
+  runs_unstage(d);
+  return cursor_load(d, row.first.region_index);
 }
 
 /* A segment of another shape, the general way (direct_heads). */
@@ -877,36 +904,44 @@ region_segment_runs(direct *d, region_state s, const region_job *j,
   return region_load(d, j->target_region);
 }
 
-/* A row to the batcher and the folder: in line when it fits the open
- * batch without filling it and folds into the cursor's class (what
- * runs_take and reshard__run_folder_fast do then), else the general way.
- * False when the walk stopped. */
+/* A row to the batcher and the folder: what runs_take does, in line when
+ * the row fits the open batch without filling it, and its fold too when
+ * the row is of the cursor's class (what reshard__run_folder_fast does
+ * then). False when the walk stopped. */
 static inline bool region_emit_row(direct *d, region_state *s,
                                    reshard_run *runs, const reshard_run *row) {
   piece_state *b = &s->batch;
+  run_cursor *c = &s->cursor;
   uint64_t bytes;
-  if (s->slot_at != NULL && row->count < b->ops_left &&
-      reshard_mul(row->count, row->first.nbytes, &bytes) &&
-      bytes < b->bytes_left && s->run_count <= d->run_room &&
-      reshard__fold_slot_takes(&s->slot, &row->first)) {
+  if (row->count >= b->ops_left ||
+      !reshard_mul(row->count, row->first.nbytes, &bytes) ||
+      bytes >= b->bytes_left) {
+    *s = region_take(d, *s, *row);
+    return d->ordered;
+  }
+  if (c->slot_at != NULL && c->run_count <= d->run_room &&
+      reshard__fold_slot_takes(&c->slot, &row->first)) {
     /* A row of one copy (one-piece segments) is folded without the
      * sequence arithmetic. */
     if (row->count == 1) {
-      reshard__fold_slot_extend(&s->slot, runs, &s->run_count, &row->first, 1,
+      reshard__fold_slot_extend(&c->slot, runs, &c->run_count, &row->first, 1,
                                 0, 0);
     } else {
-      reshard__fold_slot_extend(&s->slot, runs, &s->run_count, &row->first,
+      reshard__fold_slot_extend(&c->slot, runs, &c->run_count, &row->first,
                                 row->count, row->part_stride,
                                 row->region_stride);
     }
-    s->open_copies += (size_t)row->count;
-    b->written += (size_t)row->count;
-    b->ops_left -= row->count;
-    b->bytes_left -= bytes;
-    return true;
+    c->open_copies += (size_t)row->count;
+  } else {
+    *c = region_fold(d, *c, *row);
+    if (!d->ordered) {
+      return false;
+    }
   }
-  *s = region_take(d, *s, *row);
-  return d->ordered;
+  b->written += (size_t)row->count;
+  b->ops_left -= row->count;
+  b->bytes_left -= bytes;
+  return true;
 }
 
 /* A row after the pending one: runs_put's coalescing, by sequences. Only
