@@ -604,6 +604,9 @@ done:
 
 /* ---- Transfer rows (SPEC §2.6, §6's T rows) ---- */
 
+/* The two forms of a T row, as printed: explicit copies, runs. */
+static const char *const transfer_form_names[2] = {"transfer", "xfer runs"};
+
 static int register_placement(reshard_client *client, const char *name,
                               const reshard_placement *placement,
                               const char *want, reshard_arena *arena) {
@@ -750,12 +753,12 @@ static int plan_transfer_locally(transfer_scenario *t, bool runs, int count,
   return failed ? -1 : 0;
 }
 
-/* The two rows of one T scenario, explicit copies and runs, after one
- * registration. */
+/* The rows of one T scenario after one registration: explicit copies
+ * (out[0]) and runs (out[1]), or only `form`'s (-1: both). */
 static int measure_transfer(reshard_client *client,
                             reshard_client *replay_client,
                             replay_server *replay, const transfer_spec *spec,
-                            uint64_t tokens, int runs, row out[2]) {
+                            uint64_t tokens, int form, int runs, row out[2]) {
   reshard_arena arena;
   reshard_arena_init(&arena, 0);
   reshard_error err;
@@ -773,6 +776,9 @@ static int measure_transfer(reshard_client *client,
     goto done;
   }
   for (int with_runs = 0; with_runs < 2; with_runs++) {
+    if (form >= 0 && with_runs != form) {
+      continue;
+    }
     row *o = &out[with_runs];
     uint64_t entries = 0;
     if (plan_transfer_locally(&t, with_runs, runs, samples, &o->plan_ns,
@@ -789,10 +795,18 @@ static int measure_transfer(reshard_client *client,
     o->request_bytes = length;
     uint8_t *response = NULL;
     size_t response_length = 0;
+    daemon_usage usage;
+    if (stats_pid > 0) {
+      read_daemon_usage(&usage);
+    }
     if (time_calls(client, spec->name, PLAN_TRANSFER, bytes, length, runs,
                    samples, &o->round_ns, &response, &response_length) != 0) {
       free(response);
       goto done;
+    }
+    if (stats_pid > 0) {
+      print_daemon_usage(spec->name, transfer_form_names[with_runs], &usage,
+                         runs + 2);
     }
     Reshard__V1__PlanTransferResponse *decoded =
         reshard__v1__plan_transfer_response__unpack(NULL, response_length,
@@ -851,12 +865,13 @@ static void usage(void) {
   fprintf(stderr,
           "usage: reshard-roundtrip [--daemon PATH] [--runs N] [--pages N] "
           "[--scenario PREFIX] [--reader paged|contiguous|pooled] [--tokens N] "
-          "[--unix] [--short] [--daemon-stats]\n"
+          "[--form explicit|runs] [--unix] [--short] [--daemon-stats]\n"
           "  --scenario: rows whose name starts with PREFIX (S1, T, T5...)\n"
           "  --reader: only the S rows of this reader's memory (to profile "
           "one)\n"
           "  --tokens: tokens of the T (PlanTransfer) rows\n"
-          "  --daemon-stats: after each PlanLoad row, the daemon's CPU, minor "
+          "  --form: only the T rows' explicit copies, or only their runs\n"
+          "  --daemon-stats: after each row, the daemon's CPU, minor "
           "faults\n    and context switches per call (/proc)\n"
           "  --unix: the daemon and the replay server on Unix sockets\n"
           "  --short: 3 runs, 4 pages per scenario (CI keeps it running)\n");
@@ -878,6 +893,7 @@ int main(int argc, char **argv) {
   bool unix_socket = false;
   int reader = -1; /* every reader */
   bool daemon_stats = false;
+  int form = -1; /* T rows: both forms */
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--unix") == 0) {
       unix_socket = true;
@@ -894,6 +910,15 @@ int main(int argc, char **argv) {
       tokens_flag = strtoull(argv[++i], NULL, 10);
     } else if (i + 1 < argc && strcmp(argv[i], "--scenario") == 0) {
       only = argv[++i];
+    } else if (i + 1 < argc && strcmp(argv[i], "--form") == 0) {
+      const char *name = argv[++i];
+      form = strcmp(name, "explicit") == 0 ? 0
+             : strcmp(name, "runs") == 0   ? 1
+                                           : -2;
+      if (form == -2) {
+        usage();
+        return 2;
+      }
     } else if (strcmp(argv[i], "--daemon-stats") == 0) {
       daemon_stats = true;
     } else if (i + 1 < argc && strcmp(argv[i], "--reader") == 0) {
@@ -977,13 +1002,16 @@ int main(int argc, char **argv) {
       tokens = tokens_flag;
     }
     row r[2] = {{0}};
-    if (measure_transfer(client, replay_client, replay, spec, tokens, runs,
-                         r) != 0) {
+    if (measure_transfer(client, replay_client, replay, spec, tokens, form,
+                         runs, r) != 0) {
       failures++;
       continue;
     }
-    print_row(spec->name, "transfer", &r[0]);
-    print_row(spec->name, "xfer runs", &r[1]);
+    for (int f = 0; f < 2; f++) {
+      if (form < 0 || f == form) {
+        print_row(spec->name, transfer_form_names[f], &r[f]);
+      }
+    }
   }
   reshard_client_close(replay_client);
   replay_server_stop(replay);
