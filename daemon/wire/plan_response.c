@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "reshard/checked.h"
+
 /* Wire types of the protobuf encoding. */
 enum { WIRE_VARINT = 0, WIRE_LENGTH = 2 };
 
@@ -120,10 +122,11 @@ static const uint64_t *batch_rows(const reshard_range_batches *batches,
   return (const uint64_t *)(batches->copies + batches->batches[b].first);
 }
 
-/* Inlined with a constant width and first column, so the column loop
- * unrolls. Also ORs each column's values: the OR has the longest value's
- * bit length. No sum wraps: the rows lie in memory, at least 48 bytes
- * each, and add at most 10 bytes to a column. */
+/* Copies, measured value by value (runs are written while measuring, see
+ * below). Inlined with a constant width and first column, so the column
+ * loop unrolls. Also ORs each column's values: the OR has the longest
+ * value's bit length. No sum wraps: the rows lie in memory, 48 bytes each,
+ * and add at most 10 bytes to a column. */
 static inline void measure_rows(const uint64_t *rows, size_t count,
                                 unsigned width, unsigned first, size_t *sizes,
                                 uint64_t *any) {
@@ -176,6 +179,127 @@ static uint8_t *write_column(uint8_t *out, const uint64_t *rows, size_t count,
   }
 }
 
+/* ---- Run columns, written while measuring ---- */
+
+/* A run column's varints differ in length more often than not (offsets
+ * across a pool of gigabytes take 3 or 4 bytes), so a response with runs
+ * is not measured value by value and written again: each batch's columns
+ * are written once while measuring, then copied into the response. */
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/* The continuation bits of a varint spread over a little-endian word
+ * whose top `empty` bytes are zero: 0x80 in each of its 7 - empty bytes
+ * below the last. */
+static const uint64_t continuation_below[8] = {
+    UINT64_C(0x0080808080808080), UINT64_C(0x0000808080808080),
+    UINT64_C(0x0000008080808080), UINT64_C(0x0000000080808080),
+    UINT64_C(0x0000000000808080), UINT64_C(0x0000000000008080),
+    UINT64_C(0x0000000000000080), UINT64_C(0),
+};
+
+/* One column of values at most `longest` (2..8) bytes long, not all of one
+ * length: each value's seven-bit groups spread over the bytes of a
+ * little-endian word, whose highest set bit then lies in the varint's last
+ * byte; the bytes below that one get their continuation bits, the whole
+ * word is stored and `out` moves on by the value's own length, so that no
+ * branch depends on a value. Stores eight bytes at each value's start:
+ * the caller leaves that room after the column. */
+static inline uint8_t *put_mixed(uint8_t *out, const uint64_t *rows,
+                                 size_t count, unsigned width,
+                                 unsigned longest) {
+  for (size_t i = 0; i < count; i++, rows += width) {
+    uint64_t value = *rows;
+    uint64_t word = value & 0x7f;
+    for (unsigned k = 1; k < longest; k++) {
+      word |= (value << k) & (UINT64_C(0x7f) << (8 * k));
+    }
+    unsigned empty = (unsigned)__builtin_clzll(word | 1) >> 3;
+    word |= continuation_below[empty];
+    memcpy(out, &word, sizeof word);
+    out += 8 - empty;
+  }
+  return out;
+}
+#endif
+
+/* Column `rows[0], rows[width], ...` whose values are at most `longest`
+ * bytes long and of more than one length. */
+static uint8_t *write_mixed(uint8_t *out, const uint64_t *rows, size_t count,
+                            unsigned width, unsigned longest) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  switch (longest) {
+  case 2:
+    return put_mixed(out, rows, count, width, 2);
+  case 3:
+    return put_mixed(out, rows, count, width, 3);
+  case 4:
+    return put_mixed(out, rows, count, width, 4);
+  case 5:
+    return put_mixed(out, rows, count, width, 5);
+  case 6:
+    return put_mixed(out, rows, count, width, 6);
+  case 7:
+    return put_mixed(out, rows, count, width, 7);
+  case 8:
+    return put_mixed(out, rows, count, width, 8);
+  default:
+    break;
+  }
+#else
+  (void)longest;
+#endif
+  for (size_t i = 0; i < count; i++, rows += width) {
+    out = reshard_varint_put(out, *rows);
+  }
+  return out;
+}
+
+/* Columns `first`..width-1 of `count` (> 0) rows written into `arena`, one
+ * after another, each column's size into sizes[c]; NULL when the arena
+ * cannot grow. One pass over the rows finds each column's largest and
+ * smallest value, whose lengths are its longest and shortest: a column of
+ * one length is written as write_column writes it, others by write_mixed.
+ * Inlined with a constant width and first column, so the loops unroll. */
+static inline const uint8_t *write_run_columns(const uint64_t *rows,
+                                               size_t count, unsigned width,
+                                               unsigned first, size_t *sizes,
+                                               reshard_arena *arena) {
+  uint64_t any[RESHARD_RANGE_BATCH_COLUMNS] = {0};
+  uint64_t least[RESHARD_RANGE_BATCH_COLUMNS];
+  for (unsigned c = first; c < width; c++) {
+    least[c] = UINT64_MAX;
+  }
+  const uint64_t *row = rows;
+  for (size_t i = 0; i < count; i++, row += width) {
+    for (unsigned c = first; c < width; c++) {
+      any[c] |= row[c];
+      least[c] = row[c] < least[c] ? row[c] : least[c];
+    }
+  }
+  /* Room for every value at its column's longest, and for put_mixed's
+   * last word. */
+  unsigned longest[RESHARD_RANGE_BATCH_COLUMNS];
+  size_t room = sizeof(uint64_t);
+  for (unsigned c = first; c < width; c++) {
+    longest[c] = (unsigned)reshard_varint_length(any[c]);
+    uint64_t column;
+    if (!reshard_mul(count, longest[c], &column) || column > SIZE_MAX ||
+        !add_size(&room, (size_t)column)) {
+      return NULL;
+    }
+  }
+  uint8_t *start = RESHARD_ARENA_ARRAY(arena, uint8_t, room);
+  uint8_t *out = start;
+  for (unsigned c = first; start != NULL && c < width; c++) {
+    uint8_t *column = out;
+    out = reshard_varint_length(least[c]) == longest[c]
+              ? write_column(out, rows + c, count, width, longest[c])
+              : write_mixed(out, rows + c, count, width, longest[c]);
+    sizes[c] = (size_t)(out - column);
+  }
+  return start;
+}
+
 /* Batch b's message body into body_bytes[b], from its column sizes:
  * source_index (TransferBatch), the columns (none when it has no entry)
  * and `bytes`, each with its tag and length. False when it would pass
@@ -221,8 +345,12 @@ measure_batches(const reshard_copy *copies, const reshard_batch *batches,
   out->column_bytes = RESHARD_ARENA_NEW(arena, size_t, cells);
   out->column_length = RESHARD_ARENA_NEW(arena, uint8_t, cells);
   out->body_bytes = RESHARD_ARENA_NEW(arena, size_t, batch_count + 1);
+  if (runs != NULL) {
+    out->run_columns =
+        RESHARD_ARENA_NEW(arena, const uint8_t *, batch_count + 1);
+  }
   if (out->column_bytes == NULL || out->column_length == NULL ||
-      out->body_bytes == NULL) {
+      out->body_bytes == NULL || (runs != NULL && out->run_columns == NULL)) {
     return RESHARD_RESOURCE_EXHAUSTED;
   }
   unsigned first = first_column(out);
@@ -234,15 +362,18 @@ measure_batches(const reshard_copy *copies, const reshard_batch *batches,
     if (out->columns != NULL) {
       memcpy(sizes, out->columns->column_bytes + b * RESHARD_COPY_COLUMNS,
              RESHARD_COPY_COLUMNS * sizeof *sizes);
+    } else if (out->run_columns != NULL) {
+      if (count > 0 &&
+          (out->run_columns[b] =
+               first == 0
+                   ? write_run_columns(rows, count, RUN_WIDTH, 0, sizes, arena)
+                   : write_run_columns(rows, count, RUN_WIDTH, 1, sizes,
+                                       arena)) == NULL) {
+        return RESHARD_RESOURCE_EXHAUSTED;
+      }
     } else {
       uint64_t any[RESHARD_RANGE_BATCH_COLUMNS] = {0};
-      if (width == RUN_WIDTH) {
-        if (first == 0) {
-          measure_rows(rows, count, RUN_WIDTH, 0, sizes, any);
-        } else {
-          measure_rows(rows, count, RUN_WIDTH, 1, sizes, any);
-        }
-      } else if (first == 0) {
+      if (first == 0) {
         measure_rows(rows, count, COPY_WIDTH, 0, sizes, any);
       } else {
         measure_rows(rows, count, COPY_WIDTH, 1, sizes, any);
@@ -327,10 +458,18 @@ static uint8_t *write_batches(const reshard_range_batches *batches,
      * columns a TransferBatch leaves out are skipped. */
     const uint8_t *lengths =
         batches->column_length + b * RESHARD_RANGE_BATCH_COLUMNS;
-    const uint8_t *encoded =
-        batches->columns != NULL ? batches->columns->bytes[b] : NULL;
-    for (unsigned c = 0; encoded != NULL && c < first; c++) {
-      encoded += sizes[c];
+    const uint8_t *encoded = NULL;
+    piece_sink *column_sink = sink;
+    if (batches->run_columns != NULL) {
+      /* Written by measure into its arena, which need not outlive the
+       * send: copied. */
+      encoded = batches->run_columns[b];
+      column_sink = NULL;
+    } else if (batches->columns != NULL) {
+      encoded = batches->columns->bytes[b];
+      for (unsigned c = 0; c < first; c++) {
+        encoded += sizes[c];
+      }
     }
     for (unsigned c = first; c < width; c++) {
       if (c == COPY_WIDTH) {
@@ -339,7 +478,7 @@ static uint8_t *write_batches(const reshard_range_batches *batches,
       out = put_tag(out, column_field(c), WIRE_LENGTH);
       out = reshard_varint_put(out, sizes[c]);
       if (encoded != NULL) {
-        out = put_payload(out, encoded, sizes[c], sink);
+        out = put_payload(out, encoded, sizes[c], column_sink);
         encoded += sizes[c];
       } else {
         out = write_column(out, rows + c, count, width, lengths[c]);

@@ -54,6 +54,9 @@ typedef struct reshard_range_batches {
   size_t batch_count;
   const reshard_runs *runs;
   const reshard_varint_batches *columns;
+  /* With runs, per batch: its columns as varints, one after another, from
+   * the first written on, in the measuring arena (copied when written). */
+  const uint8_t **run_columns;
   const size_t *sources;  /* per batch, or NULL for RangeBatches */
   size_t *column_bytes;   /* per batch, RESHARD_RANGE_BATCH_COLUMNS payloads */
   uint8_t *column_length; /* per batch and column: the varint length every
@@ -64,8 +67,10 @@ typedef struct reshard_range_batches {
 
 /* Measures the RangeBatches of a plan. `runs` and `columns` may be NULL;
  * `columns`, the same batches as varint columns, is used only without
- * `runs`. Returns RESHARD_RESOURCE_EXHAUSTED when the arena cannot grow or
- * the size would pass SIZE_MAX. */
+ * `runs`. With `runs`, measuring writes their columns into `arena` (about
+ * the batches' size again), so the arena must outlive the write. Returns
+ * RESHARD_RESOURCE_EXHAUSTED when the arena cannot grow or the size would
+ * pass SIZE_MAX. */
 reshard_status
 reshard_range_batches_measure(const reshard_copy *copies,
                               const reshard_batch *batches, size_t batch_count,

@@ -349,14 +349,14 @@ static uint64_t of_bits(uint64_t *state, unsigned bits) {
 }
 
 /* Column values: per column either one width (put_fixed's loop) or a width
- * drawn per value, 0 to 64 bits, zeros included. */
+ * drawn per value up to the column's (0 to 64 bits), zeros included. */
 typedef struct column_draw {
   bool fixed;
   unsigned bits;
 } column_draw;
 
 static uint64_t draw(uint64_t *state, column_draw d) {
-  return of_bits(state, d.fixed ? d.bits : (unsigned)below(state, 65));
+  return of_bits(state, d.fixed ? d.bits : (unsigned)below(state, d.bits + 1));
 }
 
 static const char *draw_string(uint64_t *state, reshard_arena *arena,
