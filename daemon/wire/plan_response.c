@@ -156,35 +156,14 @@ static inline uint8_t *put_fixed(uint8_t *out, const uint64_t *rows,
   return out;
 }
 
-/* Column `rows[0], rows[width], ...`: `length` is its common varint
- * length, or 0 when lengths differ. */
-static uint8_t *write_column(uint8_t *out, const uint64_t *rows, size_t count,
-                             unsigned width, unsigned length) {
-  switch (length) {
-  case 1:
-    return put_fixed(out, rows, count, width, 1);
-  case 2:
-    return put_fixed(out, rows, count, width, 2);
-  case 3:
-    return put_fixed(out, rows, count, width, 3);
-  case 4:
-    return put_fixed(out, rows, count, width, 4);
-  case 5:
-    return put_fixed(out, rows, count, width, 5);
-  default:
-    for (size_t i = 0; i < count; i++, rows += width) {
-      out = reshard_varint_put(out, *rows);
-    }
-    return out;
+/* Any column, a varint at a time. */
+static uint8_t *put_varints(uint8_t *out, const uint64_t *rows, size_t count,
+                            unsigned width) {
+  for (size_t i = 0; i < count; i++, rows += width) {
+    out = reshard_varint_put(out, *rows);
   }
+  return out;
 }
-
-/* ---- Run columns, written while measuring ---- */
-
-/* A run column's varints differ in length more often than not (offsets
- * across a pool of gigabytes take 3 or 4 bytes), so a response with runs
- * is not measured value by value and written again: each batch's columns
- * are written once while measuring, then copied into the response. */
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 /* The continuation bits of a varint spread over a little-endian word
@@ -196,17 +175,21 @@ static const uint64_t continuation_below[8] = {
     UINT64_C(0x0000000000808080), UINT64_C(0x0000000000008080),
     UINT64_C(0x0000000000000080), UINT64_C(0),
 };
+#endif
 
-/* One column of values at most `longest` (2..8) bytes long, not all of one
- * length: each value's seven-bit groups spread over the bytes of a
+/* Writes one column of values at most `longest` (2..8) bytes long, not all
+ * of one length (a run column's offsets across a pool of gigabytes take 3
+ * or 4 bytes): each value's seven-bit groups spread over the bytes of a
  * little-endian word, whose highest set bit then lies in the varint's last
  * byte; the bytes below that one get their continuation bits, the whole
  * word is stored and `out` moves on by the value's own length, so that no
  * branch depends on a value. Stores eight bytes at each value's start:
- * the caller leaves that room after the column. */
+ * the caller leaves that room after the column. Big-endian builds take
+ * the varint loop. */
 static inline uint8_t *put_mixed(uint8_t *out, const uint64_t *rows,
                                  size_t count, unsigned width,
                                  unsigned longest) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   for (size_t i = 0; i < count; i++, rows += width) {
     uint64_t value = *rows;
     uint64_t word = value & 0x7f;
@@ -219,46 +202,67 @@ static inline uint8_t *put_mixed(uint8_t *out, const uint64_t *rows,
     out += 8 - empty;
   }
   return out;
-}
+#else
+  (void)longest;
+  return put_varints(out, rows, count, width);
 #endif
+}
 
-/* Column `rows[0], rows[width], ...` whose values are at most `longest`
- * bytes long and of more than one length. */
-static uint8_t *write_mixed(uint8_t *out, const uint64_t *rows, size_t count,
-                            unsigned width, unsigned longest) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/* Column `rows[0], rows[width], ...` of varints at most `longest` bytes
+ * long (0: not known), all of that length unless `mixed`. Each case has
+ * its loop inlined with the length constant; other columns take the
+ * varint loop. */
+static uint8_t *write_column(uint8_t *out, const uint64_t *rows, size_t count,
+                             unsigned width, unsigned longest, bool mixed) {
   switch (longest) {
+  case 1:
+    return put_fixed(out, rows, count, width, 1);
   case 2:
-    return put_mixed(out, rows, count, width, 2);
+    return mixed ? put_mixed(out, rows, count, width, 2)
+                 : put_fixed(out, rows, count, width, 2);
   case 3:
-    return put_mixed(out, rows, count, width, 3);
+    return mixed ? put_mixed(out, rows, count, width, 3)
+                 : put_fixed(out, rows, count, width, 3);
   case 4:
-    return put_mixed(out, rows, count, width, 4);
+    return mixed ? put_mixed(out, rows, count, width, 4)
+                 : put_fixed(out, rows, count, width, 4);
   case 5:
-    return put_mixed(out, rows, count, width, 5);
+    return mixed ? put_mixed(out, rows, count, width, 5)
+                 : put_fixed(out, rows, count, width, 5);
   case 6:
-    return put_mixed(out, rows, count, width, 6);
+    if (mixed) {
+      return put_mixed(out, rows, count, width, 6);
+    }
+    break;
   case 7:
-    return put_mixed(out, rows, count, width, 7);
+    if (mixed) {
+      return put_mixed(out, rows, count, width, 7);
+    }
+    break;
   case 8:
-    return put_mixed(out, rows, count, width, 8);
+    if (mixed) {
+      return put_mixed(out, rows, count, width, 8);
+    }
+    break;
   default:
     break;
   }
-#else
-  (void)longest;
-#endif
-  for (size_t i = 0; i < count; i++, rows += width) {
-    out = reshard_varint_put(out, *rows);
-  }
-  return out;
+  return put_varints(out, rows, count, width);
 }
+
+/* ---- Run columns, written while measuring ---- */
+
+/* A run column's varints differ in length more often than not, so a
+ * response with runs is not measured value by value and written again:
+ * each batch's columns are written once while measuring, then copied into
+ * the response. */
 
 /* Columns `first`..width-1 of `count` (> 0) rows written into `arena`, one
  * after another, each column's size into sizes[c]; NULL when the arena
  * cannot grow. One pass over the rows finds each column's largest and
  * smallest value, whose lengths are its longest and shortest: a column of
- * one length is written as write_column writes it, others by write_mixed.
+ * one length is written a value at a time, others a word a value
+ * (write_column).
  * Inlined with a constant width and first column, so the loops unroll. */
 static inline const uint8_t *write_run_columns(const uint64_t *rows,
                                                size_t count, unsigned width,
@@ -292,9 +296,8 @@ static inline const uint8_t *write_run_columns(const uint64_t *rows,
   uint8_t *out = start;
   for (unsigned c = first; start != NULL && c < width; c++) {
     uint8_t *column = out;
-    out = reshard_varint_length(least[c]) == longest[c]
-              ? write_column(out, rows + c, count, width, longest[c])
-              : write_mixed(out, rows + c, count, width, longest[c]);
+    out = write_column(out, rows + c, count, width, longest[c],
+                       reshard_varint_length(least[c]) != longest[c]);
     sizes[c] = (size_t)(out - column);
   }
   return start;
@@ -481,7 +484,7 @@ static uint8_t *write_batches(const reshard_range_batches *batches,
         out = put_payload(out, encoded, sizes[c], column_sink);
         encoded += sizes[c];
       } else {
-        out = write_column(out, rows + c, count, width, lengths[c]);
+        out = write_column(out, rows + c, count, width, lengths[c], false);
       }
     }
     if (width == COPY_WIDTH) {
