@@ -1214,7 +1214,16 @@ static bool direct_prepare(reshard__transfer *t, direct *d) {
       };
     }
   }
-  qsort(d->jobs, d->job_count, sizeof *d->jobs, compare_jobs);
+  /* Built in the target's order, which is mostly the source's too (same
+   * layer and tensor order): then the sort, a tenth of a small transfer's
+   * planning (T1 at 128 tokens), is skipped. */
+  bool in_order = true;
+  for (size_t j = 1; in_order && j < d->job_count; j++) {
+    in_order = compare_jobs(&d->jobs[j - 1], &d->jobs[j]) <= 0;
+  }
+  if (!in_order) {
+    qsort(d->jobs, d->job_count, sizeof *d->jobs, compare_jobs);
+  }
   for (size_t j = 0; j < d->job_count; j++) {
     direct_job_constants(d, &d->jobs[j]);
   }
