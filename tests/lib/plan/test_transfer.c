@@ -887,6 +887,25 @@ Test(transfer_rules, replicas_spread_by_target_ordinal) {
   }
 }
 
+Test(transfer_rules, tp_down_is_walked_directly) {
+  /* Target TP1 over source TP2: each target layer's entries alternate
+   * between the two sources, so the walk sorts its jobs into the sources'
+   * order first. Out of that order it would stop and plan the
+   * bound-and-sorted way, the same plan slower: only `direct` tells. */
+  fixed_setup(2, 1);
+  reshard_pooled_memory pooled = {&fx.c.target_bound, fx.c.target_table,
+                                  fx.c.target_table_count};
+  fx.request.pooled = &pooled;
+  fx.request.bound_binding = NULL;
+  for (int runs = 0; runs < 2; runs++) {
+    fx.request.runs = runs;
+    cr_assert_eq(plan_fixed(), RESHARD_OK, "%s", fx.err.message);
+    cr_assert(fx.plan.direct, "runs %d", runs);
+    cr_assert_eq(fx.plan.source_count, 2);
+    execute_and_check(&fx.c, &fx.plan);
+  }
+}
+
 Test(transfer_rules, refusals) {
   fixed_setup(2, 4);
   cr_assert_eq(plan_fixed(), RESHARD_OK, "%s", fx.err.message);
