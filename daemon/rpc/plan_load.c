@@ -157,8 +157,10 @@ static void encode_plan(load_ctx *ctx) {
       .placement_id = ctx->placement_id,
   };
   reshard_plan_response response;
-  if (reshard_plan_response_measure(&ctx->plan, &names,
-                                    reshard_call_arena(call),
+  /* Measured in the plan's arena, as PlanStore and PlanTransfer are: with
+   * runs measuring writes their columns there, which must not stay with
+   * the call while its response goes out. */
+  if (reshard_plan_response_measure(&ctx->plan, &names, &ctx->scratch,
                                     &response) != RESHARD_OK ||
       reshard__planner_pack_response(
           call, ctx->response_memory, &response.batches, response.size,

@@ -59,8 +59,9 @@ typedef struct reshard_range_batches {
   const uint8_t **run_columns;
   const size_t *sources;  /* per batch, or NULL for RangeBatches */
   size_t *column_bytes;   /* per batch, RESHARD_RANGE_BATCH_COLUMNS payloads */
-  uint8_t *column_length; /* per batch and column: the varint length every
-                             value shares, 0 when lengths differ */
+  uint8_t *column_length; /* per batch and column, of copies written from
+                             the copies: the varint length every value
+                             shares, 0 when lengths differ */
   size_t *body_bytes;     /* per batch, its message body */
   size_t size;            /* every batch with its tag and length */
 } reshard_range_batches;

@@ -325,22 +325,13 @@ static inline void runs_take(direct *d, reshard_copy first, uint64_t count,
   runs_take_cut(d, first, count, part_stride, region_stride);
 }
 
-/* Whether a copy from `part_offset` of source region `part_index` to
- * `region_offset` of target region `region_index` continues `p` on both
- * sides: coalescing merges them. The source is the same one (the walk
- * flushes at each change). */
-static inline bool continues_at(const reshard_copy *p, uint64_t part_index,
-                                uint64_t region_index, uint64_t part_offset,
-                                uint64_t region_offset) {
-  return p->part_index == part_index && p->region_index == region_index &&
-         p->part_offset + p->nbytes == part_offset &&
-         p->region_offset + p->nbytes == region_offset;
-}
-
+/* Whether `c` continues `p` on both sides: coalescing merges them. The
+ * source is the same one (the walk flushes at each change). */
 static inline bool copy_continues(const reshard_copy *p,
                                   const reshard_copy *c) {
-  return continues_at(p, c->part_index, c->region_index, c->part_offset,
-                      c->region_offset);
+  return p->part_index == c->part_index && p->region_index == c->region_index &&
+         p->part_offset + p->nbytes == c->part_offset &&
+         p->region_offset + p->nbytes == c->region_offset;
 }
 
 /* A row of `count` copies (first + k strides) after the pending ones:
@@ -852,9 +843,8 @@ static inline void region_store(direct *d, const region_state *s) {
 }
 
 /* The pending copy to the batcher when it closes or splits a batch
- * (direct_batch), or a row the general way (runs_take), between a store
- * and a reload of the state. The state goes by value, so the caller's
- * never escapes. */
+ * (direct_batch), between a store and a reload of the state. The state goes by
+ * value, so the caller's never escapes. */
 static __attribute__((noinline)) piece_state pieces_cut(direct *d,
                                                         piece_state s) {
   pieces_store(d, &s);
