@@ -555,6 +555,7 @@ reshard_status reshard_binding_validate(
   v.span_shortest = UINT64_MAX;
   bool in_order = true;
   bool page_blocks = descriptor->page_size > 0;
+  bool whole_span = true;
   size_t next_group = 0;
   for (size_t i = 0; i < count; i++) {
     reshard__binding_span *span = &v.spans[i + 1];
@@ -577,6 +578,8 @@ reshard_status reshard_binding_validate(
            ranges[i].component != ranges[i - 1].component) &&
           ranges[i].token_end - ranges[i].token_start ==
               descriptor->page_size));
+    whole_span = whole_span && ranges[i].token_start == 0 &&
+                 ranges[i].token_end == token_span;
     v.span_low = span->start < v.span_low ? span->start : v.span_low;
     v.span_high = span->end > v.span_high ? span->end : v.span_high;
     if (shaped) {
@@ -651,6 +654,7 @@ reshard_status reshard_binding_validate(
       .region_count = binding->region_count,
       /* In order and tiled, each group's ranges are its pages, one a page. */
       .page_blocks = in_order && page_blocks ? descriptor->page_size : 0,
+      .whole_span = whole_span,
       .validation_work = v.work,
   };
   return RESHARD_OK;

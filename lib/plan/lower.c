@@ -104,6 +104,7 @@ void reshard__cursor_reset(reshard__range_cursor *cursor) {
     cursor->open_count[g] = 0;
   }
   cursor->stale = false;
+  cursor->all_open = false;
 }
 
 void reshard__cursor_advance(reshard__range_cursor *cursor, uint64_t page_start,
@@ -135,6 +136,9 @@ void reshard__cursor_advance(reshard__range_cursor *cursor, uint64_t page_start,
     }
     return;
   }
+  if (cursor->all_open) {
+    return;
+  }
   for (size_t g = 0; g < binding->group_count; g++) {
     size_t *open = cursor->open + binding->group_start[g];
     size_t kept = 0;
@@ -154,6 +158,9 @@ void reshard__cursor_advance(reshard__range_cursor *cursor, uint64_t page_start,
     cursor->next[g] = next;
     cursor->open_count[g] = kept;
   }
+  /* Each range starts on the first page and ends past the last. */
+  cursor->all_open = binding->whole_span && page_start < page_end &&
+                     page_start < binding->token_span;
 }
 
 /* The block where one join entry meets one binding range on this page. */
@@ -547,6 +554,22 @@ static void note_page_block_shifts(const reshard_bound_range *ranges,
   }
 }
 
+/* note_shift for every range of a page of whole-span ranges (binding.h)
+ * after the remembered page, the page before it: the same ranges, each
+ * meeting this page a page of its rows further in. */
+static void note_whole_span_shifts(const reshard_bound_range *ranges,
+                                   uint64_t page_size,
+                                   reshard__sequence_memo *memo) {
+  for (size_t ordinal = 0; ordinal < memo->range_count; ordinal++) {
+    const reshard_bound_range *range = &ranges[memo->ranges[ordinal]];
+    uint64_t shift = page_size * range->token_stride;
+    memo->shift[ordinal] = shift;
+    if (memo->uniform) {
+      note_region_shift(memo, range->region_index, shift, false);
+    }
+  }
+}
+
 static bool remember_range(void *context, size_t ordinal, size_t range) {
   reshard__sequence_memo *memo = context;
   if (ordinal == memo->room) {
@@ -688,6 +711,14 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
     memo->uniform = true;
     if (page->cursor->binding->page_blocks != 0) {
       note_page_block_shifts(compare.ranges, memo);
+      same = true;
+    } else if (page->cursor->binding->whole_span) {
+      if (!memo->span_noted) {
+        note_whole_span_shifts(compare.ranges, page->page_size, memo);
+        memo->span_noted = true;
+        memo->span_uniform = memo->uniform;
+      }
+      memo->uniform = memo->span_uniform;
       same = true;
     } else {
       size_t ranges = for_each_open_range(page->cursor, note_shift, &compare);

@@ -44,6 +44,9 @@ typedef struct reshard__range_cursor {
    * page pass 1 last wrote. */
   uint64_t written_start, written_end;
   bool written;
+  /* A binding of whole-span ranges (reshard_bound_binding.whole_span)
+   * whose every range is open: it stays so for every page. */
+  bool all_open;
 } reshard__range_cursor;
 
 reshard_status reshard__cursor_init(reshard__range_cursor *cursor,
@@ -141,6 +144,13 @@ typedef struct reshard__sequence_memo {
   size_t ranges_per_page_block;
   bool single;
   uint64_t single_shift;
+  /* Over whole-span ranges (reshard_bound_binding.whole_span) every page
+   * opens the same ranges in the same order and moves each by the same
+   * amount from the page before: once noted (`span_noted`), `shift`,
+   * region_shift and `span_uniform` (the page's `uniform`) hold for every
+   * page of the plan, whichever pages were lowered afresh between. */
+  bool span_noted;
+  bool span_uniform;
   /* Set by the caller before each page: it takes a page moved by one
    * amount per region (`uniform`) from its own kept copy of the
    * remembered page, so `out` may stay as it was (`behind`; a later page

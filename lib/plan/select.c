@@ -265,7 +265,8 @@ static void remember_counted(reshard__planner *plan, uint64_t page_start) {
  * that starts where the last counted one did in its block costs what that
  * one did, whatever its blocks: counted once per (source, place); over a
  * binding, a page whose ranges meet it as the last counted page's met
- * that one (counted_shape). */
+ * that one (counted_shape; without comparing, over page blocks and
+ * whole-span ranges, whose every page does). */
 static reshard__page_cost page_cost(reshard__planner *plan,
                                     const reshard_join *join, uint64_t page) {
   const reshard_pooled_memory *pooled = plan->cursor.pooled;
@@ -279,6 +280,7 @@ static reshard__page_cost page_cost(reshard__planner *plan,
     }
   } else if (plan->counted_join == join &&
              (plan->cursor.binding->page_blocks != 0 ||
+              plan->cursor.binding->whole_span ||
               counted_shape(plan, page_start, page_size))) {
     plan->page_alike[page] = true;
     return plan->counted;

@@ -3,6 +3,7 @@
 #ifndef RESHARD_BINDING_H
 #define RESHARD_BINDING_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -72,6 +73,10 @@ typedef struct reshard_bound_binding {
    * page p's range of group g is ranges[group_start[g] + p], and every
    * page meets its ranges as the page before it did. */
   uint64_t page_blocks;
+  /* Every range binds all the span's tokens, [0, token_span) (a
+   * contiguous reader's tensors): every page opens every range, and meets
+   * it as the page before did, a page's rows further into its region. */
+  bool whole_span;
   uint64_t validation_work; /* work units spent, for stats */
 } reshard_bound_binding;
 

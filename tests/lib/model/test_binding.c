@@ -877,6 +877,27 @@ Test(binding, blocks_other_than_pages_are_not_page_blocks) {
   cr_assert_eq(fx.out.page_blocks, 0);
 }
 
+/* whole_span lets the planner take every page as the page before moved
+ * without comparing them: it must hold exactly when every range binds all
+ * the span's tokens, however the heads are split. */
+Test(binding, ranges_over_every_token_are_whole_span) {
+  validate_ok(); /* the base: one range over both pages a group */
+  cr_assert(fx.out.whole_span);
+  /* L1 K bound one head a range, each over every token. */
+  fx.binding.ranges[0].head_count = 1;
+  add_range(1, K, 0, 8, 3, 1, "kv", 8, 16, 8);
+  validate_ok();
+  cr_assert(fx.out.whole_span);
+  /* L2 V bound in two token halves: tiled, but not by whole-span ranges. */
+  fx.binding.ranges[3].token_count = 4;
+  add_range(2, V, 4, 4, 2, 2, "kv", 352, 8, 4);
+  validate_ok();
+  cr_assert_not(fx.out.whole_span);
+  paged_alike();
+  validate_ok();
+  cr_assert_not(fx.out.whole_span);
+}
+
 Test(binding, blocks_shaped_alike_listed_out_of_order_are_sorted) {
   paged_alike();
   reshard_binding_range first = fx.binding.ranges[4];
