@@ -214,38 +214,40 @@ static inline uint8_t *put_mixed(uint8_t *out, const uint64_t *rows,
  * varint loop. */
 static uint8_t *write_column(uint8_t *out, const uint64_t *rows, size_t count,
                              unsigned width, unsigned longest, bool mixed) {
-  switch (longest) {
-  case 1:
-    return put_fixed(out, rows, count, width, 1);
-  case 2:
-    return mixed ? put_mixed(out, rows, count, width, 2)
-                 : put_fixed(out, rows, count, width, 2);
-  case 3:
-    return mixed ? put_mixed(out, rows, count, width, 3)
-                 : put_fixed(out, rows, count, width, 3);
-  case 4:
-    return mixed ? put_mixed(out, rows, count, width, 4)
-                 : put_fixed(out, rows, count, width, 4);
-  case 5:
-    return mixed ? put_mixed(out, rows, count, width, 5)
-                 : put_fixed(out, rows, count, width, 5);
-  case 6:
-    if (mixed) {
+  if (mixed) {
+    switch (longest) {
+    case 2:
+      return put_mixed(out, rows, count, width, 2);
+    case 3:
+      return put_mixed(out, rows, count, width, 3);
+    case 4:
+      return put_mixed(out, rows, count, width, 4);
+    case 5:
+      return put_mixed(out, rows, count, width, 5);
+    case 6:
       return put_mixed(out, rows, count, width, 6);
-    }
-    break;
-  case 7:
-    if (mixed) {
+    case 7:
       return put_mixed(out, rows, count, width, 7);
-    }
-    break;
-  case 8:
-    if (mixed) {
+    case 8:
       return put_mixed(out, rows, count, width, 8);
+    default:
+      break;
     }
-    break;
-  default:
-    break;
+  } else {
+    switch (longest) {
+    case 1:
+      return put_fixed(out, rows, count, width, 1);
+    case 2:
+      return put_fixed(out, rows, count, width, 2);
+    case 3:
+      return put_fixed(out, rows, count, width, 3);
+    case 4:
+      return put_fixed(out, rows, count, width, 4);
+    case 5:
+      return put_fixed(out, rows, count, width, 5);
+    default:
+      break;
+    }
   }
   return put_varints(out, rows, count, width);
 }
