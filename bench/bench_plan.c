@@ -187,7 +187,7 @@ static void print_encoding_header(void) {
   printf("\nplanning and response encoding (warm template, medians): "
          "explicit, columns encoded while batching | explicit, encoded from "
          "the copies | with runs\n");
-  printf("%-16s %-6s | %9s %9s %6s %9s %10s %5s | %9s %9s %9s | %9s %9s "
+  printf("%-16s %-8s | %9s %9s %6s %9s %10s %5s | %9s %9s %9s | %9s %9s "
          "%7s %5s %9s %9s %6s\n",
          "scenario", "memory", "plan", "encode", "enc/pl", "total", "bytes",
          "B/cp", "plan", "encode", "total", "plan", "encode", "runs", "cp/r",
@@ -203,7 +203,7 @@ static int encoding_row(const char *name, const char *memory, scenario *s,
       time_encoding(s, template_join, true, false, count, &runs)) {
     return -1;
   }
-  printf("%-16s %-6s | %7.1fus %7.1fus %6.2f %7.1fus %10zu %5.1f | %7.1fus "
+  printf("%-16s %-8s | %7.1fus %7.1fus %6.2f %7.1fus %10zu %5.1f | %7.1fus "
          "%7.1fus %7.1fus | %7.1fus %7.1fus %7zu %5.1f %9zu %9.1f %5.1fx\n",
          name, memory, plain.plan_ns / 1e3, plain.encode_ns / 1e3,
          plain.encode_ns / plain.plan_ns,
@@ -268,7 +268,7 @@ static int decode_row(const char *name, const char *memory, scenario *s,
     double ranges = (double)s->binding.range_count;
     double decode = bench_median(decode_ns, (size_t)count);
     double validate = bench_median(validate_ns, (size_t)count);
-    printf("%-16s %-6s | %10zu %7zu | %8.1fus %7.1f | %8.1fus %7.1f\n", name,
+    printf("%-16s %-8s | %10zu %7zu | %8.1fus %7.1f | %8.1fus %7.1f\n", name,
            memory, length, s->binding.range_count, decode / 1e3,
            decode / ranges, validate / 1e3, validate / ranges);
   }
@@ -769,9 +769,10 @@ static int pooled_tables(const char *only, uint64_t pages, int count) {
 typedef int (*memory_row)(const char *name, const char *memory, scenario *s,
                           int count);
 
-/* Prints `row` for each selected scenario twice: with the pool it
- * registers, and with one region per (layer, component). Returns the rows
- * that failed. */
+/* Prints `row` for each selected scenario three times: with the pool it
+ * registers, with one region per (layer, component), and with those
+ * regions and the ranges listed in a random order. Returns the rows that
+ * failed. */
 static int each_reader_memory(const char *only, uint64_t pages, int count,
                               memory_row row) {
   int failures = 0;
@@ -781,15 +782,21 @@ static int each_reader_memory(const char *only, uint64_t pages, int count,
     if (!scenario_selected(spec, only)) {
       continue;
     }
-    for (int split = 0; split < 2; split++) {
-      const char *memory = split ? "layer" : "pool";
+    for (int split = 0; split < 3; split++) {
+      static const char *const memories[] = {"pool", "layer", "shuffled"};
+      const char *memory = memories[split];
       reshard_arena arena;
       reshard_arena_init(&arena, 0);
       reshard_error err;
       scenario s;
-      if (scenario_build(spec, pages, 0, 42 + i, &arena, &s, &err) ||
-          (split && scenario_region_per_layer(&s, &arena, &err)) ||
-          row(spec->name, memory, &s, count) != 0) {
+      bool built = scenario_build(spec, pages, 0, 42 + i, &arena, &s, &err) ==
+                       RESHARD_OK &&
+                   (split == 0 ||
+                    scenario_region_per_layer(&s, &arena, &err) == RESHARD_OK);
+      if (built && split == 2) {
+        scenario_shuffle_ranges(&s, 7 + i);
+      }
+      if (!built || row(spec->name, memory, &s, count) != 0) {
         fprintf(stderr, "%s (%s): failed\n", spec->name, memory);
         failures++;
       }
@@ -1251,7 +1258,7 @@ int main(int argc, char **argv) {
   failures += each_reader_memory(only, pages, runs, encoding_memory_row);
   printf("\nthe reader's binding, decoded from its wire bytes "
          "(daemon/binding_decode.c) and validated (medians)\n");
-  printf("%-16s %-6s | %10s %7s | %10s %7s | %10s %7s\n", "scenario", "memory",
+  printf("%-16s %-8s | %10s %7s | %10s %7s | %10s %7s\n", "scenario", "memory",
          "bytes", "ranges", "decode", "ns/rng", "validate", "ns/rng");
   failures += each_reader_memory(only, pages, runs, decode_row);
   failures += pooled_tables(only, pages, runs);

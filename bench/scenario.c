@@ -293,6 +293,16 @@ reshard_status scenario_region_per_layer(scenario *s, reshard_arena *arena,
   return RESHARD_OK;
 }
 
+void scenario_shuffle_ranges(scenario *s, uint64_t seed) {
+  reshard_binding_range *ranges = s->binding.ranges;
+  for (size_t i = s->binding.range_count; i > 1; i--) {
+    size_t j = (size_t)(next_random(&seed) % i);
+    reshard_binding_range swap = ranges[i - 1];
+    ranges[i - 1] = ranges[j];
+    ranges[j] = swap;
+  }
+}
+
 /* The explicit binding SPEC §1.5 writes for `pool` and its first `blocks`
  * table entries over tokens [0, tokens): per tensor one range per block,
  * and per head too where a head's tokens are not one row. */

@@ -86,6 +86,11 @@ reshard_status scenario_build_store(const scenario_spec *spec, uint64_t pages,
  * vLLM allocates them (one tensor per layer and component). */
 reshard_status scenario_region_per_layer(scenario *s, reshard_arena *arena,
                                          reshard_error *err);
+/* Lists the binding's ranges in an order drawn from `seed`, as a client
+ * that collects them from a hash map would (scripts/load.py's paged
+ * readers): the same memory, none of the order validation's fast paths
+ * read. */
+void scenario_shuffle_ranges(scenario *s, uint64_t seed);
 
 /* The pooled reader of SPEC §6 for a built scenario's reader participant:
  * its blocks as a MemoryPool (SPEC §1.5a) of twice the blocks the request

@@ -411,6 +411,65 @@ static inline bool check_shaped_range(const reshard__binding_validation *v,
   return true;
 }
 
+/* The group a bound range belongs to: layer_index * 2 + component - 1. */
+static inline size_t bound_group(const reshard_bound_range *range) {
+  return (size_t)range->layer_index * 2 + (size_t)(range->component - 1);
+}
+
+/* The group (layer_index * 2 + component - 1) of a range whose component
+ * and layer check_range would accept, or SIZE_MAX. */
+static size_t range_group(const reshard__binding_validation *v,
+                          const reshard_binding_range *range) {
+  if (range->component != RESHARD_COMPONENT_KEY &&
+      range->component != RESHARD_COMPONENT_VALUE) {
+    return SIZE_MAX;
+  }
+  ptrdiff_t layer_index = find_owned_layer(v->part, range->global_layer_id);
+  return layer_index < 0 ? SIZE_MAX
+                         : (size_t)layer_index * 2 + (range->component - 1);
+}
+
+/* The sorted order of page blocks listed in another order, without a sort:
+ * each group's ranges are its pages, so the range over tokens [t, t +
+ * page_size) of group g goes to group_start[g] + t / page_size. Fills
+ * group_start, `sorted` and `source_index`. false when a start is not a
+ * page's or two ranges claim one page; tiling refuses those, after the
+ * general sort has put them where its message can name them. */
+static bool place_page_blocks(const reshard_bound_range *ranges, size_t count,
+                              uint64_t page_size, size_t *group_start,
+                              size_t group_count, reshard_bound_range *sorted,
+                              size_t *source_index) {
+  memset(group_start, 0, (group_count + 1) * sizeof *group_start);
+  for (size_t i = 0; i < count; i++) {
+    group_start[bound_group(&ranges[i]) + 1]++;
+  }
+  for (size_t g = 0; g < group_count; g++) {
+    group_start[g + 1] += group_start[g];
+  }
+  memset(source_index, 0xff, count * sizeof *source_index);
+  /* Page sizes are powers of two in practice: a shift, not a division
+   * per range. */
+  bool power_of_two = (page_size & (page_size - 1)) == 0;
+  unsigned shift = (unsigned)__builtin_ctzll(page_size);
+  for (size_t i = 0; i < count; i++) {
+    const reshard_bound_range *range = &ranges[i];
+    size_t g = bound_group(range);
+    uint64_t page = power_of_two ? range->token_start >> shift
+                                 : range->token_start / page_size;
+    if (page * page_size != range->token_start ||
+        page >= group_start[g + 1] - group_start[g]) {
+      return false;
+    }
+    size_t place = group_start[g] + (size_t)page;
+    if (source_index[place] != SIZE_MAX) {
+      return false;
+    }
+    sorted[place] = *range;
+    source_index[place] = i;
+  }
+  return true;
+}
+
 static int compare_bound(const void *a, const void *b) {
   const reshard_bound_range *x = a;
   const reshard_bound_range *y = b;
@@ -471,6 +530,47 @@ static const reshard__keyed *radix_order(const bound_with_source *items,
                      r->token_start;
   }
   return reshard__sort_keyed(by_head, other, count);
+}
+
+/* Sorts the bound ranges, which arrived in another order, and notes each
+ * group's start; v->source_index (room for `count`) maps them back to
+ * binding.ranges for messages. */
+static reshard_status sort_ranges(reshard__binding_validation *v,
+                                  reshard_bound_range *ranges, size_t count,
+                                  uint64_t token_span, size_t *group_start,
+                                  size_t group_count) {
+  bound_with_source *sorted =
+      RESHARD_ARENA_ARRAY(v->arena, bound_with_source, count + 1);
+  if (sorted == NULL) {
+    return reshard__binding_no_memory(v);
+  }
+  for (size_t i = 0; i < count; i++) {
+    sorted[i] = (bound_with_source){ranges[i], i};
+  }
+  const reshard__keyed *order =
+      radix_order(sorted, count, token_span, v->arena);
+  if (order == NULL) {
+    qsort(sorted, count, sizeof *sorted, compare_bound_with_source);
+  }
+  for (size_t i = 0; i < count; i++) {
+    const bound_with_source *next =
+        order ? &sorted[order[i].index] : &sorted[i];
+    ranges[i] = next->range;
+    v->source_index[i] = next->source;
+  }
+  /* Group boundaries: group g holds layer g / 2's component g % 2 + 1. */
+  size_t cursor = 0;
+  for (size_t g = 0; g < group_count; g++) {
+    group_start[g] = cursor;
+    uint64_t layer_index = g / 2;
+    unsigned component = (unsigned)(g % 2) + 1;
+    while (cursor < count && ranges[cursor].layer_index == layer_index &&
+           ranges[cursor].component == component) {
+      cursor++;
+    }
+  }
+  group_start[group_count] = cursor;
+  return RESHARD_OK;
 }
 
 reshard_status reshard_binding_validate(
@@ -542,6 +642,14 @@ reshard_status reshard_binding_validate(
       active == NULL) {
     return reshard__binding_no_memory(&v);
   }
+  /* The first range of each group that check_range checked: the ranges
+   * of a paged reader's group are shaped alike, and a client may list
+   * them in any order (scripts/load.py's paged readers: shuffled). */
+  size_t *group_shape = RESHARD_ARENA_ARRAY(arena, size_t, group_count + 1);
+  if (group_shape == NULL) {
+    return reshard__binding_no_memory(&v);
+  }
+  memset(group_shape, 0xff, (group_count + 1) * sizeof *group_shape);
   /* One pass: each range is checked straight into its bound form, its
    * span noted, and, while the ranges keep the sorted order (clients
    * usually list them in (layer, component, token) order), its group
@@ -558,44 +666,62 @@ reshard_status reshard_binding_validate(
   bool whole_span = true;
   size_t next_group = 0;
   for (size_t i = 0; i < count; i++) {
+    const reshard_binding_range *range = &binding->ranges[i];
     reshard__binding_span *span = &v.spans[i + 1];
-    bool shaped =
-        i > 0 && shaped_as(&binding->ranges[i], &binding->ranges[i - 1]) &&
-        check_shaped_range(&v, token_span, &binding->ranges[i], &ranges[i - 1],
-                           &v.spans[i], &ranges[i], span);
-    if (!shaped &&
-        (status = check_range(&v, &regions, token_span, i, &ranges[i], span))) {
-      return status;
+    /* Shaped as the range before, or else as its group's first: every
+     * rule but those on where it lies holds as it did there. */
+    bool after_previous =
+        i > 0 && shaped_as(range, &binding->ranges[i - 1]) &&
+        check_shaped_range(&v, token_span, range, &ranges[i - 1], &v.spans[i],
+                           &ranges[i], span);
+    bool shaped = after_previous;
+    size_t group = SIZE_MAX;
+    if (!shaped) {
+      group = range_group(&v, range);
+      size_t first = group == SIZE_MAX ? SIZE_MAX : group_shape[group];
+      shaped = first != SIZE_MAX && shaped_as(range, &binding->ranges[first]) &&
+               check_shaped_range(&v, token_span, range, &ranges[first],
+                                  &v.spans[first + 1], &ranges[i], span);
+    }
+    bool group_first = false;
+    if (!shaped) {
+      if ((status =
+               check_range(&v, &regions, token_span, i, &ranges[i], span))) {
+        return status;
+      }
+      group = bound_group(&ranges[i]);
+      group_first = group_shape[group] == SIZE_MAX;
+      if (group_first) {
+        group_shape[group] = i;
+      }
     }
     /* Page blocks: each group's first range a page long, the others
-     * shaped as it. Once tiled in order, they lie a page apart and each
-     * binds all the heads: they bind the first's heads, and a range of
-     * the other heads would be shaped as none of them. */
-    page_blocks =
-        page_blocks &&
-        (shaped ||
-         ((i == 0 || ranges[i].layer_index != ranges[i - 1].layer_index ||
-           ranges[i].component != ranges[i - 1].component) &&
-          ranges[i].token_end - ranges[i].token_start ==
-              descriptor->page_size));
+     * shaped as it. Once tiled, they lie a page apart and each binds all
+     * the heads: they bind the first's heads, and a range of the other
+     * heads would be shaped as none of them. */
+    page_blocks = page_blocks &&
+                  (shaped || (group_first &&
+                              ranges[i].token_end - ranges[i].token_start ==
+                                  descriptor->page_size));
     whole_span = whole_span && ranges[i].token_start == 0 &&
                  ranges[i].token_end == token_span;
     v.span_low = span->start < v.span_low ? span->start : v.span_low;
     v.span_high = span->end > v.span_high ? span->end : v.span_high;
-    if (shaped) {
+    if (after_previous) {
       /* The span as long as the one before, and one layer, component and
        * head start: in its group, in order when its tokens come later. */
       in_order = in_order && ranges[i - 1].token_start <= ranges[i].token_start;
       continue;
     }
-    uint64_t length = span->end - span->start;
-    v.span_shortest = length < v.span_shortest ? length : v.span_shortest;
+    if (!shaped) {
+      uint64_t length = span->end - span->start;
+      v.span_shortest = length < v.span_shortest ? length : v.span_shortest;
+    }
     in_order =
         in_order && (i == 0 || compare_bound(&ranges[i - 1], &ranges[i]) <= 0);
     if (in_order) {
-      size_t group =
-          (size_t)ranges[i].layer_index * 2 + (size_t)(ranges[i].component - 1);
-      while (next_group <= group) {
+      size_t g = bound_group(&ranges[i]);
+      while (next_group <= g) {
         group_start[next_group++] = i;
       }
     }
@@ -605,37 +731,21 @@ reshard_status reshard_binding_validate(
       group_start[next_group++] = count;
     }
   } else {
-    bound_with_source *sorted =
-        RESHARD_ARENA_ARRAY(arena, bound_with_source, count + 1);
+    reshard_bound_range *placed =
+        page_blocks ? RESHARD_ARENA_ARRAY(arena, reshard_bound_range, count + 1)
+                    : NULL;
     v.source_index = RESHARD_ARENA_ARRAY(arena, size_t, count + 1);
-    if (sorted == NULL || v.source_index == NULL) {
+    if (v.source_index == NULL || (page_blocks && placed == NULL)) {
       return reshard__binding_no_memory(&v);
     }
-    for (size_t i = 0; i < count; i++) {
-      sorted[i] = (bound_with_source){ranges[i], i};
+    if (page_blocks &&
+        place_page_blocks(ranges, count, descriptor->page_size, group_start,
+                          group_count, placed, v.source_index)) {
+      ranges = placed;
+    } else if ((status = sort_ranges(&v, ranges, count, token_span, group_start,
+                                     group_count))) {
+      return status;
     }
-    const reshard__keyed *order = radix_order(sorted, count, token_span, arena);
-    if (order == NULL) {
-      qsort(sorted, count, sizeof *sorted, compare_bound_with_source);
-    }
-    for (size_t i = 0; i < count; i++) {
-      const bound_with_source *next =
-          order ? &sorted[order[i].index] : &sorted[i];
-      ranges[i] = next->range;
-      v.source_index[i] = next->source;
-    }
-    /* Group boundaries: group g holds layer g / 2's component g % 2 + 1. */
-    size_t cursor = 0;
-    for (size_t g = 0; g < group_count; g++) {
-      group_start[g] = cursor;
-      uint64_t layer_index = g / 2;
-      unsigned component = (unsigned)(g % 2) + 1;
-      while (cursor < count && ranges[cursor].layer_index == layer_index &&
-             ranges[cursor].component == component) {
-        cursor++;
-      }
-    }
-    group_start[group_count] = cursor;
   }
   if ((status = reshard__binding_check_tiling(
            &v, ranges, group_start, group_count, token_span, active))) {
@@ -652,8 +762,8 @@ reshard_status reshard_binding_validate(
       .group_start = group_start,
       .group_count = group_count,
       .region_count = binding->region_count,
-      /* In order and tiled, each group's ranges are its pages, one a page. */
-      .page_blocks = in_order && page_blocks ? descriptor->page_size : 0,
+      /* Sorted and tiled, each group's ranges are its pages, one a page. */
+      .page_blocks = page_blocks ? descriptor->page_size : 0,
       .whole_span = whole_span,
       .validation_work = v.work,
   };

@@ -6,6 +6,7 @@
  * type, known fields of the wrong wire type, ten-byte varints into uint32
  * fields; then bytes are flipped, cut and inserted. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -321,6 +322,61 @@ Test(binding_decode, ranges_of_one_region_share_its_string) {
   cr_assert_str_eq(b.participant_id, "");
 }
 
+/* A range of component KEY in region `id` (`length` bytes), as encoders
+ * write it: canonical, with a one-byte length, so the decoder reads it by
+ * words. */
+static void put_range_in(wire *w, const char *id, size_t length) {
+  wire inner = {.length = 0};
+  put_byte(&inner, 0x10); /* component */
+  put_byte(&inner, 0x01);
+  put_byte(&inner, 0x3a); /* region_id */
+  put_byte(&inner, (uint8_t)length);
+  for (size_t k = 0; k < length; k++) {
+    put_byte(&inner, (uint8_t)id[k]);
+  }
+  put_byte(w, 0x22); /* ranges */
+  put_byte(w, (uint8_t)inner.length);
+  for (size_t k = 0; k < inner.length; k++) {
+    put_byte(w, inner.data[k]);
+  }
+}
+
+/* Ranges that name 300 regions in a random order, as a client that lists
+ * its blocks from a hash map does: more ids than the decoder's table of
+ * recent ones has slots, so ids share slots and evict each other. Each
+ * range keeps its own region's id, one string per region. */
+Test(binding_decode, ranges_in_any_order_share_their_regions_strings) {
+  enum { REGIONS = 300, RANGES = 420 }; /* within a wire's 8 KiB */
+  static wire w;
+  static char ids[REGIONS][16];
+  static size_t named[RANGES];
+  w.length = 0;
+  for (size_t r = 0; r < REGIONS; r++) {
+    /* Short ids too, which the decoder fingerprints byte by byte. */
+    snprintf(ids[r], sizeof ids[r], r % 3 == 0 ? "r%zu" : "region-%zu", r);
+  }
+  for (size_t i = 0; i < RANGES; i++) {
+    named[i] = (size_t)below(REGIONS);
+    put_range_in(&w, ids[named[i]], strlen(ids[named[i]]));
+  }
+  reshard_binding b;
+  reshard_error err;
+  cr_assert_eq(reshard_binding_decode(w.data, w.length, "binding", NULL,
+                                      UINT64_MAX, &arena, &b, &err),
+               RESHARD_OK, "%s", err.message);
+  cr_assert_eq(b.range_count, RANGES);
+  const char *first[REGIONS] = {NULL};
+  for (size_t i = 0; i < RANGES; i++) {
+    const char *got = b.ranges[i].region_id;
+    cr_assert_str_eq(got, ids[named[i]], "range %zu", i);
+    if (first[named[i]] == NULL) {
+      first[named[i]] = got;
+    }
+    cr_assert_eq(got, first[named[i]], "range %zu: a second copy of \"%s\"", i,
+                 got);
+  }
+}
+
 /* Neighbouring ranges whose region ids have one length and differ in one
  * byte, anywhere, for every length up to 40: each range keeps its own. */
 Test(binding_decode, neighbours_ids_that_differ_in_one_byte_stay_apart) {
@@ -332,19 +388,7 @@ Test(binding_decode, neighbours_ids_that_differ_in_one_byte_stay_apart) {
         memset(ids[i], 'r', length);
         ids[i][length] = '\0';
         ids[i][differ] = (char)('0' + i);
-        wire inner = {.length = 0};
-        put_byte(&inner, 0x10); /* component */
-        put_byte(&inner, 0x01);
-        put_byte(&inner, 0x3a); /* region_id */
-        put_byte(&inner, (uint8_t)length);
-        for (size_t k = 0; k < length; k++) {
-          put_byte(&inner, (uint8_t)ids[i][k]);
-        }
-        put_byte(&w, 0x22); /* ranges, with a one-byte length */
-        put_byte(&w, (uint8_t)inner.length);
-        for (size_t k = 0; k < inner.length; k++) {
-          put_byte(&w, inner.data[k]);
-        }
+        put_range_in(&w, ids[i], length);
       }
       reshard_binding b;
       reshard_error err;

@@ -909,7 +909,64 @@ Test(binding, blocks_shaped_alike_listed_out_of_order_are_sorted) {
   cr_assert_eq(fx.out.ranges[5].token_start, 4);
   cr_assert_eq(fx.out.ranges[5].region_offset,
                fx.binding.ranges[4].offset_bytes);
-  cr_assert_eq(fx.out.page_blocks, 0); /* sorted: not proved */
+  cr_assert_eq(fx.out.page_blocks, 4); /* sorted, each still a page */
+}
+
+/* paged_alike's blocks of `page_size` tokens, listed page by page, as a
+ * reader walking its block table writes them: every range follows one of
+ * another group, so each is shaped as its group's first, not as the range
+ * before it. ranges[4 * page + 2 * (layer - 1) + component - 1]. */
+static void paged_by_page(uint64_t page_size) {
+  fx.descriptor.page_size = page_size;
+  fx.binding.range_count = 0;
+  for (uint64_t page = 0; page < 2; page++) {
+    for (uint64_t layer = 1; layer <= 2; layer++) {
+      for (unsigned c = K; c <= V; c++) {
+        uint64_t hb = c == K ? 8 : 4;
+        /* Each group's two blocks side by side, as in paged_alike. */
+        uint64_t group = 2 * (layer - 1) + (c - 1);
+        uint64_t offset =
+            group * 2 * page_size * 16 + page * page_size * 2 * hb;
+        add_range(layer, (reshard_component)c, page_size * page, page_size, 2,
+                  2, "kv", offset, 2 * hb, hb);
+      }
+    }
+  }
+}
+
+Test(binding, blocks_listed_page_by_page_are_sorted_page_blocks) {
+  for (uint64_t page_size = 3; page_size <= 4; page_size++) {
+    paged_by_page(page_size); /* 3: placed by division, 4: by a shift */
+    validate_ok();
+    cr_assert_eq(fx.out.page_blocks, page_size);
+    for (size_t g = 0; g <= 4; g++) {
+      cr_assert_eq(fx.out.group_start[g], 2 * g, "group %zu", g);
+    }
+    for (size_t r = 0; r < 8; r++) {
+      const reshard_bound_range *got = &fx.out.ranges[r];
+      const reshard_binding_range *in = &fx.binding.ranges[4 * (r % 2) + r / 2];
+      cr_assert_eq(got->layer_index, r / 4, "range %zu", r);
+      cr_assert_eq(got->component, in->component, "range %zu", r);
+      cr_assert_eq(got->token_start, page_size * (r % 2), "range %zu", r);
+      cr_assert_eq(got->token_end, got->token_start + page_size, "range %zu",
+                   r);
+      cr_assert_eq(got->head_start, 2, "range %zu", r);
+      cr_assert_eq(got->head_end, 4, "range %zu", r);
+      cr_assert_eq(got->region_offset, in->offset_bytes, "range %zu", r);
+      cr_assert_eq(got->token_stride, in->token_stride_bytes, "range %zu", r);
+      cr_assert_eq(got->head_stride, in->head_stride_bytes, "range %zu", r);
+    }
+  }
+}
+
+Test(binding, blocks_listed_page_by_page_in_two_shapes_are_not_page_blocks) {
+  paged_by_page(4);
+  fx.binding.ranges[6].token_stride_bytes = 32; /* L2 K's second block */
+  fx.binding.ranges[6].offset_bytes = 1024;
+  validate_ok();
+  cr_assert_eq(fx.out.page_blocks, 0);
+  cr_assert_eq(fx.out.ranges[5].token_stride, 32);
+  cr_assert_eq(fx.out.ranges[5].region_offset, 1024);
 }
 
 /* One field of ranges[5], the second block of L2 K, broken: a range
@@ -988,6 +1045,42 @@ Test(binding, a_block_shaped_alike_may_end_on_the_regions_last_byte) {
   validate_ok();
   fx.binding.ranges[7].offset_bytes = 4096 - 30;
   ASSERT_INVALID("binding.ranges[7]: its last byte lies outside region");
+}
+
+/* One field of ranges[6], L2 K's second block listed page by page,
+ * broken: shaped as its group's first in every other field, it is checked
+ * on its own, and the proofs over the sorted ranges name it by its place
+ * in the request. */
+ParameterizedTestParameters(binding,
+                            rejects_a_block_listed_page_by_page_but_one) {
+  static struct alike_case cases[] = {
+      {ALIKE_FIELD(token_start), 5,
+       "binding.ranges[6]: tokens [5, +4) leave the request's span [0, 8)"},
+      {ALIKE_FIELD(token_start), 0,
+       "binding.ranges[2] and binding.ranges[6] both bind layer 2 component "
+       "KEY token 0 head 2"},
+      {ALIKE_FIELD(token_start), 2,
+       "binding.ranges[2] and binding.ranges[6] both bind layer 2 component "
+       "KEY token 2 head 2"},
+      {ALIKE_FIELD(offset_bytes), 4096 - 62,
+       "binding.ranges[6]: its last byte lies outside region \"kv\" of 4096 "
+       "bytes"},
+      {ALIKE_FIELD(offset_bytes), 64,
+       "binding.ranges[4] and binding.ranges[6] share memory"},
+      {ALIKE_FIELD(head_start), 3,
+       "binding.ranges[6]: heads [3, +2) leave participant"},
+      {ALIKE_FIELD(token_stride_bytes), 14,
+       "binding.ranges[6]: token_stride_bytes 14 is below the row span 16"},
+  };
+  return cr_make_param_array(struct alike_case, cases,
+                             sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(struct alike_case *c, binding,
+                  rejects_a_block_listed_page_by_page_but_one) {
+  paged_by_page(4);
+  memcpy((char *)&fx.binding.ranges[6] + c->field, &c->value, sizeof c->value);
+  ASSERT_INVALID(c->expected);
 }
 
 /* ---- tiling ----------------------------------------------------------- */
