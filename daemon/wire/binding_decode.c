@@ -514,7 +514,7 @@ static inline size_t recent_slot(text s) {
 }
 
 /* What the ranges decoded so far leave for the next: the region id of the
- * last one, and the first bad component. */
+ * last one, the ids met lately, and the first bad component. */
 typedef struct range_state {
   text last_region;
   const char *last_region_id;
