@@ -411,13 +411,18 @@ static inline bool check_shaped_range(const reshard__binding_validation *v,
   return true;
 }
 
-/* The group a bound range belongs to: layer_index * 2 + component - 1. */
-static inline size_t bound_group(const reshard_bound_range *range) {
-  return (size_t)range->layer_index * 2 + (size_t)(range->component - 1);
+/* Group g holds layer g / 2's component g % 2 + 1. */
+static inline size_t group_of(uint64_t layer_index,
+                              reshard_component component) {
+  return (size_t)layer_index * 2 + (size_t)(component - 1);
 }
 
-/* The group (layer_index * 2 + component - 1) of a range whose component
- * and layer check_range would accept, or SIZE_MAX. */
+static inline size_t bound_group(const reshard_bound_range *range) {
+  return group_of(range->layer_index, range->component);
+}
+
+/* The group of a range whose component and layer check_range would
+ * accept, or SIZE_MAX. */
 static size_t range_group(const reshard__binding_validation *v,
                           const reshard_binding_range *range) {
   if (range->component != RESHARD_COMPONENT_KEY &&
@@ -426,7 +431,7 @@ static size_t range_group(const reshard__binding_validation *v,
   }
   ptrdiff_t layer_index = find_owned_layer(v->part, range->global_layer_id);
   return layer_index < 0 ? SIZE_MAX
-                         : (size_t)layer_index * 2 + (range->component - 1);
+                         : group_of((uint64_t)layer_index, range->component);
 }
 
 /* The sorted order of page blocks listed in another order, without a sort:
