@@ -168,7 +168,11 @@ static reshard_status batch_stretch(reshard__planner *plan,
   size_t first = rows == 1 ? column : 0;
   size_t stretch_width = width - first;
   bool whole = row == 0 && rows == group->count;
-  if (!whole && plan->stretch == NULL &&
+  /* Written out only for a sink that reads it: a page whose runs come
+   * after it is batched (batch_cut_alone) needs only its bytes. */
+  bool written = !whole && (plan->keep_copies || sinks->folder != NULL ||
+                            sinks->encoder != NULL);
+  if (written && plan->stretch == NULL &&
       (plan->stretch = RESHARD_ARENA_ARRAY(
            plan->arena, reshard_run, plan->sequence_scratch.room)) == NULL) {
     return reshard__plan_no_memory(plan);
@@ -178,7 +182,7 @@ static reshard_status batch_stretch(reshard__planner *plan,
   uint64_t bytes = 0;
   for (size_t s = 0; s < stretch_width; s++) {
     const reshard_run *sequence = &group[first + s];
-    if (!whole) {
+    if (written) {
       scratch[s] = (reshard_run){reshard_run_copy(sequence, row), rows,
                                  rows > 1 ? sequence->part_stride : 0,
                                  rows > 1 ? sequence->region_stride : 0};
@@ -260,6 +264,18 @@ whole_template_record(reshard__planner *plan,
   return RESHARD_OK;
 }
 
+/* Whether page `sequences`' sequences are runs of their own
+ * (reshard__run_folder_alone). More sequences than the memory has
+ * regions share one, which S3's pages (one region per layer, a sequence
+ * per head) tell without a look at their sequences. */
+static bool page_alone(const reshard__planner *plan,
+                       const reshard__page_sequences *sequences,
+                       reshard__run_folder *folder) {
+  return sequences->count <= plan->sequence_scratch.memo.region_count &&
+         reshard__run_folder_alone(folder, sequences->sequences,
+                                   sequences->count);
+}
+
 /* Batches page `page`, lowered as sequences, when it fits the open batch
  * whole: what batching it group by group does, since the batch can close
  * only at its last copy. Its runs are the page before's moved when this
@@ -292,6 +308,13 @@ static reshard_status batch_whole_page(reshard__planner *plan,
                                   plan->whole_template.end, page,
                                   plan->cut_shift, sequences->copies);
       out->run_template_pages++;
+    } else if (page_alone(plan, sequences, folder)) {
+      reshard__run_folder_alone_piece(folder, sequences, 0, sequences->copies);
+      reshard_status status =
+          whole_template_record(plan, sequences, first_run, folder->run_count);
+      if (status) {
+        return status;
+      }
     } else {
       size_t first = 0;
       for (size_t g = 0; g < sequences->group_count; g++) {
@@ -359,25 +382,38 @@ struct reshard__cut_template {
   size_t origin_room;
 };
 
-/* Notes the piece of a cut page written since *start (copies, bytes and
+/* A cut page's template while its pieces are recorded: the piece that
+ * began at copy `piece_start` (the batcher's count), `piece_bytes` (the
+ * sinks' stretch bytes) and run `piece_runs`, and the batches closed so
+ * far. `on` is false when the page is not recorded. */
+typedef struct cut_recording {
+  bool on;
+  struct reshard__cut_template cut;
+  size_t piece_start;
+  uint64_t piece_bytes;
+  size_t piece_runs;
+  size_t closed;
+} cut_recording;
+
+/* Notes the piece of a cut page written since it began (copies, bytes and
  * runs) and starts the next one there; false when the template has no
  * room left for it, and the page is then not recorded. */
-static bool cut_add_piece(struct reshard__cut_template *cut,
+static bool cut_add_piece(cut_recording *recording,
                           const reshard__batcher *batcher,
-                          const batch_sinks *sinks, size_t *start,
-                          uint64_t *bytes, size_t *runs) {
+                          const batch_sinks *sinks) {
+  struct reshard__cut_template *cut = &recording->cut;
   if (cut->piece_count == CUT_PIECES) {
     return false;
   }
   cut->pieces[cut->piece_count++] = (cut_piece){
-      batcher->written - *start,
-      sinks->stretch_bytes - *bytes,
-      *runs,
+      batcher->written - recording->piece_start,
+      sinks->stretch_bytes - recording->piece_bytes,
+      recording->piece_runs,
       sinks->folder->run_count,
   };
-  *start = batcher->written;
-  *bytes = sinks->stretch_bytes;
-  *runs = sinks->folder->run_count;
+  recording->piece_start = batcher->written;
+  recording->piece_bytes = sinks->stretch_bytes;
+  recording->piece_runs = sinks->folder->run_count;
   return true;
 }
 
@@ -617,89 +653,68 @@ cut_template_keep_moved(reshard__planner *plan,
   return RESHARD_OK;
 }
 
-/* Batches page `page`, lowered as sequences: whole when it fits the open
- * batch, else a group at a time where a group fits the open batch and in
- * stretches of whole rows (or of one row's copies) where a batch closes
- * inside it. A page that could fill a batch's byte budget goes through
- * `scratch` and the batcher copy by copy (a copy may be split there). */
-static reshard_status batch_sequences(reshard__planner *plan,
-                                      const reshard__page_sequences *sequences,
-                                      uint64_t page, uint64_t page_bytes,
-                                      batch_sinks *sinks, reshard_copy *scratch,
-                                      reshard_load_plan *out) {
-  reshard__batcher *batcher = sinks->batcher;
-  const reshard__batching *limits = &batcher->limits;
-  if (!sequences->shifted) {
-    /* Not the page before moved: templates of earlier pages are not it
-     * moved either. */
-    plan->cut_chain++;
+/* Keeps `cut`, page `sequences` just recorded, among the cut templates:
+ * in the slot of a template that started at the same place in its batch,
+ * else in the next slot in turn. */
+static reshard_status
+cut_template_keep(reshard__planner *plan,
+                  const reshard__page_sequences *sequences,
+                  struct reshard__cut_template *cut, const batch_sinks *sinks) {
+  size_t slot = plan->cut_next;
+  for (size_t t = 0; t < CUT_TEMPLATES; t++) {
+    const struct reshard__cut_template *held = &plan->cut_templates[t];
+    if (held->valid && held->batch_ops == cut->batch_ops &&
+        held->batch_bytes == cut->batch_bytes) {
+      slot = t;
+      break;
+    }
   }
-  if (reshard__batcher_fits(batcher, (size_t)sequences->copies, page_bytes)) {
-    return batch_whole_page(plan, sequences, page, page_bytes, sinks, out);
+  if (slot == plan->cut_next) {
+    plan->cut_next = (plan->cut_next + 1) % CUT_TEMPLATES;
   }
-  /* Runs split across batches are no whole page's template. */
-  plan->run_template.valid = false;
-  if (page_bytes > limits->max_bytes - batcher->batch_bytes) {
-    reshard__page_sequences_expand(sequences, scratch);
-    reshard__batcher_push(batcher, scratch, (size_t)sequences->copies);
-    return drain_batched(plan, sinks);
+  struct reshard__cut_template *template = &plan->cut_templates[slot];
+  cut->region_offsets = template->region_offsets;
+  cut->region_room = template->region_room;
+  if (cut->region_room < sequences->count) {
+    /* A page's sequences, not its copies: S2's 160, where the sequence
+     * scratch holds a page's 10 256. Pages of one shape reuse it. */
+    cut->region_offsets =
+        RESHARD_ARENA_ARRAY(plan->arena, uint64_t, sequences->count);
+    if (cut->region_offsets == NULL) {
+      return reshard__plan_no_memory(plan);
+    }
+    cut->region_room = sequences->count;
   }
-  /* A page cut by batches: its runs are an earlier page's moved when
-   * that one started at the same place in its batch, else it may become
-   * such a template, its pieces noted as the batches close. */
-  bool record = false;
-  struct reshard__cut_template cut = {0};
-  size_t piece_start = batcher->written;
-  uint64_t piece_bytes = sinks->stretch_bytes;
-  size_t piece_runs = 0;
-  size_t closed = batcher->batch_count;
-  if (cut_templates_apply(plan, sinks)) {
-    reshard_status status = cut_templates_init(plan);
+  for (size_t i = 0; i < sequences->count; i++) {
+    cut->region_offsets[i] = sequences->sequences[i].first.region_offset;
+  }
+  cut->valid = true;
+  cut->sequences = template->sequences;
+  cut->sequence_room = template->sequence_room;
+  cut->origin = template->origin;
+  cut->previous = template->previous;
+  cut->origin_room = template->origin_room;
+  *template = *cut;
+  if (sinks->folder->origin != NULL) {
+    reshard_status status =
+        cut_template_keep_moved(plan, template, sequences, sinks->folder);
     if (status) {
       return status;
     }
-    if (sequences->shifted) {
-      const struct reshard__cut_template *template =
-          cut_template_find(plan, sequences, batcher);
-      if (template != NULL) {
-        out->run_template_cut_pages++;
-        plan->cut_misses = 0;
-        return cut_template_take(plan, template, page, false, sinks);
-      }
-    } else if (sequences->reused) {
-      const struct reshard__cut_template *template =
-          cut_template_find_moved(plan, sequences, batcher, sinks->folder);
-      if (template != NULL) {
-        out->run_template_cut_pages++;
-        plan->cut_misses = 0;
-        return cut_template_take(plan, template, page, true, sinks);
-      }
-    }
-    /* Pages whose places in their batches do not repeat within a few
-     * (S4's, 1 920 copies in batches of 4 096, repeat every 32 pages)
-     * stop leaving templates that no page takes. */
-    record = plan->cut_misses < CUT_MISSES;
-    plan->cut_misses += record;
-    cut = (struct reshard__cut_template){
-        .chain = plan->cut_chain,
-        .batch_ops = batcher->batch_ops,
-        .batch_bytes = batcher->batch_bytes,
-        .count = sequences->count,
-    };
-    piece_runs = sinks->folder->run_count;
-    if (record && sequences->reused && !sequences->shifted) {
-      /* Note each run's origin as the page is folded, for pages that are
-       * the one before them with other blocks but not shifted one amount
-       * per region (those take templates by region, cut_template_find):
-       * what a later such page may take. */
-      reshard__run_folder *folder = sinks->folder;
-      folder->origin = plan->cut_origin;
-      folder->previous = plan->cut_previous;
-      folder->origin_first = folder->run_count;
-      folder->origin_room = plan->sequence_scratch.room;
-      folder->mixed = false;
-    }
   }
+  return RESHARD_OK;
+}
+
+/* Batches the groups of page `sequences`, cut by batches: a group at a
+ * time where it fits the open batch, else in stretches of whole rows (or
+ * of one row's copies). With `recording` on, each batch closed ends a
+ * piece of its template. */
+static reshard_status batch_groups(reshard__planner *plan,
+                                   const reshard__page_sequences *sequences,
+                                   batch_sinks *sinks,
+                                   cut_recording *recording) {
+  reshard__batcher *batcher = sinks->batcher;
+  const reshard__batching *limits = &batcher->limits;
   size_t first = 0;
   for (size_t g = 0; g < sequences->group_count; g++) {
     size_t end = sequences->group_ends[g];
@@ -735,63 +750,148 @@ static reshard_status batch_sequences(reshard__planner *plan,
       if (status) {
         return status;
       }
-      if (record && batcher->batch_count != closed) {
+      if (recording != NULL && recording->on &&
+          batcher->batch_count != recording->closed) {
         /* A batch closed at the end of this stretch (a stretch fits the
          * open batch): a piece ends. */
-        record = cut_add_piece(&cut, batcher, sinks, &piece_start, &piece_bytes,
-                               &piece_runs);
-        closed = batcher->batch_count;
+        recording->on = cut_add_piece(recording, batcher, sinks);
+        recording->closed = batcher->batch_count;
       }
     }
     first = end;
   }
-  if (record && batcher->written > piece_start) {
-    record = cut_add_piece(&cut, batcher, sinks, &piece_start, &piece_bytes,
-                           &piece_runs);
+  return RESHARD_OK;
+}
+
+/* Batches page `sequences`, cut by batches, whose sequences are runs of
+ * their own (reshard__run_folder_alone): its copies first, with no folder
+ * to take them, then its runs piece by piece, each batch closed where
+ * the batcher closed it. Cheaper than a template: no class is looked up,
+ * no run copied twice. */
+static reshard_status batch_cut_alone(reshard__planner *plan,
+                                      const reshard__page_sequences *sequences,
+                                      batch_sinks *sinks) {
+  reshard__batcher *batcher = sinks->batcher;
+  reshard__run_folder *folder = sinks->folder;
+  size_t page_first = batcher->written;
+  size_t closed = batcher->batch_count;
+  sinks->folder = NULL;
+  reshard_status status = batch_groups(plan, sequences, sinks, NULL);
+  sinks->folder = folder;
+  if (status) {
+    return status;
   }
-  if (record) {
-    /* Kept in the slot of the same place, else the next in turn. */
-    size_t slot = plan->cut_next;
-    for (size_t t = 0; t < CUT_TEMPLATES; t++) {
-      const struct reshard__cut_template *held = &plan->cut_templates[t];
-      if (held->valid && held->batch_ops == cut.batch_ops &&
-          held->batch_bytes == cut.batch_bytes) {
-        slot = t;
-        break;
+  uint64_t from = 0;
+  for (size_t b = closed; b < batcher->batch_count; b++) {
+    const reshard_batch *batch = &batcher->batches[b];
+    uint64_t to = batch->first + batch->count - page_first;
+    reshard__run_folder_alone_piece(folder, sequences, from, to);
+    reshard__run_folder_close(folder);
+    from = to;
+  }
+  reshard__run_folder_alone_piece(folder, sequences, from, sequences->copies);
+  sinks->folded_batches = batcher->batch_count;
+  sinks->folded_copies = batcher->written;
+  return RESHARD_OK;
+}
+
+/* Batches page `page`, lowered as sequences: whole when it fits the open
+ * batch, else a group at a time where a group fits the open batch and in
+ * stretches of whole rows (or of one row's copies) where a batch closes
+ * inside it. A page that could fill a batch's byte budget goes through
+ * `scratch` and the batcher copy by copy (a copy may be split there). */
+static reshard_status batch_sequences(reshard__planner *plan,
+                                      const reshard__page_sequences *sequences,
+                                      uint64_t page, uint64_t page_bytes,
+                                      batch_sinks *sinks, reshard_copy *scratch,
+                                      reshard_load_plan *out) {
+  reshard__batcher *batcher = sinks->batcher;
+  const reshard__batching *limits = &batcher->limits;
+  if (!sequences->shifted) {
+    /* Not the page before moved: templates of earlier pages are not it
+     * moved either. */
+    plan->cut_chain++;
+  }
+  if (reshard__batcher_fits(batcher, (size_t)sequences->copies, page_bytes)) {
+    return batch_whole_page(plan, sequences, page, page_bytes, sinks, out);
+  }
+  /* Runs split across batches are no whole page's template. */
+  plan->run_template.valid = false;
+  if (page_bytes > limits->max_bytes - batcher->batch_bytes) {
+    reshard__page_sequences_expand(sequences, scratch);
+    reshard__batcher_push(batcher, scratch, (size_t)sequences->copies);
+    return drain_batched(plan, sinks);
+  }
+  /* A page whose sequences are runs of their own is batched first, its
+   * runs then written piece by piece where the batches cut it. */
+  if (sinks->folder != NULL && page_alone(plan, sequences, sinks->folder)) {
+    return batch_cut_alone(plan, sequences, sinks);
+  }
+  /* A page cut by batches: its runs are an earlier page's moved when
+   * that one started at the same place in its batch, else it may become
+   * such a template, its pieces noted as the batches close. */
+  cut_recording recording = {
+      .piece_start = batcher->written,
+      .piece_bytes = sinks->stretch_bytes,
+      .closed = batcher->batch_count,
+  };
+  if (cut_templates_apply(plan, sinks)) {
+    reshard_status status = cut_templates_init(plan);
+    if (status) {
+      return status;
+    }
+    if (sequences->shifted) {
+      const struct reshard__cut_template *template =
+          cut_template_find(plan, sequences, batcher);
+      if (template != NULL) {
+        out->run_template_cut_pages++;
+        plan->cut_misses = 0;
+        return cut_template_take(plan, template, page, false, sinks);
+      }
+    } else if (sequences->reused) {
+      const struct reshard__cut_template *template =
+          cut_template_find_moved(plan, sequences, batcher, sinks->folder);
+      if (template != NULL) {
+        out->run_template_cut_pages++;
+        plan->cut_misses = 0;
+        return cut_template_take(plan, template, page, true, sinks);
       }
     }
-    if (slot == plan->cut_next) {
-      plan->cut_next = (plan->cut_next + 1) % CUT_TEMPLATES;
+    /* Pages whose places in their batches do not repeat within a few
+     * stop leaving templates that no page takes. */
+    recording.on = plan->cut_misses < CUT_MISSES;
+    plan->cut_misses += recording.on;
+    recording.cut = (struct reshard__cut_template){
+        .chain = plan->cut_chain,
+        .batch_ops = batcher->batch_ops,
+        .batch_bytes = batcher->batch_bytes,
+        .count = sequences->count,
+    };
+    recording.piece_runs = sinks->folder->run_count;
+    if (recording.on && sequences->reused && !sequences->shifted) {
+      /* Note each run's origin as the page is folded, for pages that are
+       * the one before them with other blocks but not shifted one amount
+       * per region (those take templates by region, cut_template_find):
+       * what a later such page may take. */
+      reshard__run_folder *folder = sinks->folder;
+      folder->origin = plan->cut_origin;
+      folder->previous = plan->cut_previous;
+      folder->origin_first = folder->run_count;
+      folder->origin_room = plan->sequence_scratch.room;
+      folder->mixed = false;
     }
-    struct reshard__cut_template *template = &plan->cut_templates[slot];
-    cut.region_offsets = template->region_offsets;
-    cut.region_room = template->region_room;
-    if (cut.region_room < sequences->count) {
-      /* A page's sequences, not its copies: S2's 160, where the sequence
-       * scratch holds a page's 10 256. Pages of one shape reuse it. */
-      cut.region_offsets =
-          RESHARD_ARENA_ARRAY(plan->arena, uint64_t, sequences->count);
-      if (cut.region_offsets == NULL) {
-        return reshard__plan_no_memory(plan);
-      }
-      cut.region_room = sequences->count;
-    }
-    for (size_t i = 0; i < sequences->count; i++) {
-      cut.region_offsets[i] = sequences->sequences[i].first.region_offset;
-    }
-    cut.valid = true;
-    cut.sequences = template->sequences;
-    cut.sequence_room = template->sequence_room;
-    cut.origin = template->origin;
-    cut.previous = template->previous;
-    cut.origin_room = template->origin_room;
-    *template = cut;
-    if (sinks->folder->origin != NULL) {
-      reshard_status status =
-          cut_template_keep_moved(plan, template, sequences, sinks->folder);
-      if (status) {
-        return status;
-      }
+  }
+  reshard_status status = batch_groups(plan, sequences, sinks, &recording);
+  if (status) {
+    return status;
+  }
+  if (recording.on && batcher->written > recording.piece_start) {
+    recording.on = cut_add_piece(&recording, batcher, sinks);
+  }
+  if (recording.on) {
+    status = cut_template_keep(plan, sequences, &recording.cut, sinks);
+    if (status) {
+      return status;
     }
   }
   if (sinks->folder != NULL) {

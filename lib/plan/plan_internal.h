@@ -386,6 +386,26 @@ void reshard__run_folder_moved(reshard__run_folder *folder, size_t first,
                                size_t end, uint64_t page_index,
                                const size_t *origin,
                                const uint64_t *sequence_shift, uint64_t copies);
+/* Whether each of the `count` sequences of one page is a run of its own
+ * in any stretch of the page's copies, however batches cut it: they lie
+ * in distinct regions (so in distinct classes: a class includes its
+ * region), and each steps forward in its Part and not back in its region
+ * (told by its first and last copies: a lowered page's copies lie in
+ * their Parts and regions), so the greedy fold extends its first copy by
+ * every later one. Uses the folder's region marks; false also when they
+ * cannot grow. */
+bool reshard__run_folder_alone(reshard__run_folder *folder,
+                               const reshard_run *sequences, size_t count);
+/* Appends to the open batch the runs of copies [from, to) of `page`,
+ * whose sequences are alone (reshard__run_folder_alone), copies numbered
+ * as batch_sequences commits them (group by group, copy k of each of a
+ * group's sequences in turn): each sequence's copies in the range are one
+ * run, in the order of their first copies. What folding those copies
+ * does, with no class table: no copy outside the page is of their
+ * classes. */
+void reshard__run_folder_alone_piece(reshard__run_folder *folder,
+                                     const reshard__page_sequences *page,
+                                     uint64_t from, uint64_t to);
 /* Whether a strided sequence starting at `first` is of `slot`'s class and
  * its first copy follows the class's last: what folding it in line
  * (reshard__fold_slot_extend) needs. */

@@ -697,6 +697,27 @@ static reshard_runs fold_group(const random_group *g, bool by_group,
   return runs;
 }
 
+/* Requires `got`, folded `how` in case `i`, to be `want`, the same case
+ * folded copy by copy: the same runs in the same batches. */
+static void assert_same_runs(const reshard_runs *got, const reshard_runs *want,
+                             const char *how, unsigned i) {
+  cr_assert_eq(got->run_count, want->run_count,
+               "RESHARD_ORACLE_SEED=0x%016" PRIx64 " case %u: %zu runs %s, "
+               "%zu copy by copy",
+               oracle_base_seed(), i, got->run_count, how, want->run_count);
+  cr_assert_eq(got->batch_count, want->batch_count);
+  for (size_t b = 0; b <= want->batch_count; b++) {
+    cr_assert_eq(got->batch_first[b], want->batch_first[b],
+                 "case %u: batch %zu starts at another run %s", i, b, how);
+  }
+  for (size_t r = 0; r < want->run_count; r++) {
+    cr_assert(memcmp(&got->runs[r], &want->runs[r], sizeof want->runs[r]) == 0,
+              "RESHARD_ORACLE_SEED=0x%016" PRIx64 " case %u: run %zu differs "
+              "%s",
+              oracle_base_seed(), i, r, how);
+  }
+}
+
 Test(runs, group_folds_equal_copy_by_copy_folds) {
   uint64_t multi_copy_runs = 0;
   for (unsigned i = 0; i < 4000; i++) {
@@ -708,19 +729,187 @@ Test(runs, group_folds_equal_copy_by_copy_folds) {
     reshard_arena_init(&arena, 0);
     reshard_runs by_group = fold_group(&g, true, &arena);
     reshard_runs by_copy = fold_group(&g, false, &arena);
-    cr_assert_eq(by_group.run_count, by_copy.run_count,
-                 "RESHARD_ORACLE_SEED=0x%016" PRIx64 " case %u: %zu runs by "
-                 "group, %zu copy by copy",
-                 oracle_base_seed(), i, by_group.run_count, by_copy.run_count);
+    assert_same_runs(&by_group, &by_copy, "by group", i);
     for (size_t r = 0; r < by_copy.run_count; r++) {
-      cr_assert(memcmp(&by_group.runs[r], &by_copy.runs[r],
-                       sizeof by_copy.runs[r]) == 0,
-                "RESHARD_ORACLE_SEED=0x%016" PRIx64 " case %u: run %zu differs",
-                oracle_base_seed(), i, r);
       multi_copy_runs += by_copy.runs[r].count > 2;
     }
     reshard_arena_destroy(&arena);
   }
   /* The groups fold into long runs, not only single copies. */
   cr_assert_gt(multi_copy_runs, 1000);
+}
+
+/* ---- pages of sequences alone, cut by batches ---- */
+
+/* A page whose sequences lie in distinct regions and step forward
+ * (reshard__run_folder_alone) has its runs written piece by piece where
+ * batches cut it (reshard__run_folder_alone_piece), without folding. Random
+ * pages of one to three groups, cut at random copies, must give exactly
+ * the runs of folding their copies one by one in batch order, batch by
+ * batch; pages that share a region or step back (in the region, or in the
+ * Part, which the fold refuses) must not be taken as alone. */
+
+enum { PAGE_GROUPS = 3, PAGE_CUTS = 4 };
+
+typedef struct random_page {
+  reshard_run sequences[PAGE_GROUPS * GROUP_NARROW];
+  size_t group_ends[PAGE_GROUPS];
+  reshard__page_sequences page;
+  uint64_t cuts[PAGE_CUTS + 1]; /* increasing copy indices, then the end */
+  size_t cut_count;
+} random_page;
+
+static void make_page(oracle_rng *rng, random_page *p) {
+  memset(p, 0, sizeof *p);
+  size_t groups = (size_t)oracle_rng_between(rng, 1, PAGE_GROUPS);
+  bool shared = oracle_rng_chance(rng, 15);
+  size_t count = 0;
+  uint64_t copies = 0;
+  uint64_t part_offset = 4096;
+  for (size_t g = 0; g < groups; g++) {
+    size_t width = (size_t)oracle_rng_between(rng, 1, GROUP_NARROW);
+    uint64_t rows = oracle_rng_between(rng, 1, 9);
+    uint64_t nbytes = 8 * oracle_rng_between(rng, 1, 4);
+    uint64_t part_stride = (width + oracle_rng_between(rng, 0, 2)) * nbytes;
+    for (size_t s = 0; s < width; s++, count++) {
+      reshard_run *sequence = &p->sequences[count];
+      uint64_t region = shared && oracle_rng_chance(rng, 30)
+                            ? oracle_rng_between(rng, 0, 2)
+                            : count;
+      uint64_t region_stride = nbytes * oracle_rng_between(rng, 0, 3);
+      uint64_t region_offset = 1u << 20;
+      bool back = rows > 1 && oracle_rng_chance(rng, 3);
+      sequence->first = (reshard_copy){
+          0, 0, part_offset + s * nbytes, region, region_offset, nbytes};
+      sequence->count = rows;
+      sequence->part_stride = rows > 1 ? part_stride : 0;
+      sequence->region_stride = rows > 1 ? region_stride : 0;
+      if (back && oracle_rng_chance(rng, 50)) {
+        sequence->region_stride = (uint64_t)0 - nbytes; /* steps back */
+      } else if (back) {
+        sequence->first.part_offset += rows * part_stride;
+        sequence->part_stride = (uint64_t)0 - part_stride;
+      }
+    }
+    part_offset += rows * part_stride + 4096;
+    copies += rows * width;
+    p->group_ends[g] = count;
+  }
+  p->page = (reshard__page_sequences){
+      .sequences = p->sequences,
+      .count = count,
+      .group_ends = p->group_ends,
+      .group_count = groups,
+      .copies = copies,
+  };
+  /* Cuts at distinct copies inside the page, in order. */
+  size_t cuts = (size_t)oracle_rng_between(rng, 0, PAGE_CUTS);
+  for (size_t c = 0; c < cuts && copies > 1; c++) {
+    uint64_t at = oracle_rng_between(rng, 1, copies - 1);
+    size_t i = p->cut_count;
+    while (i > 0 && p->cuts[i - 1] > at) {
+      p->cuts[i] = p->cuts[i - 1];
+      i--;
+    }
+    if (i > 0 && p->cuts[i - 1] == at) {
+      memmove(&p->cuts[i], &p->cuts[i + 1],
+              (p->cut_count - i) * sizeof p->cuts[0]);
+      continue;
+    }
+    p->cuts[i] = at;
+    p->cut_count++;
+  }
+  p->cuts[p->cut_count] = copies;
+}
+
+/* The page's copy `index` in batch order: group by group, copy k of each
+ * of a group's sequences in turn. */
+static reshard_copy page_copy(const random_page *p, uint64_t index) {
+  size_t first = 0;
+  for (size_t g = 0;; g++) {
+    size_t width = p->group_ends[g] - first;
+    uint64_t group_copies = p->sequences[first].count * width;
+    if (index < group_copies) {
+      return reshard_run_copy(&p->sequences[first + index % width],
+                              index / width);
+    }
+    index -= group_copies;
+    first = p->group_ends[g];
+  }
+}
+
+/* Folds the page piece by piece, each piece its own batch: alone (runs
+ * written by reshard__run_folder_alone_piece) or copy by copy. False when
+ * the copy-by-copy fold refuses the copies. */
+static bool fold_page(const random_page *p, bool alone, reshard_arena *arena,
+                      reshard_runs *out) {
+  reshard__run_folder folder;
+  reshard_error err;
+  cr_assert_eq(reshard__run_folder_init(&folder, (size_t)p->page.copies,
+                                        p->cut_count + 1, arena, &err),
+               RESHARD_OK);
+  uint64_t from = 0;
+  for (size_t c = 0; c <= p->cut_count; c++) {
+    uint64_t to = p->cuts[c];
+    if (alone) {
+      reshard__run_folder_alone_piece(&folder, &p->page, from, to);
+    } else {
+      for (uint64_t i = from; i < to; i++) {
+        reshard_copy copy = page_copy(p, i);
+        if (reshard__run_folder_copies(&folder, &copy, 1, &err) != RESHARD_OK) {
+          return false;
+        }
+      }
+    }
+    reshard__run_folder_close(&folder);
+    from = to;
+  }
+  reshard__run_folder_finish(&folder, out);
+  return true;
+}
+
+Test(runs, alone_pieces_equal_copy_by_copy_folds) {
+  unsigned alone_pages = 0, other_pages = 0, refused_pages = 0;
+  uint64_t cut_runs = 0;
+  for (unsigned i = 0; i < 4000; i++) {
+    oracle_rng rng;
+    oracle_rng_seed(&rng, oracle_case_seed(oracle_base_seed(), 9200, i));
+    random_page p;
+    make_page(&rng, &p);
+    reshard_arena arena;
+    reshard_arena_init(&arena, 0);
+    reshard__run_folder marks;
+    reshard_error err;
+    cr_assert_eq(reshard__run_folder_init(&marks, 1, 1, &arena, &err),
+                 RESHARD_OK);
+    bool alone =
+        reshard__run_folder_alone(&marks, p.page.sequences, p.page.count);
+    reshard_runs by_copy;
+    if (!fold_page(&p, false, &arena, &by_copy)) {
+      cr_assert(!alone,
+                "RESHARD_ORACLE_SEED=0x%016" PRIx64 " case %u: a page the "
+                "fold refuses is taken as alone",
+                oracle_base_seed(), i);
+      refused_pages++;
+      reshard_arena_destroy(&arena);
+      continue;
+    }
+    if (!alone) {
+      other_pages++;
+      reshard_arena_destroy(&arena);
+      continue;
+    }
+    alone_pages++;
+    reshard_runs by_piece;
+    cr_assert(fold_page(&p, true, &arena, &by_piece));
+    assert_same_runs(&by_piece, &by_copy, "by piece", i);
+    cut_runs += p.cut_count > 0 ? by_copy.run_count : 0;
+    reshard_arena_destroy(&arena);
+  }
+  /* Every kind of page came up: alone and cut, sharing a region or
+   * stepping back in it, and refused by the fold. */
+  cr_assert_gt(alone_pages, 1000);
+  cr_assert_gt(cut_runs, 10000);
+  cr_assert_gt(other_pages, 200);
+  cr_assert_gt(refused_pages, 50);
 }
