@@ -276,6 +276,29 @@ static bool page_alone(const reshard__planner *plan,
                                    sequences->count);
 }
 
+/* Folds page `sequences`, wholly inside the open batch: its runs written
+ * as they are when its sequences are runs of their own, else its groups
+ * folded. */
+static reshard_status fold_whole_page(reshard__planner *plan,
+                                      const reshard__page_sequences *sequences,
+                                      reshard__run_folder *folder) {
+  if (page_alone(plan, sequences, folder)) {
+    reshard__run_folder_alone_piece(folder, sequences, 0, sequences->copies);
+    return RESHARD_OK;
+  }
+  size_t first = 0;
+  for (size_t g = 0; g < sequences->group_count; g++) {
+    size_t end = sequences->group_ends[g];
+    reshard_status status = reshard__run_folder_group(
+        folder, sequences->sequences + first, end - first, plan->err);
+    if (status) {
+      return status;
+    }
+    first = end;
+  }
+  return RESHARD_OK;
+}
+
 /* Batches page `page`, lowered as sequences, when it fits the open batch
  * whole: what batching it group by group does, since the batch can close
  * only at its last copy. Its runs are the page before's moved when this
@@ -308,26 +331,12 @@ static reshard_status batch_whole_page(reshard__planner *plan,
                                   plan->whole_template.end, page,
                                   plan->cut_shift, sequences->copies);
       out->run_template_pages++;
-    } else if (page_alone(plan, sequences, folder)) {
-      reshard__run_folder_alone_piece(folder, sequences, 0, sequences->copies);
-      reshard_status status =
-          whole_template_record(plan, sequences, first_run, folder->run_count);
-      if (status) {
-        return status;
-      }
     } else {
-      size_t first = 0;
-      for (size_t g = 0; g < sequences->group_count; g++) {
-        size_t end = sequences->group_ends[g];
-        reshard_status status = reshard__run_folder_group(
-            folder, sequences->sequences + first, end - first, plan->err);
-        if (status) {
-          return status;
-        }
-        first = end;
+      reshard_status status = fold_whole_page(plan, sequences, folder);
+      if (status == RESHARD_OK) {
+        status = whole_template_record(plan, sequences, first_run,
+                                       folder->run_count);
       }
-      reshard_status status =
-          whole_template_record(plan, sequences, first_run, folder->run_count);
       if (status) {
         return status;
       }

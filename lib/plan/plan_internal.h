@@ -398,7 +398,7 @@ bool reshard__run_folder_alone(reshard__run_folder *folder,
                                const reshard_run *sequences, size_t count);
 /* Appends to the open batch the runs of copies [from, to) of `page`,
  * whose sequences are alone (reshard__run_folder_alone), copies numbered
- * as batch_sequences commits them (group by group, copy k of each of a
+ * as the planner batches them (group by group, copy k of each of a
  * group's sequences in turn): each sequence's copies in the range are one
  * run, in the order of their first copies. What folding those copies
  * does, with no class table: no copy outside the page is of their
