@@ -596,6 +596,71 @@ static void remember(const reshard__page_lowering *page,
   }
 }
 
+/* The ranges of page block j (of `blocks`) in the order pooled_shift
+ * visits them: per group, each block's ranges in turn. */
+static void note_ordinal_blocks(const reshard__range_cursor *cursor,
+                                reshard__sequence_memo *memo, uint64_t blocks) {
+  size_t groups = cursor->pooled->pool->group_count;
+  size_t ordinal = 0;
+  for (size_t i = 0; i < groups; i++) {
+    size_t per_block = cursor->ranges_per_block[visited_group(i, groups)];
+    for (uint64_t j = 0; j < blocks; j++) {
+      for (size_t h = 0; h < per_block; h++) {
+        memo->ordinal_block[ordinal++] = (uint32_t)j;
+      }
+    }
+  }
+  memo->ordinal_blocks = blocks;
+}
+
+/* pooled_shift for pools of one block stride and a page at the
+ * remembered page's place in its blocks: every range of a block moves by
+ * the difference of the two blocks' addresses, whatever its group, so the
+ * page's `blocks` amounts (from block `first` on) are all there is to
+ * work out. One amount for every block moves every region by it
+ * (memo->single); else each range moves by its block's (memo->by_block). */
+static bool pooled_block_shift(const reshard__page_lowering *page,
+                               reshard__sequence_memo *memo, uint64_t first,
+                               uint64_t blocks) {
+  const uint32_t *now = page->cursor->pooled->block_ids + first;
+  const uint32_t *then = page->cursor->pooled->block_ids + memo->first_block;
+  /* The remembered page met as many ranges per block (no product: a sum
+   * of `blocks` terms, each below the cursor's room). */
+  size_t ranges = 0;
+  for (uint64_t j = 0; j < blocks && ranges <= memo->range_count; j++) {
+    ranges += memo->ranges_per_page_block;
+  }
+  if (ranges != memo->range_count) {
+    memo->uniform = false;
+    return false;
+  }
+  /* Modulo 2^64, as pooled_shift's. Every block lies in its regions
+   * (pool validation), so the sign of the true amount is the ids'. */
+  uint64_t stride = memo->block_stride;
+  bool one = true;
+  for (uint64_t j = 0; j < blocks; j++) {
+    memo->block_shift[j] =
+        (uint64_t)now[j] * stride - (uint64_t)then[j] * stride;
+    one = one && memo->block_shift[j] == memo->block_shift[0] &&
+          (now[j] < then[j]) == (now[0] < then[0]);
+  }
+  memo->first_block = first;
+  if (one) {
+    memo->single = true;
+    memo->single_shift = memo->block_shift[0];
+    for (size_t r = 0; r < memo->region_count; r++) {
+      memo->region_shift[r] = memo->single_shift;
+    }
+    return true;
+  }
+  memo->uniform = false;
+  memo->by_block = true;
+  if (memo->ordinal_blocks != blocks) {
+    note_ordinal_blocks(page->cursor, memo, blocks);
+  }
+  return true;
+}
+
 /* For pooled memory: whether the page starts where the remembered one
  * did in its block, or each lies inside one block (blocks of more than a
  * page), and if so the shift of each of its ranges (by ordinal) from the
@@ -628,22 +693,9 @@ static bool pooled_shift(const reshard__page_lowering *page,
   memo->serial++;
   memo->uniform = true;
   memo->single = false;
-  if (blocks == 1 && memo->one_stride && !moved_in_block) {
-    /* One block, one stride: every range moves by one amount, so every
-     * region does. */
-    if (memo->ranges_per_page_block != memo->range_count) {
-      memo->uniform = false;
-      return false;
-    }
-    uint64_t shift = (uint64_t)now[0] * memo->block_stride -
-                     (uint64_t)then[0] * memo->block_stride;
-    memo->single = true;
-    memo->single_shift = shift;
-    for (size_t r = 0; memo->uniform && r < memo->region_count; r++) {
-      memo->region_shift[r] = shift;
-    }
-    memo->first_block = first;
-    return true;
+  memo->by_block = false;
+  if (memo->one_stride && !moved_in_block && blocks <= memo->block_room) {
+    return pooled_block_shift(page, memo, first, blocks);
   }
   for (size_t i = 0; i < groups; i++) {
     size_t g = visited_group(i, groups);
@@ -691,6 +743,7 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
   *reused = false;
   memo->uniform = false;
   memo->single = false;
+  memo->by_block = false;
   bool same = false;
   if (page->cursor->pooled != NULL) {
     same = pooled_shift(page, memo);
@@ -744,6 +797,12 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
       for (size_t i = 0; i < memo->count; i++) {
         out[i].first.page_index = page->page_index;
         out[i].first.region_offset += memo->single_shift;
+      }
+    } else if (memo->by_block) {
+      for (size_t i = 0; i < memo->count; i++) {
+        out[i].first.page_index = page->page_index;
+        out[i].first.region_offset +=
+            memo->block_shift[memo->ordinal_block[memo->origin[i]]];
       }
     } else {
       for (size_t i = 0; i < memo->count; i++) {

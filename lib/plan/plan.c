@@ -264,25 +264,14 @@ whole_template_record(reshard__planner *plan,
   return RESHARD_OK;
 }
 
-/* Whether page `sequences`' sequences are runs of their own
- * (reshard__run_folder_alone). More sequences than the memory has
- * regions share one, which S3's pages (one region per layer, a sequence
- * per head) tell without a look at their sequences. */
-static bool page_alone(const reshard__planner *plan,
-                       const reshard__page_sequences *sequences,
-                       reshard__run_folder *folder) {
-  return sequences->count <= plan->sequence_scratch.memo.region_count &&
-         reshard__run_folder_alone(folder, sequences->sequences,
-                                   sequences->count);
-}
-
 /* Folds page `sequences`, wholly inside the open batch: its runs written
  * as they are when its sequences are runs of their own, else its groups
  * folded. */
 static reshard_status fold_whole_page(reshard__planner *plan,
                                       const reshard__page_sequences *sequences,
                                       reshard__run_folder *folder) {
-  if (page_alone(plan, sequences, folder)) {
+  if (reshard__run_folder_alone(folder, sequences, UINT64_MAX, 0,
+                                sequences->shape)) {
     reshard__run_folder_alone_piece(folder, sequences, 0, sequences->copies);
     return RESHARD_OK;
   }
@@ -833,7 +822,11 @@ static reshard_status batch_sequences(reshard__planner *plan,
   }
   /* A page whose sequences are runs of their own is batched first, its
    * runs then written piece by piece where the batches cut it. */
-  if (sinks->folder != NULL && page_alone(plan, sequences, sinks->folder)) {
+  uint64_t max_ops = limits->max_operations;
+  if (sinks->folder != NULL &&
+      reshard__run_folder_alone(sinks->folder, sequences,
+                                max_ops - batcher->batch_ops, max_ops,
+                                sequences->shape)) {
     return batch_cut_alone(plan, sequences, sinks);
   }
   /* A page cut by batches: its runs are an earlier page's moved when
@@ -1034,6 +1027,22 @@ static reshard_status lower_pages(reshard__planner *plan,
       }
       memo->block_stride = pool->groups[g].block_stride;
       seen = true;
+    }
+    /* A page meets at most page_size / block_size + 2 blocks (one more
+     * where it starts inside one); the fast shift needs one amount each
+     * and a page block per range ordinal (a uint32_t: pages of more
+     * blocks take the slow shift). */
+    if (memo->one_stride) {
+      uint64_t blocks = page_size / pool->block_size + 2;
+      uint64_t room = sequence_room < UINT32_MAX ? sequence_room : UINT32_MAX;
+      memo->block_room = (size_t)(blocks < room ? blocks : room);
+      memo->block_shift =
+          RESHARD_ARENA_ARRAY(plan->arena, uint64_t, memo->block_room);
+      memo->ordinal_block =
+          RESHARD_ARENA_ARRAY(plan->arena, uint32_t, sequence_room);
+      if (!memo->block_shift || !memo->ordinal_block) {
+        return reshard__plan_no_memory(plan);
+      }
     }
   }
   if (request->runs) {

@@ -144,6 +144,18 @@ typedef struct reshard__sequence_memo {
   size_t ranges_per_page_block;
   bool single;
   uint64_t single_shift;
+  /* With one block stride, a page at the remembered page's place in its
+   * blocks moves each range by its block's amount: `by_block` says the
+   * last shift was such a one, `block_shift` holding the amount per block
+   * of the page (`block_room` entries) and `ordinal_block` the page block
+   * of each range ordinal (memo->room entries, written once for pages of
+   * `ordinal_blocks` blocks; 0: not yet). memo->shift is then not
+   * written. */
+  bool by_block;
+  uint64_t *block_shift;
+  size_t block_room;
+  uint32_t *ordinal_block;
+  uint64_t ordinal_blocks;
   /* Over whole-span ranges (reshard_bound_binding.whole_span) every page
    * opens the same ranges in the same order and moves each by the same
    * amount from the page before: once noted (`span_noted`), `shift`,
@@ -193,6 +205,10 @@ typedef struct reshard__page_sequences {
   bool shifted;
   uint64_t from_page;
   const uint64_t *region_shift;
+  /* Pages of one shape (never 0) are the same sequences in the same
+   * groups but for their page index and region offsets: those taken
+   * from the page grouped last, moved. */
+  uint64_t shape;
 } reshard__page_sequences;
 
 /* Scratch for reshard__page_sequences: `room` entries in each array.
@@ -220,6 +236,7 @@ typedef struct reshard__sequence_scratch {
   size_t sorted_groups;
   uint64_t sorted_copies;
   uint64_t sorted_page;
+  uint64_t sorted_shape; /* counts the pages grouped: their shapes */
 } reshard__sequence_scratch;
 
 /* Lowers a page to sequences when they can stand for its coalesced copies:
@@ -303,6 +320,13 @@ struct fold_slot {
   uint64_t last_region;
 };
 enum { RESHARD__FOLD_RECENT = 64 };
+/* A region's mark (reshard__run_folder.region_group): the group that
+ * last named it (`serial`, group_serial's count) and, for
+ * reshard__run_folder_alone, which of the page's sequences that was. */
+struct reshard__region_mark {
+  uint64_t serial;
+  size_t sequence;
+};
 typedef struct reshard__run_folder {
   reshard_run *runs;
   size_t run_count;
@@ -327,9 +351,21 @@ typedef struct reshard__run_folder {
    * whose sequences all lie in distinct regions has distinct classes,
    * known without sorting their hashes. Grown in the arena as regions
    * appear. */
-  uint64_t *region_group;
+  struct reshard__region_mark *region_group;
   size_t region_room;
   uint64_t group_serial;
+  /* reshard__run_folder_alone (runs_alone.c): the groups of the page it
+   * looks at (alone_groups); from its last pass over a page's sequences
+   * that did not refuse their shape, for a page of shape `alone_shape`
+   * (0: none), the pairs of them that share a region (alone_pairs); and
+   * the last shape it refused (`alone_refused`). Grown in the arena. */
+  struct reshard__alone_group *alone_groups;
+  size_t alone_group_room;
+  struct reshard__alone_pair *alone_pairs;
+  size_t alone_pair_count;
+  size_t alone_pair_room;
+  uint64_t alone_shape;
+  uint64_t alone_refused;
   reshard_arena *arena; /* where the table and scratch grow */
   /* Optional, NULL unless the planner sets them (plan.c, while it
    * records a cut page's template): per run r from origin_first on (at
@@ -386,16 +422,35 @@ void reshard__run_folder_moved(reshard__run_folder *folder, size_t first,
                                size_t end, uint64_t page_index,
                                const size_t *origin,
                                const uint64_t *sequence_shift, uint64_t copies);
-/* Whether each of the `count` sequences of one page is a run of its own
- * in any stretch of the page's copies, however batches cut it: they lie
- * in distinct regions (so in distinct classes: a class includes its
- * region), and each steps forward in its Part and not back in its region
- * (told by its first and last copies: a lowered page's copies lie in
- * their Parts and regions), so the greedy fold extends its first copy by
- * every later one. Uses the folder's region marks; false also when they
- * cannot grow. */
+/* Whether each sequence of `page` is a run of its own in any stretch of
+ * the page's copies that batches cut it into, a batch starting at copy
+ * `first_cut` of the page and every `cut_every` copies after (none when
+ * `first_cut` is at least the page's copies). So it is when each steps
+ * forward in its Part and not back in its region (told by its first and
+ * last copies: a lowered page's copies lie in their Parts and regions),
+ * so the greedy fold extends its first copy by every later one; when no
+ * two of one group share a region (copies of a group interleave); and
+ * when a sequence that shares its region with one of an earlier group
+ * (S3: a layer's region read by both blocks of a page, K and V) is of
+ * its class, starts after it in the Part and does not continue its run:
+ * it starts back in the region, or off the run's strides where no batch
+ * starts between that one's last two copies (which would leave the last
+ * a run of one copy, which any later copy forward of it continues).
+ * Conservative: a region shared by another class is a no. Uses the folder's
+ * region marks; false also when they cannot grow.
+ *
+ * `shape`, when not 0, says that every page given it is the same
+ * sequences in the same groups but for their region offsets: after one
+ * of them, another is told from the pairs of sequences that share a
+ * region alone, or at once when the shape itself was the no. */
 bool reshard__run_folder_alone(reshard__run_folder *folder,
-                               const reshard_run *sequences, size_t count);
+                               const reshard__page_sequences *page,
+                               uint64_t first_cut, uint64_t cut_every,
+                               uint64_t shape);
+/* The mark of `region` in folder->region_group, grown as regions appear;
+ * NULL when the marks cannot grow. */
+struct reshard__region_mark *
+reshard__run_folder_region_mark(reshard__run_folder *folder, uint64_t region);
 /* Appends to the open batch the runs of copies [from, to) of `page`,
  * whose sequences are alone (reshard__run_folder_alone), copies numbered
  * as the planner batches them (group by group, copy k of each of a

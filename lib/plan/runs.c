@@ -371,18 +371,17 @@ static bool starts_runs_first(const reshard__run_folder *folder,
                               sequence);
 }
 
-/* Marks `region` for the group `serial` in folder->region_group; false
- * when the group marked it already, or the marks cannot grow. */
-static bool mark_region(reshard__run_folder *folder, uint64_t region,
-                        uint64_t serial) {
+struct reshard__region_mark *
+reshard__run_folder_region_mark(reshard__run_folder *folder, uint64_t region) {
   if (region >= folder->region_room) {
-    if (region >= SIZE_MAX / 4) {
-      return false;
+    if (region >= SIZE_MAX / (4 * sizeof *folder->region_group)) {
+      return NULL;
     }
     size_t room = 2 * (size_t)region + 16;
-    uint64_t *grown = RESHARD_ARENA_NEW(folder->arena, uint64_t, room);
+    struct reshard__region_mark *grown =
+        RESHARD_ARENA_NEW(folder->arena, struct reshard__region_mark, room);
     if (grown == NULL) {
-      return false;
+      return NULL;
     }
     if (folder->region_room > 0) {
       memcpy(grown, folder->region_group, folder->region_room * sizeof *grown);
@@ -390,10 +389,19 @@ static bool mark_region(reshard__run_folder *folder, uint64_t region,
     folder->region_group = grown;
     folder->region_room = room;
   }
-  if (folder->region_group[region] == serial) {
+  return &folder->region_group[region];
+}
+
+/* Marks `region` for the group `serial`; false when the group marked it
+ * already, or the marks cannot grow. */
+static bool mark_region(reshard__run_folder *folder, uint64_t region,
+                        uint64_t serial) {
+  struct reshard__region_mark *mark =
+      reshard__run_folder_region_mark(folder, region);
+  if (mark == NULL || mark->serial == serial) {
     return false;
   }
-  folder->region_group[region] = serial;
+  mark->serial = serial;
   return true;
 }
 
@@ -621,74 +629,6 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
     }
   }
   return RESHARD_OK;
-}
-
-bool reshard__run_folder_alone(reshard__run_folder *folder,
-                               const reshard_run *sequences, size_t count) {
-  /* One pass, so that a page of shared regions (K and V in one, or one
-   * per head) is told at its first repeat. */
-  uint64_t serial = ++folder->group_serial;
-  for (size_t s = 0; s < count; s++) {
-    const reshard_run *sequence = &sequences[s];
-    if (!mark_region(folder, sequence->first.region_index, serial)) {
-      return false;
-    }
-    if (sequence->count < 2) {
-      continue;
-    }
-    /* A lowered page's copies lie in their Parts and regions, so the
-     * last copy's offsets, taken modulo 2^64, are the real ones: below
-     * the first's where a stride steps back. */
-    reshard_copy last = reshard_run_copy(sequence, sequence->count - 1);
-    if (last.part_offset <= sequence->first.part_offset ||
-        last.region_offset < sequence->first.region_offset) {
-      return false;
-    }
-  }
-  return true;
-}
-
-void reshard__run_folder_alone_piece(reshard__run_folder *folder,
-                                     const reshard__page_sequences *page,
-                                     uint64_t from, uint64_t to) {
-  reshard_run *out = folder->runs + folder->run_count;
-  uint64_t group_first = 0; /* the group's first copy in the page */
-  size_t first = 0;
-  for (size_t g = 0; g < page->group_count && group_first < to; g++) {
-    const reshard_run *group = page->sequences + first;
-    size_t width = page->group_ends[g] - first;
-    uint64_t group_end = group_first + group->count * width;
-    if (from < group_end) {
-      /* Copy i of the group is copy i / width of sequence i % width. The
-       * piece's copies of the group are [begin, end): a sequence at or
-       * past begin's column starts in begin's row, one before it in the
-       * next, and each takes the rows up to end's, plus end's own row
-       * when it lies before end's column. In that order their first
-       * copies rise, so the first sequence with none ends the group. */
-      uint64_t begin = from > group_first ? from - group_first : 0;
-      uint64_t end = (to < group_end ? to : group_end) - group_first;
-      uint64_t row = begin / width, last_row = end / width;
-      size_t column = (size_t)(begin % width);
-      size_t last_column = (size_t)(end % width);
-      for (size_t i = 0; i < width; i++) {
-        size_t s = column + i < width ? column + i : column + i - width;
-        uint64_t k = row + (s < column);
-        uint64_t past = last_row + (s < last_column);
-        if (past <= k) {
-          break;
-        }
-        uint64_t count = past - k;
-        const reshard_run *sequence = &group[s];
-        *out++ = (reshard_run){reshard_run_copy(sequence, k), count,
-                               count > 1 ? sequence->part_stride : 0,
-                               count > 1 ? sequence->region_stride : 0};
-      }
-    }
-    group_first = group_end;
-    first = page->group_ends[g];
-  }
-  folder->run_count = (size_t)(out - folder->runs);
-  folder->open_copies += (size_t)(to - from);
 }
 
 void reshard__run_folder_shifted(reshard__run_folder *folder, size_t first,

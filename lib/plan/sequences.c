@@ -143,6 +143,7 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
         .shifted = true,
         .from_page = scratch->sorted_page,
         .region_shift = region_shift,
+        .shape = scratch->sorted_shape,
     };
     scratch->sorted_page = lowering->page_index;
     return true;
@@ -162,6 +163,7 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
         .group_count = scratch->sorted_groups,
         .copies = scratch->sorted_copies,
         .reused = true,
+        .shape = scratch->sorted_shape,
     };
     scratch->sorted_page = lowering->page_index;
     return true;
@@ -218,6 +220,7 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
   scratch->sorted_groups = groups;
   scratch->sorted_copies = copies;
   scratch->sorted_page = lowering->page_index;
+  scratch->sorted_shape++;
   *out = (reshard__page_sequences){
       .sequences = scratch->sorted,
       .count = count,
@@ -225,6 +228,7 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
       .group_count = groups,
       .copies = copies,
       .reused = reused,
+      .shape = scratch->sorted_shape,
   };
   return true;
 }

@@ -741,49 +741,135 @@ Test(runs, group_folds_equal_copy_by_copy_folds) {
 
 /* ---- pages of sequences alone, cut by batches ---- */
 
-/* A page whose sequences lie in distinct regions and step forward
- * (reshard__run_folder_alone) has its runs written piece by piece where
- * batches cut it (reshard__run_folder_alone_piece), without folding. Random
- * pages of one to three groups, cut at random copies, must give exactly
- * the runs of folding their copies one by one in batch order, batch by
- * batch; pages that share a region or step back (in the region, or in the
- * Part, which the fold refuses) must not be taken as alone. */
+/* A page whose sequences are runs of their own (reshard__run_folder_alone)
+ * has its runs written piece by piece where batches cut it
+ * (reshard__run_folder_alone_piece), without folding. Random pages of one
+ * to three groups, cut where batches of a random size would cut them,
+ * must give exactly the runs of folding their copies one by one in batch
+ * order, batch by batch. Their sequences lie in distinct regions, or a
+ * region per column (S3: a layer's region read by each group, the later
+ * group's sequence starting back, forward, or where the earlier one's run
+ * would go on), or in a few shared ones; pages that the fold would fold
+ * otherwise, or refuses (a step back in the Part), must not be taken as
+ * alone. */
 
-enum { PAGE_GROUPS = 3, PAGE_CUTS = 4 };
+enum { PAGE_GROUPS = 3, PAGE_ROWS = 9 };
+enum { PAGE_COPIES = PAGE_GROUPS * GROUP_NARROW * PAGE_ROWS };
 
 typedef struct random_page {
   reshard_run sequences[PAGE_GROUPS * GROUP_NARROW];
   size_t group_ends[PAGE_GROUPS];
   reshard__page_sequences page;
-  uint64_t cuts[PAGE_CUTS + 1]; /* increasing copy indices, then the end */
+  /* Where batches start: at copy first_cut and every cut_every after
+   * (none when first_cut is past the page), as increasing copy indices,
+   * then the end. */
+  uint64_t first_cut, cut_every;
+  uint64_t cuts[PAGE_COPIES + 1];
   size_t cut_count;
+  bool mates; /* a region read by sequences of two groups */
 } random_page;
+
+enum { REGIONS_DISTINCT, REGIONS_BY_COLUMN, REGIONS_SHARED };
+
+/* Writes at sequence `at` a group of single copies of another class (Part
+ * 1), one in the region of each of the `width` sequences of the group at
+ * `before` (the first): after each one's last copy in its Part's
+ * offsets, before where its run would go on, and far ahead in the
+ * region. A planner that took the region's last sequence for its class's
+ * would let a third group go on with the first one's runs unseen.
+ * Returns the group's width. */
+static size_t other_class_group(random_page *p, size_t before, size_t width,
+                                size_t at) {
+  for (size_t s = 0; s < width; s++) {
+    const reshard_run *earlier = &p->sequences[before + s];
+    reshard_copy last = reshard_run_copy(earlier, earlier->count - 1);
+    last.part_index = 1;
+    last.part_offset += 1;
+    last.region_offset += earlier->region_stride + 64 * PAGE_ROWS;
+    p->sequences[at + s] = (reshard_run){last, 1, 0, 0};
+  }
+  return width;
+}
 
 static void make_page(oracle_rng *rng, random_page *p) {
   memset(p, 0, sizeof *p);
   size_t groups = (size_t)oracle_rng_between(rng, 1, PAGE_GROUPS);
-  bool shared = oracle_rng_chance(rng, 15);
+  int regions =
+      oracle_rng_chance(rng, 50)
+          ? REGIONS_BY_COLUMN
+          : (oracle_rng_chance(rng, 50) ? REGIONS_DISTINCT : REGIONS_SHARED);
   size_t count = 0;
   uint64_t copies = 0;
   uint64_t part_offset = 4096;
+  /* The group the next one's regions follow (the one before it, or the
+   * one before a group of another class): its first sequence and width. */
+  size_t before = 0, before_width = 0;
+  bool after_other = false;
   for (size_t g = 0; g < groups; g++) {
+    if (regions == REGIONS_BY_COLUMN && g == 1 && groups == 3 &&
+        oracle_rng_chance(rng, 30)) {
+      size_t width = other_class_group(p, before, before_width, count);
+      count += width;
+      copies += width;
+      p->group_ends[g] = count;
+      after_other = true;
+      continue;
+    }
     size_t width = (size_t)oracle_rng_between(rng, 1, GROUP_NARROW);
-    uint64_t rows = oracle_rng_between(rng, 1, 9);
+    uint64_t rows = oracle_rng_between(rng, 1, PAGE_ROWS);
     uint64_t nbytes = 8 * oracle_rng_between(rng, 1, 4);
     uint64_t part_stride = (width + oracle_rng_between(rng, 0, 2)) * nbytes;
+    if (regions == REGIONS_BY_COLUMN && g > 0 && oracle_rng_chance(rng, 50)) {
+      /* The earlier group's shape, so its runs may go on into this one. */
+      width = before_width;
+      rows = p->sequences[before].count;
+      nbytes = p->sequences[before].first.nbytes;
+      part_stride = rows > 1 ? p->sequences[before].part_stride : part_stride;
+    }
+    /* The Part's order broken: the fold refuses the page. */
+    if (regions == REGIONS_BY_COLUMN && g > 0 && oracle_rng_chance(rng, 4)) {
+      part_offset = p->sequences[before].first.part_offset;
+    }
+    size_t group_start = count;
     for (size_t s = 0; s < width; s++, count++) {
       reshard_run *sequence = &p->sequences[count];
-      uint64_t region = shared && oracle_rng_chance(rng, 30)
-                            ? oracle_rng_between(rng, 0, 2)
-                            : count;
+      uint64_t region = count;
+      if (regions == REGIONS_BY_COLUMN) {
+        region = s;
+      } else if (regions == REGIONS_SHARED && oracle_rng_chance(rng, 30)) {
+        region = oracle_rng_between(rng, 0, 2);
+      }
       uint64_t region_stride = nbytes * oracle_rng_between(rng, 0, 3);
       uint64_t region_offset = 1u << 20;
-      bool back = rows > 1 && oracle_rng_chance(rng, 3);
+      if (regions == REGIONS_BY_COLUMN && g > 0 && s < before_width) {
+        /* After the earlier group's sequence of this column's region:
+         * where its run would go on, or a little back or forward. */
+        const reshard_run *earlier = &p->sequences[before + s];
+        p->mates = true;
+        reshard_copy last = reshard_run_copy(earlier, earlier->count - 1);
+        uint64_t go_on = last.region_offset + earlier->region_stride;
+        int where = oracle_rng_chance(rng, after_other ? 50 : 5)
+                        ? 0
+                        : (int)oracle_rng_between(rng, 1, 3);
+        region_offset = where == 0   ? go_on
+                        : where == 1 ? last.region_offset - nbytes
+                                     : go_on + nbytes * where;
+        if (oracle_rng_chance(rng, 50)) {
+          region_stride = earlier->region_stride;
+        }
+      }
+      bool back =
+          rows > 1 && regions != REGIONS_BY_COLUMN && oracle_rng_chance(rng, 3);
       sequence->first = (reshard_copy){
           0, 0, part_offset + s * nbytes, region, region_offset, nbytes};
+      if (regions == REGIONS_SHARED && oracle_rng_chance(rng, 10)) {
+        sequence->first.part_index = 1; /* another class in the region */
+      }
       sequence->count = rows;
-      sequence->part_stride = rows > 1 ? part_stride : 0;
-      sequence->region_stride = rows > 1 ? region_stride : 0;
+      /* A single copy's strides say nothing; runs of one copy have none. */
+      bool strides = rows > 1 || oracle_rng_chance(rng, 50);
+      sequence->part_stride = strides ? part_stride : 0;
+      sequence->region_stride = strides ? region_stride : 0;
       if (back && oracle_rng_chance(rng, 50)) {
         sequence->region_stride = (uint64_t)0 - nbytes; /* steps back */
       } else if (back) {
@@ -791,9 +877,13 @@ static void make_page(oracle_rng *rng, random_page *p) {
         sequence->part_stride = (uint64_t)0 - part_stride;
       }
     }
-    part_offset += rows * part_stride + 4096;
+    /* The next group starts where this one's runs would go on in the
+     * Part, or further. */
+    part_offset += rows * part_stride + (oracle_rng_chance(rng, 50) ? 0 : 4096);
     copies += rows * width;
     p->group_ends[g] = count;
+    before = group_start;
+    before_width = width;
   }
   p->page = (reshard__page_sequences){
       .sequences = p->sequences,
@@ -802,22 +892,13 @@ static void make_page(oracle_rng *rng, random_page *p) {
       .group_count = groups,
       .copies = copies,
   };
-  /* Cuts at distinct copies inside the page, in order. */
-  size_t cuts = (size_t)oracle_rng_between(rng, 0, PAGE_CUTS);
-  for (size_t c = 0; c < cuts && copies > 1; c++) {
-    uint64_t at = oracle_rng_between(rng, 1, copies - 1);
-    size_t i = p->cut_count;
-    while (i > 0 && p->cuts[i - 1] > at) {
-      p->cuts[i] = p->cuts[i - 1];
-      i--;
-    }
-    if (i > 0 && p->cuts[i - 1] == at) {
-      memmove(&p->cuts[i], &p->cuts[i + 1],
-              (p->cut_count - i) * sizeof p->cuts[0]);
-      continue;
-    }
-    p->cuts[i] = at;
-    p->cut_count++;
+  /* Batches of cut_every copies, the open one with first_cut left. */
+  p->cut_every = oracle_rng_between(rng, 1, copies + 2);
+  p->first_cut = oracle_rng_chance(rng, 20)
+                     ? UINT64_MAX
+                     : oracle_rng_between(rng, 1, p->cut_every);
+  for (uint64_t at = p->first_cut; at < copies; at += p->cut_every) {
+    p->cuts[p->cut_count++] = at;
   }
   p->cuts[p->cut_count] = copies;
 }
@@ -868,9 +949,66 @@ static bool fold_page(const random_page *p, bool alone, reshard_arena *arena,
   return true;
 }
 
+/* The kinds of pages seen. */
+typedef struct page_tally {
+  unsigned alone, other, refused;
+  unsigned alone_mates, other_mates, cut_mates; /* with a region shared */
+  uint64_t cut_runs;
+} page_tally;
+
+/* Requires page `p` (case `i`), told `alone` or not, not to be refused by
+ * the fold when alone, and then to fold as its pieces; tallies it. */
+static void check_page(const random_page *p, bool alone, unsigned i,
+                       page_tally *tally) {
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_runs by_copy;
+  if (!fold_page(p, false, &arena, &by_copy)) {
+    cr_assert(!alone,
+              "RESHARD_ORACLE_SEED=0x%016" PRIx64 " case %u: a page the "
+              "fold refuses is taken as alone",
+              oracle_base_seed(), i);
+    tally->refused++;
+  } else if (!alone) {
+    tally->other++;
+    tally->other_mates += p->mates;
+  } else {
+    tally->alone++;
+    tally->alone_mates += p->mates;
+    tally->cut_mates += p->mates && p->cut_count > 0;
+    reshard_runs by_piece;
+    cr_assert(fold_page(p, true, &arena, &by_piece));
+    assert_same_runs(&by_piece, &by_copy, "by piece", i);
+    tally->cut_runs += p->cut_count > 0 ? by_copy.run_count : 0;
+  }
+  reshard_arena_destroy(&arena);
+}
+
+/* Moves each group's region offsets by one amount, as a page of the same
+ * shape over other blocks does: none, a few copies' bytes either way, or
+ * a block's. */
+static void move_groups(oracle_rng *rng, random_page *p) {
+  size_t first = 0;
+  for (size_t g = 0; g < p->page.group_count; g++) {
+    uint64_t nbytes = p->sequences[first].first.nbytes;
+    uint64_t amount =
+        oracle_rng_chance(rng, 30) ? 0 : nbytes * oracle_rng_between(rng, 1, 4);
+    if (oracle_rng_chance(rng, 20)) {
+      amount = 4096;
+    }
+    if (oracle_rng_chance(rng, 50)) {
+      amount = (uint64_t)0 - amount;
+    }
+    for (size_t s = first; s < p->group_ends[g]; s++) {
+      p->sequences[s].first.region_offset += amount;
+    }
+    first = p->group_ends[g];
+  }
+}
+
 Test(runs, alone_pieces_equal_copy_by_copy_folds) {
-  unsigned alone_pages = 0, other_pages = 0, refused_pages = 0;
-  uint64_t cut_runs = 0;
+  page_tally tally = {0}, moved = {0};
+  unsigned by_pairs_yes = 0, by_pairs_no = 0;
   for (unsigned i = 0; i < 4000; i++) {
     oracle_rng rng;
     oracle_rng_seed(&rng, oracle_case_seed(oracle_base_seed(), 9200, i));
@@ -878,38 +1016,47 @@ Test(runs, alone_pieces_equal_copy_by_copy_folds) {
     make_page(&rng, &p);
     reshard_arena arena;
     reshard_arena_init(&arena, 0);
-    reshard__run_folder marks;
+    reshard__run_folder marks, fresh;
     reshard_error err;
     cr_assert_eq(reshard__run_folder_init(&marks, 1, 1, &arena, &err),
                  RESHARD_OK);
+    cr_assert_eq(reshard__run_folder_init(&fresh, 1, 1, &arena, &err),
+                 RESHARD_OK);
     bool alone =
-        reshard__run_folder_alone(&marks, p.page.sequences, p.page.count);
-    reshard_runs by_copy;
-    if (!fold_page(&p, false, &arena, &by_copy)) {
-      cr_assert(!alone,
-                "RESHARD_ORACLE_SEED=0x%016" PRIx64 " case %u: a page the "
-                "fold refuses is taken as alone",
-                oracle_base_seed(), i);
-      refused_pages++;
-      reshard_arena_destroy(&arena);
-      continue;
+        reshard__run_folder_alone(&marks, &p.page, p.first_cut, p.cut_every, 7);
+    check_page(&p, alone, i, &tally);
+    /* The page over other blocks, told from the pairs of the first where
+     * it was alone: what a pass over its sequences tells. */
+    move_groups(&rng, &p);
+    bool by_pairs =
+        reshard__run_folder_alone(&marks, &p.page, p.first_cut, p.cut_every, 7);
+    bool want =
+        reshard__run_folder_alone(&fresh, &p.page, p.first_cut, p.cut_every, 0);
+    cr_assert_eq(by_pairs, want,
+                 "RESHARD_ORACLE_SEED=0x%016" PRIx64 " case %u: the moved "
+                 "page told %s from its pairs, %s from its sequences",
+                 oracle_base_seed(), i, by_pairs ? "alone" : "not alone",
+                 want ? "alone" : "not alone");
+    if (alone) {
+      by_pairs_yes += by_pairs;
+      by_pairs_no += !by_pairs;
     }
-    if (!alone) {
-      other_pages++;
-      reshard_arena_destroy(&arena);
-      continue;
-    }
-    alone_pages++;
-    reshard_runs by_piece;
-    cr_assert(fold_page(&p, true, &arena, &by_piece));
-    assert_same_runs(&by_piece, &by_copy, "by piece", i);
-    cut_runs += p.cut_count > 0 ? by_copy.run_count : 0;
+    check_page(&p, want, i, &moved);
     reshard_arena_destroy(&arena);
   }
   /* Every kind of page came up: alone and cut, sharing a region or
    * stepping back in it, and refused by the fold. */
-  cr_assert_gt(alone_pages, 1000);
-  cr_assert_gt(cut_runs, 10000);
-  cr_assert_gt(other_pages, 200);
-  cr_assert_gt(refused_pages, 50);
+  cr_assert_gt(tally.alone, 1000);
+  cr_assert_gt(tally.cut_runs, 10000);
+  cr_assert_gt(tally.other, 200);
+  cr_assert_gt(tally.refused, 50);
+  /* Pages whose regions are read by two groups came up alone, cut too,
+   * and not alone (a run going on into the later group). */
+  cr_assert_gt(tally.alone_mates, 150);
+  cr_assert_gt(tally.cut_mates, 100);
+  cr_assert_gt(tally.other_mates, 300);
+  /* Moved, such pages were told from their pairs both ways. */
+  cr_assert_gt(moved.alone_mates, 100);
+  cr_assert_gt(by_pairs_yes, 1000);
+  cr_assert_gt(by_pairs_no, 10);
 }
