@@ -155,13 +155,12 @@ static reshard_status drain_batched(reshard__planner *plan,
 
 /* Batches copy k of each of the `width` sequences at `group`, k in
  * [row, row + rows), from column `column` of the first row on: a stretch
- * that fits the open batch; `group` is the page's sequences from
- * `group_start` on. The sinks take it as sequences; the copies are
- * written only when the plan keeps them. */
+ * that fits the open batch. The sinks take it as sequences; the copies
+ * are written only when the plan keeps them. */
 static reshard_status batch_stretch(reshard__planner *plan,
                                     const reshard_run *group, size_t width,
                                     uint64_t row, uint64_t rows, size_t column,
-                                    size_t group_start, batch_sinks *sinks) {
+                                    batch_sinks *sinks) {
   /* The stretch as a group of its own: the sequences from `row` on, or
    * the single copies of one row from `column` on. */
   reshard__batcher *batcher = sinks->batcher;
@@ -196,9 +195,6 @@ static reshard_status batch_stretch(reshard__planner *plan,
   reshard__batcher_commit(batcher, (size_t)rows * stretch_width, bytes);
   sinks->stretch_bytes += bytes;
   if (sinks->folder != NULL) {
-    /* The page's sequence the stretch's first one is, for the origins of
-     * its runs. */
-    sinks->folder->origin_base = group_start + first;
     reshard_status status = reshard__run_folder_group(sinks->folder, stretch,
                                                       stretch_width, plan->err);
     if (status) {
@@ -365,19 +361,6 @@ struct reshard__cut_template {
   size_t region_room;              /* entries region_offsets holds */
   size_t piece_count;
   cut_piece pieces[CUT_PIECES];
-  /* When the fold noted each run's origin (one sequence's copies each):
-   * the page's sequences, and per run of its pieces (from
-   * pieces[0].run_first on) its origin and the run of its class before
-   * it (folder->origin, folder->previous), so that a page of the same
-   * sequences but for their region offsets, each moved by its own
-   * amount (S3's pages, two blocks each), may take the runs moved
-   * (cut_template_find_moved). `origin_room` entries each. */
-  bool moved;
-  reshard_run *sequences;
-  size_t sequence_room;
-  size_t *origin;
-  size_t *previous;
-  size_t origin_room;
 };
 
 /* A cut page's template while its pieces are recorded: the piece that
@@ -432,15 +415,8 @@ static reshard_status cut_templates_init(reshard__planner *plan) {
       plan->arena, struct reshard__cut_template, CUT_TEMPLATES);
   plan->cut_shift = RESHARD_ARENA_ARRAY(plan->arena, uint64_t, regions);
   plan->cut_mark = RESHARD_ARENA_NEW(plan->arena, uint64_t, regions);
-  /* A page's runs are at most its copies, its sequences too: the
-   * sequence scratch's room. */
-  size_t room = plan->sequence_scratch.room;
-  plan->cut_origin = RESHARD_ARENA_ARRAY(plan->arena, size_t, room);
-  plan->cut_previous = RESHARD_ARENA_ARRAY(plan->arena, size_t, room);
-  plan->sequence_shift = RESHARD_ARENA_ARRAY(plan->arena, uint64_t, room);
   if (plan->cut_templates == NULL || plan->cut_shift == NULL ||
-      plan->cut_mark == NULL || plan->cut_origin == NULL ||
-      plan->cut_previous == NULL || plan->sequence_shift == NULL) {
+      plan->cut_mark == NULL) {
     return reshard__plan_no_memory(plan);
   }
   return RESHARD_OK;
@@ -499,28 +475,17 @@ cut_template_find(reshard__planner *plan,
   return found;
 }
 
-/* Batches page `page` as the template's pieces: each piece's runs moved
- * by one amount per region (plan->cut_shift, cut_template_find) or, when
- * `by_sequence`, each by its sequence's shift (plan->sequence_shift,
- * cut_template_find_moved); its copies committed, the batch closed where
- * the template's was. */
+/* Batches page `page` as the template's pieces, each piece's runs moved
+ * by one amount per region (plan->cut_shift, cut_template_find); its
+ * copies committed, the batch closed where the template's was. */
 static reshard_status
 cut_template_take(reshard__planner *plan,
                   const struct reshard__cut_template *template, uint64_t page,
-                  bool by_sequence, batch_sinks *sinks) {
-  size_t base = template->pieces[0].run_first;
+                  batch_sinks *sinks) {
   for (size_t i = 0; i < template->piece_count; i++) {
     const cut_piece *piece = &template->pieces[i];
-    if (by_sequence) {
-      reshard__run_folder_moved(sinks->folder, piece->run_first, piece->run_end,
-                                page,
-                                template->origin + (piece->run_first - base),
-                                plan->sequence_shift, piece->copies);
-    } else {
-      reshard__run_folder_shifted(sinks->folder, piece->run_first,
-                                  piece->run_end, page, plan->cut_shift,
-                                  piece->copies);
-    }
+    reshard__run_folder_shifted(sinks->folder, piece->run_first, piece->run_end,
+                                page, plan->cut_shift, piece->copies);
     reshard__batcher_commit(sinks->batcher, (size_t)piece->copies,
                             piece->bytes);
     sinks->folded_copies = sinks->batcher->written;
@@ -532,132 +497,13 @@ cut_template_take(reshard__planner *plan,
   return RESHARD_OK;
 }
 
-/* Whether two sequences are the same but for their page and region
- * offset. */
-static bool same_but_region(const reshard_run *a, const reshard_run *b) {
-  return a->first.part_index == b->first.part_index &&
-         a->first.part_offset == b->first.part_offset &&
-         a->first.region_index == b->first.region_index &&
-         a->first.nbytes == b->first.nbytes && a->count == b->count &&
-         a->part_stride == b->part_stride &&
-         a->region_stride == b->region_stride;
-}
-
-/* The template with origins (template->moved) that page `sequences`, not
- * the page before it shifted one amount per region, may take at the
- * open batch's place, with plan->sequence_shift set to each sequence's
- * shift from it; NULL when none. The page is cut into the template's
- * pieces (same place, same copies), its sequences are the template's but
- * for their region offsets, and each template run's copies are one
- * sequence's (moved alike, so every relation inside a run holds). What
- * is left is where the fold started each run after the first of its
- * class: the copy that started it must still not continue the run
- * before it, tested here as the fold tests it, on the moved offsets. */
-static const struct reshard__cut_template *cut_template_find_moved(
-    reshard__planner *plan, const reshard__page_sequences *sequences,
-    const reshard__batcher *batcher, const reshard__run_folder *folder) {
-  const struct reshard__cut_template *found = NULL;
-  for (size_t t = 0; t < CUT_TEMPLATES && found == NULL; t++) {
-    const struct reshard__cut_template *template = &plan->cut_templates[t];
-    if (template->valid && template->moved &&
-        template->batch_ops == batcher->batch_ops &&
-        template->batch_bytes == batcher->batch_bytes &&
-        template->count == sequences->count) {
-      found = template;
-    }
-  }
-  if (found == NULL) {
-    return NULL;
-  }
-  uint64_t *shift = plan->sequence_shift;
-  for (size_t i = 0; i < sequences->count; i++) {
-    const reshard_run *now = &sequences->sequences[i];
-    const reshard_run *then = &found->sequences[i];
-    if (!same_but_region(now, then)) {
-      return NULL;
-    }
-    shift[i] = now->first.region_offset - then->first.region_offset;
-  }
-  const reshard_run *runs = folder->runs;
-  size_t base = found->pieces[0].run_first;
-  size_t end = found->pieces[found->piece_count - 1].run_end;
-  for (size_t r = base; r < end; r++) {
-    size_t before = found->previous[r - base];
-    if (before == SIZE_MAX) {
-      continue;
-    }
-    if (before < base || before >= r) {
-      return NULL; /* not this page's: cannot be, refused all the same */
-    }
-    /* The last copy of the run before, and the copy that starts this
-     * one, at their moved offsets (which are the page's copies'). */
-    const reshard_run *last = &runs[before];
-    const reshard_run *next = &runs[r];
-    uint64_t steps = last->count - 1;
-    uint64_t last_part = last->first.part_offset + steps * last->part_stride;
-    uint64_t last_region = last->first.region_offset +
-                           shift[found->origin[before - base]] +
-                           steps * last->region_stride;
-    uint64_t next_region =
-        next->first.region_offset + shift[found->origin[r - base]];
-    bool forward = next_region >= last_region;
-    if (forward && (last->count == 1 ||
-                    (next->first.part_offset - last_part == last->part_stride &&
-                     next_region - last_region == last->region_stride))) {
-      return NULL; /* the copy would continue that run */
-    }
-  }
-  return found;
-}
-
-/* Keeps in `template`, just recorded from a cut page folded with origins,
- * the page's sequences and its runs' origins, when every run's copies
- * were one sequence's. */
-static reshard_status
-cut_template_keep_moved(reshard__planner *plan,
-                        struct reshard__cut_template *template,
-                        const reshard__page_sequences *sequences,
-                        const reshard__run_folder *folder) {
-  template->moved = false;
-  if (folder->mixed || template->piece_count == 0) {
-    return RESHARD_OK;
-  }
-  size_t base = template->pieces[0].run_first;
-  size_t runs = template->pieces[template->piece_count - 1].run_end - base;
-  if (template->sequence_room < sequences->count) {
-    template->sequences =
-        RESHARD_ARENA_ARRAY(plan->arena, reshard_run, sequences->count);
-    if (template->sequences == NULL) {
-      return reshard__plan_no_memory(plan);
-    }
-    template->sequence_room = sequences->count;
-  }
-  if (template->origin_room < runs) {
-    template->origin = RESHARD_ARENA_ARRAY(plan->arena, size_t, runs);
-    template->previous = RESHARD_ARENA_ARRAY(plan->arena, size_t, runs);
-    if (template->origin == NULL || template->previous == NULL) {
-      template->origin_room = 0;
-      return reshard__plan_no_memory(plan);
-    }
-    template->origin_room = runs;
-  }
-  memcpy(template->sequences, sequences->sequences,
-         sequences->count * sizeof *template->sequences);
-  /* The folder noted runs from origin_first on: the first piece's. */
-  memcpy(template->origin, folder->origin, runs * sizeof *template->origin);
-  memcpy(template->previous, folder->previous,
-         runs * sizeof *template->previous);
-  template->moved = true;
-  return RESHARD_OK;
-}
-
 /* Keeps `cut`, page `sequences` just recorded, among the cut templates:
  * in the slot of a template that started at the same place in its batch,
  * else in the next slot in turn. */
 static reshard_status
 cut_template_keep(reshard__planner *plan,
                   const reshard__page_sequences *sequences,
-                  struct reshard__cut_template *cut, const batch_sinks *sinks) {
+                  struct reshard__cut_template *cut) {
   size_t slot = plan->cut_next;
   for (size_t t = 0; t < CUT_TEMPLATES; t++) {
     const struct reshard__cut_template *held = &plan->cut_templates[t];
@@ -687,19 +533,7 @@ cut_template_keep(reshard__planner *plan,
     cut->region_offsets[i] = sequences->sequences[i].first.region_offset;
   }
   cut->valid = true;
-  cut->sequences = template->sequences;
-  cut->sequence_room = template->sequence_room;
-  cut->origin = template->origin;
-  cut->previous = template->previous;
-  cut->origin_room = template->origin_room;
   *template = *cut;
-  if (sinks->folder->origin != NULL) {
-    reshard_status status =
-        cut_template_keep_moved(plan, template, sequences, sinks->folder);
-    if (status) {
-      return status;
-    }
-  }
   return RESHARD_OK;
 }
 
@@ -732,13 +566,13 @@ static reshard_status batch_groups(reshard__planner *plan,
       }
       reshard_status status;
       if (rows > 0) {
-        status = batch_stretch(plan, group, width, row, rows, 0, first, sinks);
+        status = batch_stretch(plan, group, width, row, rows, 0, sinks);
         row += rows;
       } else {
         /* Less than the rest of a row fits: as much of it as fits. */
         size_t take = width - column < room ? width - column : (size_t)room;
-        status = batch_stretch(plan, group, column + take, row, 1, column,
-                               first, sinks);
+        status =
+            batch_stretch(plan, group, column + take, row, 1, column, sinks);
         column += take;
         if (column == width) {
           column = 0;
@@ -848,15 +682,7 @@ static reshard_status batch_sequences(reshard__planner *plan,
       if (template != NULL) {
         out->run_template_cut_pages++;
         plan->cut_misses = 0;
-        return cut_template_take(plan, template, page, false, sinks);
-      }
-    } else if (sequences->reused) {
-      const struct reshard__cut_template *template =
-          cut_template_find_moved(plan, sequences, batcher, sinks->folder);
-      if (template != NULL) {
-        out->run_template_cut_pages++;
-        plan->cut_misses = 0;
-        return cut_template_take(plan, template, page, true, sinks);
+        return cut_template_take(plan, template, page, sinks);
       }
     }
     /* Pages whose places in their batches do not repeat within a few
@@ -870,18 +696,6 @@ static reshard_status batch_sequences(reshard__planner *plan,
         .count = sequences->count,
     };
     recording.piece_runs = sinks->folder->run_count;
-    if (recording.on && sequences->reused && !sequences->shifted) {
-      /* Note each run's origin as the page is folded, for pages that are
-       * the one before them with other blocks but not shifted one amount
-       * per region (those take templates by region, cut_template_find):
-       * what a later such page may take. */
-      reshard__run_folder *folder = sinks->folder;
-      folder->origin = plan->cut_origin;
-      folder->previous = plan->cut_previous;
-      folder->origin_first = folder->run_count;
-      folder->origin_room = plan->sequence_scratch.room;
-      folder->mixed = false;
-    }
   }
   reshard_status status = batch_groups(plan, sequences, sinks, &recording);
   if (status) {
@@ -891,13 +705,7 @@ static reshard_status batch_sequences(reshard__planner *plan,
     recording.on = cut_add_piece(&recording, batcher, sinks);
   }
   if (recording.on) {
-    status = cut_template_keep(plan, sequences, &recording.cut, sinks);
-    if (status) {
-      return status;
-    }
-  }
-  if (sinks->folder != NULL) {
-    sinks->folder->origin = NULL; /* no more origins to note */
+    return cut_template_keep(plan, sequences, &recording.cut);
   }
   return RESHARD_OK;
 }

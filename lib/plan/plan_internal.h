@@ -367,21 +367,6 @@ typedef struct reshard__run_folder {
   uint64_t alone_shape;
   uint64_t alone_refused;
   reshard_arena *arena; /* where the table and scratch grow */
-  /* Optional, NULL unless the planner sets them (plan.c, while it
-   * records a cut page's template): per run r from origin_first on (at
-   * most origin_room of them), origin[r - origin_first] is the sequence
-   * it was folded from (origin_base plus its index in the group being
-   * folded) and previous[r - origin_first] the run of its class before
-   * it in the batch (SIZE_MAX: none). `mixed` is set when a run takes
-   * copies of two sequences, or of none (copies folded one by one,
-   * one-class groups), or the room runs out: then the origins do not
-   * say where each run's copies came from. */
-  size_t *origin;
-  size_t *previous;
-  size_t origin_first;
-  size_t origin_room;
-  size_t origin_base;
-  bool mixed;
 } reshard__run_folder;
 
 /* Sizes the folder for `max_copies` copies in all and `max_batches`
@@ -414,14 +399,6 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
 void reshard__run_folder_shifted(reshard__run_folder *folder, size_t first,
                                  size_t end, uint64_t page_index,
                                  const uint64_t *region_shift, uint64_t copies);
-/* As reshard__run_folder_shifted, run first + i's region offset moved by
- * sequence_shift[origin[i]] instead (origin: the sequence each run was
- * folded from, as the folder noted it); the caller checked that the
- * page's fold is those runs moved so (plan.c, cut_template_find_moved). */
-void reshard__run_folder_moved(reshard__run_folder *folder, size_t first,
-                               size_t end, uint64_t page_index,
-                               const size_t *origin,
-                               const uint64_t *sequence_shift, uint64_t copies);
 /* Whether each sequence of `page` is a run of its own in any stretch of
  * the page's copies that batches cut it into, a batch starting at copy
  * `first_cut` of the page and every `cut_every` copies after (none when
@@ -532,10 +509,7 @@ static inline struct fold_slot *
 reshard__run_folder_recent(const reshard__run_folder *folder,
                            uint64_t region_index) {
   struct fold_slot *slot = folder->recent[region_index % RESHARD__FOLD_RECENT];
-  return slot != NULL && folder->origin == NULL &&
-                 slot->stamp == folder->batch_count + 1
-             ? slot
-             : NULL;
+  return slot != NULL && slot->stamp == folder->batch_count + 1 ? slot : NULL;
 }
 
 /* Folds one strided sequence into the open batch in line, as
@@ -543,7 +517,7 @@ reshard__run_folder_recent(const reshard__run_folder *folder,
  * is the one the folder last saw in its region (recent[]) and its first
  * copy follows that class's last: a compare and a few stores, no call.
  * False, with nothing changed, otherwise (a class new to the batch, a
- * copy out of order, origins being noted): the caller folds it the
+ * copy out of order): the caller folds it the
  * general way. Used by the transfer walk (transfer_direct.c), whose
  * copies meet one class per region in turn. */
 static inline bool reshard__run_folder_fast(reshard__run_folder *folder,
@@ -691,13 +665,6 @@ typedef struct reshard__planner {
   uint64_t *cut_shift;
   uint64_t *cut_mark;
   uint64_t cut_serial;
-  /* Scratch of sequence_scratch.room entries for templates of pages
-   * whose sequences move by amounts of their own (plan.c,
-   * cut_template_find_moved): the run origins the folder notes while a
-   * page is recorded, and each sequence's shift while one is checked. */
-  size_t *cut_origin;
-  size_t *cut_previous;
-  uint64_t *sequence_shift;
   unsigned cut_misses; /* templates left since one was taken */
   /* Pages whose sequences could not stand for their copies; past a few,
    * the plan stops trying and lowers copy by copy. */

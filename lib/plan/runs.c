@@ -102,38 +102,6 @@ static uint64_t open_stamp(const reshard__run_folder *folder) {
   return folder->batch_count + 1;
 }
 
-/* No sequence: a copy folded on its own (reshard__run_folder_copies). */
-#define NO_SEQUENCE SIZE_MAX
-
-/* With folder->origin: run `run` starts now, from a copy of the group's
- * sequence `s`, after run `previous` of its class in the batch
- * (SIZE_MAX: the class's first). */
-static inline void note_run(reshard__run_folder *folder, size_t run,
-                            size_t previous, size_t s) {
-  if (folder->origin != NULL) {
-    size_t at = run - folder->origin_first;
-    if (s == NO_SEQUENCE || at >= folder->origin_room) {
-      folder->mixed = true;
-      return;
-    }
-    folder->origin[at] = folder->origin_base + s;
-    folder->previous[at] = previous;
-  }
-}
-
-/* With folder->origin: run `run` takes copies of the group's sequence
- * `s` too. (A run before origin_first wraps `at` past the room.) */
-static inline void note_extend(reshard__run_folder *folder, size_t run,
-                               size_t s) {
-  if (folder->origin != NULL) {
-    size_t at = run - folder->origin_first;
-    if (s == NO_SEQUENCE || at >= folder->origin_room ||
-        folder->origin[at] != folder->origin_base + s) {
-      folder->mixed = true;
-    }
-  }
-}
-
 /* The slot of `copy`'s class in the open batch without hashing when the
  * region's last class is it (recent[] holds live slots of the open batch
  * and the current table only), else its live slot or the free slot where
@@ -156,14 +124,13 @@ static fold_slot *lookup_slot(const reshard__run_folder *folder,
 
 /* Folds one copy into the open batch at `slot`, its class's slot as
  * lookup_slot found it in the current table (nothing inserted since);
- * *out is the slot, whose run now ends with the copy. `s`: the copy's
- * sequence in its group, or NO_SEQUENCE. `hash`, `hashed`: as
- * lookup_slot left them (the table may grow here). */
+ * *out is the slot, whose run now ends with the copy. `hash`, `hashed`:
+ * as lookup_slot left them (the table may grow here). */
 static inline reshard_status fold_copy_at(reshard__run_folder *folder,
                                           fold_slot *slot,
-                                          const reshard_copy *copy, size_t s,
-                                          size_t hash, bool hashed,
-                                          fold_slot **out, reshard_error *err) {
+                                          const reshard_copy *copy, size_t hash,
+                                          bool hashed, fold_slot **out,
+                                          reshard_error *err) {
   uint64_t stamp = open_stamp(folder);
   reshard_run *runs = folder->runs;
   if (slot->stamp == stamp) {
@@ -184,13 +151,10 @@ static inline reshard_status fold_copy_at(reshard__run_folder *folder,
       run->part_stride = part_step;
       run->region_stride = region_step;
       run->count = 2;
-      note_extend(folder, slot->run, s);
     } else if (forward && part_step == run->part_stride &&
                region_step == run->region_stride) {
       run->count++;
-      note_extend(folder, slot->run, s);
     } else {
-      note_run(folder, folder->run_count, slot->run, s);
       slot->run = folder->run_count;
       runs[folder->run_count++] = (reshard_run){*copy, 1, 0, 0};
     }
@@ -212,7 +176,6 @@ static inline reshard_status fold_copy_at(reshard__run_folder *folder,
                         folder->run_count,
                         0,
                         0};
-    note_run(folder, folder->run_count, SIZE_MAX, s);
     runs[folder->run_count++] = (reshard_run){*copy, 1, 0, 0};
   }
   slot->last_part = copy->part_offset;
@@ -224,16 +187,15 @@ static inline reshard_status fold_copy_at(reshard__run_folder *folder,
 }
 
 /* Folds one copy into the open batch; *out is the slot of its class, whose
- * run now ends with the copy. `s` as for fold_copy_at; `hash`: the copy's
- * class_hash when the caller has it, else NULL. */
+ * run now ends with the copy. `hash`: the copy's class_hash when the
+ * caller has it, else NULL. */
 static reshard_status fold_copy(reshard__run_folder *folder,
-                                const reshard_copy *copy, size_t s,
-                                const size_t *hash, fold_slot **out,
-                                reshard_error *err) {
+                                const reshard_copy *copy, const size_t *hash,
+                                fold_slot **out, reshard_error *err) {
   size_t h = hash != NULL ? *hash : 0;
   bool hashed = hash != NULL;
   fold_slot *slot = lookup_slot(folder, copy, &h, &hashed);
-  return fold_copy_at(folder, slot, copy, s, h, hashed, out, err);
+  return fold_copy_at(folder, slot, copy, h, hashed, out, err);
 }
 
 reshard_status reshard__run_folder_copies(reshard__run_folder *folder,
@@ -241,8 +203,7 @@ reshard_status reshard__run_folder_copies(reshard__run_folder *folder,
                                           size_t count, reshard_error *err) {
   for (size_t i = 0; i < count; i++) {
     fold_slot *slot;
-    reshard_status status =
-        fold_copy(folder, &copies[i], NO_SEQUENCE, NULL, &slot, err);
+    reshard_status status = fold_copy(folder, &copies[i], NULL, &slot, err);
     if (status) {
       return status;
     }
@@ -250,13 +211,13 @@ reshard_status reshard__run_folder_copies(reshard__run_folder *folder,
   return RESHARD_OK;
 }
 
-/* Folds the copies after the first of `sequence`, the group's sequence
- * `s`, whose first copy just joined the run of `slot`: every later copy
+/* Folds the copies after the first of `sequence`, whose first copy just
+ * joined the run of `slot`: every later copy
  * steps by the sequence's strides, so once the second joins a run (the
  * first's, or a new one) the rest follow it. */
 static inline void fold_sequence_rest(reshard__run_folder *folder,
                                       fold_slot *slot,
-                                      const reshard_run *sequence, size_t s) {
+                                      const reshard_run *sequence) {
   if (sequence->count == 1) {
     return;
   }
@@ -266,13 +227,10 @@ static inline void fold_sequence_rest(reshard__run_folder *folder,
     run->part_stride = sequence->part_stride;
     run->region_stride = sequence->region_stride;
     run->count += rest;
-    note_extend(folder, slot->run, s);
   } else if (run->part_stride == sequence->part_stride &&
              run->region_stride == sequence->region_stride) {
     run->count += rest;
-    note_extend(folder, slot->run, s);
   } else {
-    note_run(folder, folder->run_count, slot->run, s);
     slot->run = folder->run_count;
     folder->runs[folder->run_count++] = (reshard_run){
         reshard_run_copy(sequence, 1),
@@ -287,16 +245,14 @@ static inline void fold_sequence_rest(reshard__run_folder *folder,
   slot->last_region = last.region_offset;
 }
 
-/* Folds one sequence's copies, the group's sequence `s`. `hash` as for
- * fold_copy. */
+/* Folds one sequence's copies. `hash` as for fold_copy. */
 static reshard_status fold_sequence(reshard__run_folder *folder,
-                                    const reshard_run *sequence, size_t s,
+                                    const reshard_run *sequence,
                                     const size_t *hash, reshard_error *err) {
-  fold_slot *slot;
-  reshard_status status =
-      fold_copy(folder, &sequence->first, s, hash, &slot, err);
+  fold_slot *slot = NULL; /* set when the fold succeeds */
+  reshard_status status = fold_copy(folder, &sequence->first, hash, &slot, err);
   if (status == RESHARD_OK) {
-    fold_sequence_rest(folder, slot, sequence, s);
+    fold_sequence_rest(folder, slot, sequence);
   }
   return status;
 }
@@ -458,11 +414,11 @@ static reshard_status fold_distinct(reshard__run_folder *folder,
       table = folder->slots;
     }
     reshard_status status =
-        fold_copy_at(folder, slot, first, s, hash, hashed, &slot, err);
+        fold_copy_at(folder, slot, first, hash, hashed, &slot, err);
     if (status) {
       return status;
     }
-    fold_sequence_rest(folder, slot, &group[s], s);
+    fold_sequence_rest(folder, slot, &group[s]);
   }
   return RESHARD_OK;
 }
@@ -547,10 +503,7 @@ static reshard_status fold_one_class(reshard__run_folder *folder,
     }
   }
   fold_slot *slot;
-  /* Its runs take copies of several sequences: no origin to note. */
-  folder->mixed |= folder->origin != NULL;
-  reshard_status status =
-      fold_copy(folder, &group[0].first, 0, NULL, &slot, err);
+  reshard_status status = fold_copy(folder, &group[0].first, NULL, &slot, err);
   if (status) {
     return status;
   }
@@ -597,7 +550,7 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
     }
   }
   if (width == 1) {
-    return fold_sequence(folder, group, 0, NULL, err);
+    return fold_sequence(folder, group, NULL, err);
   }
   reshard_status status = group_scratch(folder, width, err);
   if (status) {
@@ -615,7 +568,7 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
     }
   } else if (folds_by_sequence(folder, group, width)) {
     for (size_t s = 0; status == RESHARD_OK && s < width; s++) {
-      status = fold_sequence(folder, &group[s], s, &folder->hashes[s], err);
+      status = fold_sequence(folder, &group[s], &folder->hashes[s], err);
     }
     return status;
   }
@@ -623,7 +576,7 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
     for (size_t s = 0; s < width; s++) {
       reshard_copy copy = reshard_run_copy(&group[s], k);
       fold_slot *slot;
-      if ((status = fold_copy(folder, &copy, s, NULL, &slot, err))) {
+      if ((status = fold_copy(folder, &copy, NULL, &slot, err))) {
         return status;
       }
     }
@@ -644,22 +597,6 @@ void reshard__run_folder_shifted(reshard__run_folder *folder, size_t first,
     *out = runs[r];
     out->first.page_index = page_index;
     out->first.region_offset += region_shift[out->first.region_index];
-  }
-  folder->run_count += end - first;
-  folder->open_copies += (size_t)copies;
-}
-
-void reshard__run_folder_moved(reshard__run_folder *folder, size_t first,
-                               size_t end, uint64_t page_index,
-                               const size_t *origin,
-                               const uint64_t *sequence_shift,
-                               uint64_t copies) {
-  reshard_run *runs = folder->runs;
-  reshard_run *out = runs + folder->run_count;
-  for (size_t r = first; r < end; r++, out++) {
-    *out = runs[r];
-    out->first.page_index = page_index;
-    out->first.region_offset += sequence_shift[origin[r - first]];
   }
   folder->run_count += end - first;
   folder->open_copies += (size_t)copies;

@@ -115,16 +115,16 @@ static bool note_groups(reshard__run_folder *folder, alone_page *check) {
 /* The pair of `before` (column `column` of group `group`) and `next`, the
  * next sequence of before's region, in *pair; false when next does not
  * come after before in the fold's order whatever their region offsets: of
- * another class (conservative: the region's last sequence would not be
- * its class's), or not after before's last copy in the Part (the fold's
+ * another class (a page's sequences share its page index and these their
+ * region; conservative: the region's last sequence would not be its
+ * class's), or not after before's last copy in the Part (the fold's
  * order, or its refusal). */
 static bool pair_of(const reshard_run *sequences, size_t before, size_t next,
                     size_t group, size_t column,
                     struct reshard__alone_pair *pair) {
   const reshard_run *a = &sequences[before], *b = &sequences[next];
   if (a->first.part_index != b->first.part_index ||
-      a->first.nbytes != b->first.nbytes ||
-      a->first.page_index != b->first.page_index) {
+      a->first.nbytes != b->first.nbytes) {
     return false;
   }
   uint64_t steps = a->count - 1;

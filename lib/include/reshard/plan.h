@@ -118,11 +118,8 @@ typedef struct reshard_load_plan {
    * reused pages, those cut by batch boundaries whose runs were the runs
    * of an earlier page that started at the same place in its batch,
    * moved to their blocks (every page between them the one before it
-   * shifted, each region's ranges moved by one amount; or the same
-   * sequences but for their region offsets, each run moved with the
-   * sequence it was folded from, and every place where that page's fold
-   * started a run checked to start one again; the same runs either
-   * way). */
+   * shifted, each region's ranges moved by one amount; the same runs
+   * either way). */
   uint64_t run_template_cut_pages;
   reshard_join **built_joins; /* per source; non-NULL where built here */
   /* With request.runs: the batches folded into runs (runs.batch_count ==
