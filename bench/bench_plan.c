@@ -814,8 +814,9 @@ typedef struct transfer_timing {
   double warm_ns; /* median of the others */
   size_t copies, before, batches, sources, runs, expanded;
   uint64_t bytes;
-  bool runs_match; /* with runs: they expand to the explicit copies */
-  bool direct;     /* with runs: emitted by the walk, no copy written */
+  bool runs_match;   /* with runs: they expand to the explicit copies */
+  bool direct;       /* with runs: emitted by the walk, no copy written */
+  uint64_t repeated; /* regions written as the one before them renamed */
 } transfer_timing;
 
 static int compare_transfer_copies(const void *a, const void *b) {
@@ -923,6 +924,7 @@ static int time_transfer(transfer_scenario *t, bool runs, int count,
       out->batches = plan.batch_count;
       out->sources = plan.source_count;
       out->bytes = plan.bytes;
+      out->repeated = plan.regions_repeated;
       if (runs) {
         /* Runs stand for exactly the explicit copies, batch by batch. */
         out->runs = plan.runs.run_count;
@@ -1119,14 +1121,15 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
              "after planning, or around the varint columns the planner "
              "wrote while batching (the daemon's; the same bytes, "
              "checked) | the response with runs, encoded from the runs "
-             "(median, the plan not timed)\n",
+             "(median, the plan not timed) | regions written as the region "
+             "before them renamed, not walked: explicit / runs only\n",
              count - 1);
       printf("%-16s %6s %7s %5s %8s %8s %7s %12s | %9s %9s %7s | %7s %9s "
-             "%9s %7s %6s | %9s %9s %7s %5s | %9s %7s\n",
+             "%9s %7s %6s | %9s %9s %7s %5s | %9s %7s | %9s\n",
              "scenario", "tokens", "pools", "read", "before", "after",
              "batches", "bytes", "cold", "warm", "ns/cp", "runs", "cold",
              "warm", "ns/run", "cp/run", "copies", "columns", "ns/cp", "x",
-             "runs enc", "ns/run");
+             "runs enc", "ns/run", "repeated");
       header = true;
     }
     reshard_arena arena;
@@ -1159,7 +1162,7 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
       double entries = runs.runs ? (double)runs.runs : 1.0;
       printf("%-16s %6llu %7zu %5zu %8zu %8zu %7zu %12llu | %7.1fus "
              "%7.1fus %7.2f | %7zu %7.1fus %7.1fus %7.2f %6.1f | %7.1fus "
-             "%7.1fus %7.2f %5.2f | %7.1fus %7.2f%s%s%s\n",
+             "%7.1fus %7.2f %5.2f | %7.1fus %7.2f | %4llu/%4llu%s%s%s\n",
              spec->name, (unsigned long long)t.tokens, t.pool_count,
              plain.sources, plain.before, plain.copies, plain.batches,
              (unsigned long long)plain.bytes, plain.cold_ns / 1e3,
@@ -1169,6 +1172,8 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
              columns_ns / copies,
              columns_ns > 0 ? from_copies_ns / columns_ns : 0.0,
              runs_response_ns / 1e3, runs_response_ns / entries,
+             (unsigned long long)plain.repeated,
+             (unsigned long long)runs.repeated,
              runs.direct ? "" : "  (runs sorted)", same ? "" : "  MISMATCH",
              same_bytes ? "" : "  RESPONSE MISMATCH");
       if (!same_bytes) {

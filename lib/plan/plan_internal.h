@@ -399,6 +399,15 @@ reshard_status reshard__run_folder_group(reshard__run_folder *folder,
 void reshard__run_folder_shifted(reshard__run_folder *folder, size_t first,
                                  size_t end, uint64_t page_index,
                                  const uint64_t *region_shift, uint64_t copies);
+/* Appends to the open batch runs [first, end) of the folder with their
+ * part index set to `part_index` and their region index to
+ * `region_index`: what folding a transfer region's copies does when they
+ * are those runs' region's renamed (see transfer_direct.c). The caller
+ * counts the copies (open_copies). Like reshard__run_folder_shifted, the
+ * new classes stay out of the table: no later copy is of them. */
+void reshard__run_folder_renamed(reshard__run_folder *folder, size_t first,
+                                 size_t end, uint64_t part_index,
+                                 uint64_t region_index);
 /* Whether each sequence of `page` is a run of its own in any stretch of
  * the page's copies that batches cut it into, a batch starting at copy
  * `first_cut` of the page and every `cut_every` copies after (none when

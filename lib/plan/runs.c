@@ -602,6 +602,19 @@ void reshard__run_folder_shifted(reshard__run_folder *folder, size_t first,
   folder->open_copies += (size_t)copies;
 }
 
+void reshard__run_folder_renamed(reshard__run_folder *folder, size_t first,
+                                 size_t end, uint64_t part_index,
+                                 uint64_t region_index) {
+  reshard_run *runs = folder->runs;
+  reshard_run *out = runs + folder->run_count;
+  for (size_t r = first; r < end; r++, out++) {
+    *out = runs[r];
+    out->first.part_index = part_index;
+    out->first.region_index = region_index;
+  }
+  folder->run_count += end - first;
+}
+
 void reshard__run_folder_close(reshard__run_folder *folder) {
   folder->batch_first[++folder->batch_count] = folder->run_count;
   folder->live = 0;

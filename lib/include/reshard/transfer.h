@@ -110,6 +110,10 @@ typedef struct reshard_transfer_plan {
    * in order), false when they were lowered, then sorted. The same plan
    * either way; for tests and figures. */
   bool direct;
+  /* Of a direct plan, the regions written as an earlier region's copies
+   * or runs with the region indices renamed, not walked (every layer's
+   * tensors alike); for tests and figures. */
+  uint64_t regions_repeated;
 } reshard_transfer_plan;
 
 /* Plans a transfer. Errors (SPEC §2.6): FAILED_PRECONDITION when the

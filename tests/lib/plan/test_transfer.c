@@ -44,6 +44,48 @@ static void build_pool(reshard_arena *a, const reshard_descriptor *d,
   oracle_build_pool_at(d, part, style, block_size, num_blocks, &site, a, out);
 }
 
+/* Moves the tensors of a pool's region r (a region per layer) `step` × r
+ * bytes into it, as an engine whose layers differ in padding would: the
+ * regions are alike but for their tensors' offsets, so none is written
+ * as another renamed. */
+static void stagger_layers(reshard_pool *pool, uint64_t step) {
+  for (size_t r = 0; pool->region_count > 1 && r < pool->region_count; r++) {
+    for (size_t i = 0; i < pool->tensor_count; i++) {
+      reshard_pool_tensor *t = &pool->tensors[i];
+      if (strcmp(pool->regions[r].region_id, t->region_id) == 0) {
+        t->offset_bytes += step * r;
+      }
+    }
+    pool->regions[r].nbytes += step * r;
+  }
+}
+
+/* Puts the layers of a pool with a region per layer two to a region:
+ * region r's tensors after region r - 1's when r is odd. A region's
+ * tensors then write into two target regions of a target with a region
+ * per layer. */
+static void pair_layers(reshard_pool *pool) {
+  size_t kept = 0;
+  for (size_t r = 0; pool->region_count > 1 && r < pool->region_count; r++) {
+    if (r % 2 == 0) {
+      pool->regions[kept++] = pool->regions[r];
+      continue;
+    }
+    reshard_region *into = &pool->regions[kept - 1];
+    for (size_t i = 0; i < pool->tensor_count; i++) {
+      reshard_pool_tensor *t = &pool->tensors[i];
+      if (strcmp(pool->regions[r].region_id, t->region_id) == 0) {
+        t->region_id = into->region_id;
+        t->offset_bytes += into->nbytes;
+      }
+    }
+    into->nbytes += pool->regions[r].nbytes;
+  }
+  if (kept > 0) {
+    pool->region_count = kept;
+  }
+}
+
 /* The region offset of (token, head) of the pool's tensor of (layer,
  * component), under `table`. */
 static bool pool_offset(const reshard_pool *pool,
@@ -176,6 +218,9 @@ static void case_build(transfer_case *c, uint64_t seed,
   reshard_arena_init(&c->arena, 0);
   reshard_arena *a = &c->arena;
   reshard_error err;
+  /* Its own draws, so the cases the others make stay as they were. */
+  oracle_rng stagger;
+  oracle_rng_seed(&stagger, seed ^ UINT64_C(0x57a66e5));
   oracle_random_descriptor(&rng, a, oracle_rng_chance(&rng, 20),
                            &c->descriptor);
   oracle_topology st, tt;
@@ -227,6 +272,11 @@ static void case_build(transfer_case *c, uint64_t seed,
         (oracle_pool_style)oracle_rng_between(&rng, 0, POOL_STYLES - 1);
     build_pool(a, d, part, style, source_block, num_blocks,
                (uint64_t)(p + 1) << 44, &c->source_pools[n]);
+    if (oracle_rng_chance(&stagger, 25)) {
+      stagger_layers(&c->source_pools[n], 64);
+    } else if (oracle_rng_chance(&stagger, 25)) {
+      pair_layers(&c->source_pools[n]);
+    }
     cr_assert_eq(reshard_pool_validate(&c->source_pools[n], d, part, &limits,
                                        "pool", a, &c->source_bound[n], &err),
                  RESHARD_OK, "%s", err.message);
@@ -246,6 +296,9 @@ static void case_build(transfer_case *c, uint64_t seed,
       (oracle_pool_style)oracle_rng_between(&rng, 0, POOL_STYLES - 1);
   build_pool(a, d, c->reader, target_style, target_block, target_blocks,
              (uint64_t)1 << 60, &c->target_pool);
+  if (oracle_rng_chance(&stagger, 25)) {
+    stagger_layers(&c->target_pool, 64);
+  }
   cr_assert_eq(reshard_pool_validate(&c->target_pool, d, c->reader, &limits,
                                      "pool", a, &c->target_bound, &err),
                RESHARD_OK, "%s", err.message);
@@ -589,12 +642,18 @@ typedef struct batch_limit {
   uint64_t operations, bytes;
 } batch_limit;
 
-/* Plans one case every way and checks each; *direct_plans counts the
- * pooled plans lowered straight from the pools, *runs_only_direct those
- * of them made for runs only (their runs emitted by the walk). */
+/* What the direct plans of a case took: plans lowered straight from the
+ * pools, those of them made for runs only (their runs emitted by the
+ * walk), and the explicit and runs-only plans that wrote regions as an
+ * earlier region renamed. */
+typedef struct walk_tally {
+  int direct, runs_only, repeated, repeated_runs_only;
+} walk_tally;
+
+/* Plans one case every way and checks each, counting into `tally`. */
 static void run_case(uint64_t seed, const oracle_topology *source,
-                     const oracle_topology *target, int *direct_plans,
-                     int *runs_only_direct) {
+                     const oracle_topology *target, walk_tally *tally) {
+  int *direct_plans = &tally->direct, *runs_only_direct = &tally->runs_only;
   int runs_direct = 0;
   transfer_case c;
   case_build(&c, seed, source, target);
@@ -628,6 +687,7 @@ static void run_case(uint64_t seed, const oracle_topology *source,
     if (!runs) {
       execute_and_check(&c, &direct);
       columns_match_copies(&direct, &c.arena, c.description);
+      tally->repeated += direct.regions_repeated > 0;
     } else {
       cr_assert_null(direct.columns.bytes, "%s", c.description);
     }
@@ -660,6 +720,7 @@ static void run_case(uint64_t seed, const oracle_topology *source,
       cr_assert_eq(reshard_plan_transfer(&request, &c.arena, &runs_only, &err),
                    RESHARD_OK, "%s: %s", c.description, err.message);
       runs_direct += runs_only_equal(&c, &runs_only, &direct);
+      tally->repeated_runs_only += runs_only.regions_repeated > 0;
       request.omit_copies = false;
     }
   }
@@ -667,13 +728,33 @@ static void run_case(uint64_t seed, const oracle_topology *source,
    * inside the walk's writing: the same batches as the sorting path's.
    * Twice: few operations and bytes a batch, then many operations and a
    * few heads' bytes, so that stretches of whole heads fill a batch's
-   * bytes exactly as often as they pass them. */
+   * bytes exactly as often as they pass them. Then batches of about a
+   * few regions' copies and bytes: most regions fit the open batch and
+   * are written as the region before them renamed, some are cut. Last,
+   * batches of the first region's copies (or bytes) times one to three,
+   * or half of them: batches close where they closed in the region
+   * before, so regions that close batches are written renamed too. */
   uint64_t hb = reshard_head_bytes(&c.source.descriptor, RESHARD_COMPONENT_KEY);
-  const batch_limit small[2] = {
+  uint64_t region_copies = 0, region_bytes = 0;
+  for (size_t i = 0; i < pooled.copy_count; i++) {
+    const reshard_copy *first = &pooled.copies[0], *copy = &pooled.copies[i];
+    if (copy->page_index == first->page_index &&
+        copy->part_index == first->part_index) {
+      region_copies++;
+      region_bytes += copy->nbytes;
+    }
+  }
+  uint64_t times = 1 + seed % 3;
+  bool half = seed % 4 == 0 && region_copies > 1;
+  const batch_limit small[5] = {
       {1 + seed % 7, 3000 + seed % 5000},
       {4096, hb * (1 + seed % 5)},
+      {2 + seed % (pooled.copy_count + 1),
+       pooled.bytes / (1 + seed % 5) + 1 + seed % 4096},
+      {half ? region_copies / 2 : region_copies * times, UINT64_MAX / 2},
+      {UINT32_MAX, half ? region_bytes / 2 + 1 : region_bytes * times},
   };
-  for (int l = 0; l < 2; l++) {
+  for (int l = 0; l < 5; l++) {
     request.runs = false;
     request.pooled = &pooled_target;
     request.bound_binding = NULL;
@@ -692,6 +773,7 @@ static void run_case(uint64_t seed, const oracle_topology *source,
     if (l == 0) {
       *direct_plans += small_direct.direct;
     }
+    tally->repeated += small_direct.regions_repeated > 0;
     /* Runs only with those batches: the walk's runs cut where the batcher
      * closes and splits, the same as folding the small explicit batches. */
     request.runs = true;
@@ -706,6 +788,7 @@ static void run_case(uint64_t seed, const oracle_topology *source,
         reshard_plan_transfer(&request, &c.arena, &small_runs_only, &err),
         RESHARD_OK, "%s: %s", c.description, err.message);
     runs_direct += runs_only_equal(&c, &small_runs_only, &small_runs);
+    tally->repeated_runs_only += small_runs_only.regions_repeated > 0;
     request.omit_copies = false;
   }
   request.runs = false;
@@ -747,19 +830,26 @@ static void run_case(uint64_t seed, const oracle_topology *source,
 
 Test(transfer, random_shapes_execute_exactly) {
   uint64_t base = oracle_base_seed();
-  int direct = 0, runs_only = 0;
+  walk_tally tally = {0};
   for (uint64_t i = 0; i < 150; i++) {
-    run_case(oracle_case_seed(base, 0x7a5f, i), NULL, NULL, &direct,
-             &runs_only);
+    run_case(oracle_case_seed(base, 0x7a5f, i), NULL, NULL, &tally);
   }
-  /* Three runs-only plans a case: walked as often as their explicit plans
+  /* Four runs-only plans a case: walked as often as their explicit plans
    * (runs_only_equal requires it), so in most cases. */
-  cr_assert_gt(runs_only, 200, "%d of 450 runs-only plans direct", runs_only);
+  cr_assert_gt(tally.runs_only, 200, "%d of 600 runs-only plans direct",
+               tally.runs_only);
   /* Both ways a pooled target is planned occur (three plans a case): most
    * walks are in order; an HND side split by the other's blocks, or a
    * per-head target over an NHD source, is not. */
-  cr_assert_gt(direct, 225, "%d of 450 pooled plans direct", direct);
-  cr_assert_lt(direct, 450, "%d of 450 pooled plans direct", direct);
+  cr_assert_gt(tally.direct, 225, "%d of 450 pooled plans direct",
+               tally.direct);
+  cr_assert_lt(tally.direct, 450, "%d of 450 pooled plans direct",
+               tally.direct);
+  /* Regions written as the one before them renamed (about one case in
+   * four has a region per layer on both sides), explicit and runs only. */
+  cr_assert_gt(tally.repeated, 20, "%d plans repeated regions", tally.repeated);
+  cr_assert_gt(tally.repeated_runs_only, 20,
+               "%d runs-only plans repeated regions", tally.repeated_runs_only);
 }
 
 Test(transfer, the_layout_changes_engines_need) {
@@ -772,15 +862,15 @@ Test(transfer, the_layout_changes_engines_need) {
       {{1, 3, 2, 0}, {2, 1, 3, 0}},
   };
   uint64_t base = oracle_base_seed();
-  int direct = 0, runs_only = 0;
+  walk_tally tally = {0};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     for (uint64_t i = 0; i < 12; i++) {
       run_case(oracle_case_seed(base, 0x7a60 + s, i), &shapes[s][0],
-               &shapes[s][1], &direct, &runs_only);
+               &shapes[s][1], &tally);
     }
   }
-  cr_assert_gt(direct, 0);
-  cr_assert_gt(runs_only, 0);
+  cr_assert_gt(tally.direct, 0);
+  cr_assert_gt(tally.runs_only, 0);
 }
 
 /* ---- A fixed shape for the rules ---- */
