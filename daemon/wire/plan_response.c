@@ -305,6 +305,100 @@ static inline const uint8_t *write_run_columns(const uint64_t *rows,
   return start;
 }
 
+/* How many batches back a batch of runs is looked for among those it
+ * repeats but for its part and region indices. */
+enum { RENAMED_LOOKBACK = 4 };
+
+/* Whether `count` runs at `a` and at `b` (RUN_WIDTH words each) agree in
+ * columns `first`.. but the part and region indices (columns 1 and 3):
+ * equal values are equal varints, so those columns' bytes are the same.
+ * Stops at the first run that differs. */
+static bool runs_renamed(const uint64_t *a, const uint64_t *b, size_t count,
+                         unsigned first) {
+  for (size_t i = 0; i < count; i++, a += RUN_WIDTH, b += RUN_WIDTH) {
+    for (unsigned c = first; c < RUN_WIDTH; c++) {
+      if (c != 1 && c != 3 && a[c] != b[c]) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+/* The batch of the last RENAMED_LOOKBACK before batch b (whose runs are
+ * `rows`, `count` of them) whose runs agree with b's but for the part and
+ * region indices, else b. A transfer's layers alike give such batches
+ * (the planner writes them as the layer before renamed): one layer back
+ * where a batch holds whole layers, as many batches back as a layer holds
+ * where a layer holds whole batches. */
+static size_t renamed_runs_batch(const reshard_range_batches *batches, size_t b,
+                                 const uint64_t *rows, size_t count,
+                                 unsigned first) {
+  for (size_t back = 1; back <= RENAMED_LOOKBACK && back <= b; back++) {
+    size_t like_count;
+    unsigned width;
+    const uint64_t *like = batch_rows(batches, b - back, &like_count, &width);
+    if (like_count == count && runs_renamed(like, rows, count, first)) {
+      return b - back;
+    }
+  }
+  return b;
+}
+
+/* write_run_columns for `count` (> 0) runs that agree with closed batch
+ * `like`'s but for the part and region indices (renamed_runs_batch): those
+ * two columns written, the others copied from `like`'s bytes. */
+static const uint8_t *renamed_run_columns(const reshard_range_batches *batches,
+                                          size_t like, const uint64_t *rows,
+                                          size_t count, unsigned first,
+                                          size_t *sizes, reshard_arena *arena) {
+  const size_t *like_sizes =
+      batches->column_bytes + like * RESHARD_RANGE_BATCH_COLUMNS;
+  unsigned longest[4] = {0};
+  bool mixed[4] = {false};
+  size_t room = sizeof(uint64_t);
+  for (unsigned c = first; c < RUN_WIDTH; c++) {
+    if (c != 1 && c != 3) {
+      if (!add_size(&room, like_sizes[c])) {
+        return NULL;
+      }
+      continue;
+    }
+    uint64_t any = 0, least = UINT64_MAX;
+    for (size_t i = 0; i < count; i++) {
+      uint64_t value = rows[i * RUN_WIDTH + c];
+      any |= value;
+      least = value < least ? value : least;
+    }
+    longest[c] = (unsigned)reshard_varint_length(any);
+    mixed[c] = reshard_varint_length(least) != longest[c];
+    uint64_t column;
+    if (!reshard_mul(count, longest[c], &column) || column > SIZE_MAX ||
+        !add_size(&room, (size_t)column)) {
+      return NULL;
+    }
+  }
+  uint8_t *start = RESHARD_ARENA_ARRAY(arena, uint8_t, room);
+  if (start == NULL) {
+    return NULL;
+  }
+  const uint8_t *from = batches->run_columns[like];
+  uint8_t *out = start;
+  for (unsigned c = first; c < RUN_WIDTH; c++) {
+    if (c == 1 || c == 3) {
+      uint8_t *column = out;
+      out = write_column(out, rows + c, count, RUN_WIDTH, longest[c], mixed[c]);
+      sizes[c] = (size_t)(out - column);
+    } else {
+      memcpy(out, from, like_sizes[c]);
+      sizes[c] = like_sizes[c];
+      out += like_sizes[c];
+    }
+    from += like_sizes[c];
+  }
+  return start;
+}
+
 /* Batch b's message body into body_bytes[b], from its column sizes:
  * source_index (TransferBatch), the columns (none when it has no entry)
  * and `bytes`, each with its tag and length. False when it would pass
@@ -368,12 +462,18 @@ measure_batches(const reshard_copy *copies, const reshard_batch *batches,
       memcpy(sizes, out->columns->column_bytes + b * RESHARD_COPY_COLUMNS,
              RESHARD_COPY_COLUMNS * sizeof *sizes);
     } else if (out->run_columns != NULL) {
-      if (count > 0 &&
-          (out->run_columns[b] =
-               first == 0
-                   ? write_run_columns(rows, count, RUN_WIDTH, 0, sizes, arena)
-                   : write_run_columns(rows, count, RUN_WIDTH, 1, sizes,
-                                       arena)) == NULL) {
+      size_t like =
+          count > 0 ? renamed_runs_batch(out, b, rows, count, first) : b;
+      if (like < b) {
+        out->run_columns[b] =
+            renamed_run_columns(out, like, rows, count, first, sizes, arena);
+      } else if (count > 0) {
+        out->run_columns[b] =
+            first == 0
+                ? write_run_columns(rows, count, RUN_WIDTH, 0, sizes, arena)
+                : write_run_columns(rows, count, RUN_WIDTH, 1, sizes, arena);
+      }
+      if (count > 0 && out->run_columns[b] == NULL) {
         return RESHARD_RESOURCE_EXHAUSTED;
       }
     } else {

@@ -599,6 +599,19 @@ void reshard__column_encoder_page(reshard__column_encoder *encoder,
 /* Closes the open batch. */
 reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
                                              reshard_error *err);
+/* Whether copies `a` and `b`, `count` each, are equal but for their part
+ * and region indices: a batch of `b` is then encoded as one of `a` with
+ * those two columns written anew (reshard__column_encoder_renamed). */
+bool reshard__copies_renamed(const reshard_copy *a, const reshard_copy *b,
+                             size_t count);
+/* Encodes `count` copies as a batch of their own and closes it, taking
+ * every column but the part and region indices from closed batch `like`,
+ * whose copies they equal but for those (reshard__copies_renamed). The
+ * open batch must be empty. */
+reshard_status reshard__column_encoder_renamed(reshard__column_encoder *encoder,
+                                               const reshard_copy *copies,
+                                               size_t count, size_t like,
+                                               reshard_error *err);
 
 /* One load plan in progress (reshard_plan_load): plan.c checks the request
  * and drives both passes; select.c runs pass 1, choosing each page's source

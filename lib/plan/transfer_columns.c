@@ -19,15 +19,46 @@ reshard_status reshard__transfer_columns_init(const reshard__transfer *t,
       request->column_arena != NULL ? request->column_arena : t->arena, t->err);
 }
 
+/* How many batches back a batch is looked for among those it repeats. */
+enum { RENAMED_LOOKBACK = 4 };
+
+/* The batch of the last RENAMED_LOOKBACK before batch b whose copies
+ * equal b's (`copies`, `count`) but for their part and region indices,
+ * else b. Where a batch holds whole layers, or a layer whole batches,
+ * layers alike (transfer_direct.c, "Regions repeated") make such
+ * batches: one layer back, or as many batches back as a layer holds.
+ * The comparison stops at the first copy that differs, mostly the
+ * first. */
+static size_t renamed_batch(const reshard__batcher *batcher, size_t b,
+                            const reshard_copy *copies, size_t count) {
+  for (size_t back = 1; back <= RENAMED_LOOKBACK && back <= b; back++) {
+    const reshard_batch *like = &batcher->batches[b - back];
+    if (like->count == count &&
+        reshard__copies_renamed(batcher->out + like->first, copies, count)) {
+      return b - back;
+    }
+  }
+  return b;
+}
+
 reshard_status reshard__transfer_columns_drain(reshard__transfer_columns *c,
                                                reshard_error *err) {
   const reshard__batcher *batcher = c->batcher;
   reshard__column_encoder *encoder = &c->encoder;
   for (; c->encoded_batches < batcher->batch_count; c->encoded_batches++) {
-    const reshard_batch *batch = &batcher->batches[c->encoded_batches];
-    reshard__column_encoder_rows(encoder, batcher->out + encoder->rows,
-                                 batch->first + batch->count - encoder->rows);
-    reshard_status status = reshard__column_encoder_close(encoder, err);
+    size_t b = c->encoded_batches;
+    const reshard_batch *batch = &batcher->batches[b];
+    const reshard_copy *copies = batcher->out + encoder->rows;
+    size_t count = batch->first + batch->count - encoder->rows;
+    reshard_status status;
+    size_t like = renamed_batch(batcher, b, copies, count);
+    if (like < b) {
+      status =
+          reshard__column_encoder_renamed(encoder, copies, count, like, err);
+    } else {
+      reshard__column_encoder_rows(encoder, copies, count);
+      status = reshard__column_encoder_close(encoder, err);
+    }
     if (status) {
       return status;
     }

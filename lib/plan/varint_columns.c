@@ -555,16 +555,16 @@ void reshard__column_encoder_group(reshard__column_encoder *encoder,
   encoder->rows += (size_t)rows * width;
 }
 
-reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
-                                             reshard_error *err) {
-  /* The open batch's columns, packed into the arena exactly as long as
-   * they are. */
+/* Packs the open batch's six columns, column c sizes[c] bytes (the
+ * batch's entry in out.column_bytes) at from[c], into the bytes arena
+ * exactly as long as they are, and opens the next batch. */
+static reshard_status pack_batch(reshard__column_encoder *encoder,
+                                 const uint8_t *const *from,
+                                 reshard_error *err) {
   size_t b = encoder->out.batch_count;
-  size_t *sizes = encoder->out.column_bytes + b * RESHARD_COPY_COLUMNS;
+  const size_t *sizes = encoder->out.column_bytes + b * RESHARD_COPY_COLUMNS;
   size_t total = 0;
   for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
-    const uint8_t *start = encoder->scratch + c * encoder->column_room;
-    sizes[c] = (size_t)(encoder->cursor[c] - start);
     total += sizes[c];
   }
   uint8_t *bytes = RESHARD_ARENA_ARRAY(encoder->bytes_arena, uint8_t, total);
@@ -573,7 +573,7 @@ reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
   }
   encoder->out.bytes[b] = bytes;
   for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
-    memcpy(bytes, encoder->scratch + c * encoder->column_room, sizes[c]);
+    memcpy(bytes, from[c], sizes[c]);
     bytes += sizes[c];
   }
   encoder->out.batch_count = b + 1;
@@ -581,6 +581,63 @@ reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
   encoder->page_valid = false;
   open_batch(encoder);
   return RESHARD_OK;
+}
+
+reshard_status reshard__column_encoder_close(reshard__column_encoder *encoder,
+                                             reshard_error *err) {
+  size_t *sizes = encoder->out.column_bytes +
+                  encoder->out.batch_count * RESHARD_COPY_COLUMNS;
+  const uint8_t *from[RESHARD_COPY_COLUMNS];
+  for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+    from[c] = encoder->scratch + c * encoder->column_room;
+    sizes[c] = (size_t)(encoder->cursor[c] - from[c]);
+  }
+  return pack_batch(encoder, from, err);
+}
+
+bool reshard__copies_renamed(const reshard_copy *a, const reshard_copy *b,
+                             size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    if (a[i].page_index != b[i].page_index ||
+        a[i].part_offset != b[i].part_offset ||
+        a[i].region_offset != b[i].region_offset ||
+        a[i].nbytes != b[i].nbytes) {
+      return false;
+    }
+  }
+  return true;
+}
+
+reshard_status reshard__column_encoder_renamed(reshard__column_encoder *encoder,
+                                               const reshard_copy *copies,
+                                               size_t count, size_t like,
+                                               reshard_error *err) {
+  /* Varints are canonical: equal values, equal bytes. So only the part
+   * and region index columns are encoded (into the scratch); the others
+   * are the closed batch's, copied. */
+  static const bool renamed[RESHARD_COPY_COLUMNS] = {false, true,  false,
+                                                     true,  false, false};
+  const size_t *like_sizes =
+      encoder->out.column_bytes + like * RESHARD_COPY_COLUMNS;
+  size_t *sizes = encoder->out.column_bytes +
+                  encoder->out.batch_count * RESHARD_COPY_COLUMNS;
+  const uint8_t *from[RESHARD_COPY_COLUMNS];
+  const uint8_t *like_column = encoder->out.bytes[like];
+  for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+    if (renamed[c]) {
+      uint8_t *start = encoder->scratch + c * encoder->column_room;
+      sizes[c] = (size_t)(plain_column(start, (const char *)copies,
+                                       sizeof *copies, count, c) -
+                          start);
+      from[c] = start;
+    } else {
+      sizes[c] = like_sizes[c];
+      from[c] = like_column;
+    }
+    like_column += like_sizes[c];
+  }
+  encoder->rows += count;
+  return pack_batch(encoder, from, err);
 }
 
 /* The end of the stretch of groups from group `g` (whose first sequence

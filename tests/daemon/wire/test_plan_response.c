@@ -510,9 +510,50 @@ static void draw_transfer(uint64_t seed, bool runs, reshard_arena *arena,
       counts[b] = plan->batches[b].count == 0 ? 0 : 1 + below(&state, 20);
       room += counts[b];
     }
+    /* Now and then a batch repeats one of the four before it but for the
+     * part and region indices (a transfer's layers alike: the writer
+     * takes the other columns' bytes from that batch), and sometimes a
+     * repeat has one other value changed too (then it must not). Drawn
+     * from a stream of its own, so the rest of the plan stays as it
+     * was. */
+    uint64_t repeat_state = seed ^ UINT64_C(0x7e9ea7);
+    size_t *repeats = RESHARD_ARENA_NEW(arena, size_t, plan->batch_count + 1);
+    for (size_t b = 0; b < plan->batch_count; b++) {
+      repeats[b] = b;
+      if (b > 0 && below(&repeat_state, 2) == 0) {
+        size_t like = b - 1 - below(&repeat_state, b < 4 ? b : 4);
+        if (counts[like] > 0 && plan->batches[b].count > 0) {
+          room += counts[like] - counts[b];
+          counts[b] = counts[like];
+          repeats[b] = like;
+        }
+      }
+    }
     r->runs = RESHARD_ARENA_NEW(arena, reshard_run, room + 1);
     for (size_t b = 0; b < plan->batch_count; b++) {
       r->batch_first[b] = r->run_count;
+      if (repeats[b] < b) {
+        const reshard_run *like = &r->runs[r->batch_first[repeats[b]]];
+        column_draw index[2] = {
+            {below(&repeat_state, 2) == 0, (unsigned)below(&repeat_state, 65)},
+            {below(&repeat_state, 2) == 0, (unsigned)below(&repeat_state, 65)},
+        };
+        for (size_t i = 0; i < counts[b]; i++) {
+          reshard_run *run = &r->runs[r->run_count++];
+          *run = like[i];
+          run->first.page_index = plan->batch_source[b];
+          run->first.part_index = draw(&repeat_state, index[0]);
+          run->first.region_index = draw(&repeat_state, index[1]);
+        }
+        if (below(&repeat_state, 3) == 0) {
+          reshard_run *run =
+              &r->runs[r->batch_first[b] + below(&repeat_state, counts[b])];
+          static const unsigned kept[] = {2, 4, 5, 6, 7, 8};
+          uint64_t *word = (uint64_t *)run + kept[below(&repeat_state, 6)];
+          *word ^= 1 + below(&repeat_state, 1000);
+        }
+        continue;
+      }
       column_draw d[9];
       for (unsigned c = 0; c < 9; c++) {
         d[c] =

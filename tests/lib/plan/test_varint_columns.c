@@ -390,3 +390,76 @@ Test(varint_columns, rows_of_nothing_leave_the_columns) {
   cr_assert_arr_eq(encoder.out.bytes[0], want, sizeof want);
   reshard_arena_destroy(&arena);
 }
+
+/* A batch encoded as a closed batch renamed (reshard__column_encoder_
+ * renamed) decodes to its own copies; reshard__copies_renamed tells
+ * batches that differ in anything but the part and region indices, at any
+ * copy, from those that do not. Indices and offsets take every varint
+ * length, so the renamed columns differ in length from the batch's. */
+Test(varint_columns, renamed_batches) {
+  oracle_rng rng;
+  oracle_rng_seed(&rng, oracle_case_seed(oracle_base_seed(), 700, 0));
+  enum { MAX_COPIES = 300 };
+  reshard_copy like[MAX_COPIES], copies[MAX_COPIES];
+  for (unsigned trial = 0; trial < 1000; trial++) {
+    reshard_arena arena;
+    reshard_arena_init(&arena, 0);
+    reshard__column_encoder encoder;
+    reshard_error err;
+    cr_assert_eq(reshard__column_encoder_init(&encoder, MAX_COPIES, 2, &arena,
+                                              &arena, &err),
+                 RESHARD_OK);
+    size_t count = (size_t)oracle_rng_between(&rng, 1, MAX_COPIES);
+    for (size_t i = 0; i < count; i++) {
+      like[i] = (reshard_copy){
+          .page_index = oracle_rng_between(&rng, 0, 3),
+          .part_index = random_offset(&rng),
+          .part_offset = random_offset(&rng),
+          .region_index = random_offset(&rng),
+          .region_offset = random_offset(&rng),
+          .nbytes = oracle_rng_between(&rng, 1, 1 << 20),
+      };
+      copies[i] = like[i];
+      copies[i].part_index = random_offset(&rng);
+      copies[i].region_index = random_offset(&rng);
+    }
+    cr_assert(reshard__copies_renamed(like, copies, count));
+    /* Any other field different at any copy is another batch. */
+    size_t at = (size_t)oracle_rng_between(&rng, 0, count - 1);
+    static const size_t kept[] = {0, 2, 4, 5}; /* reshard_copy fields */
+    size_t f = kept[oracle_rng_between(&rng, 0, 3)];
+    uint64_t *word = (uint64_t *)&copies[at] + f;
+    *word += 1;
+    cr_assert_not(reshard__copies_renamed(like, copies, count),
+                  "trial %u: field %zu of copy %zu differs", trial, f, at);
+    *word -= 1;
+
+    reshard__column_encoder_rows(&encoder, like, count);
+    cr_assert_eq(reshard__column_encoder_close(&encoder, &err), RESHARD_OK);
+    cr_assert_eq(
+        reshard__column_encoder_renamed(&encoder, copies, count, 0, &err),
+        RESHARD_OK);
+    cr_assert_eq(encoder.out.batch_count, 2);
+    cr_assert_eq(encoder.rows, 2 * count);
+    char what[32];
+    snprintf(what, sizeof what, "trial %u", trial);
+    for (size_t b = 0; b < 2; b++) {
+      const reshard_copy *want = b == 0 ? like : copies;
+      const uint8_t *p = encoder.out.bytes[b];
+      for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+        const uint8_t *end =
+            p + encoder.out.column_bytes[b * RESHARD_COPY_COLUMNS + c];
+        for (size_t i = 0; i < count; i++) {
+          uint64_t got = decode_varint(&p, end, what);
+          cr_assert_eq(got, field(&want[i], c),
+                       "%s: batch %zu column %u row %zu is %" PRIu64
+                       ", want %" PRIu64,
+                       what, b, c, i, got, field(&want[i], c));
+        }
+        cr_assert_eq(p, end, "%s: batch %zu column %u has %td bytes too many",
+                     what, b, c, end - p);
+      }
+    }
+    reshard_arena_destroy(&arena);
+  }
+}
