@@ -49,8 +49,8 @@ static int compare_jobs(const void *a, const void *b) {
   return x->group < y->group ? -1 : x->group > y->group;
 }
 
-/* Folds the staged single copies, in order (each adds at most a run; see
- * runs_fold for the room). */
+/* The writers the walk's files share out of line (transfer_walk.h). */
+
 void reshard__walk_unstage(direct *d) {
   if (d->staged == 0) {
     return;
@@ -69,12 +69,6 @@ void reshard__walk_unstage(direct *d) {
   }
 }
 
-/* `count` coalesced copies, copy k at first + k strides, to the batcher
- * and the folder: what direct_batch of each in turn, then folding each
- * batch, gives. A stretch that fits the open batch is one fold; the
- * batcher closes the batch at its last copy when that fills it; a copy
- * that does not fit the bytes left is split at them, as
- * reshard__batcher_push splits it, each piece its own copy. */
 void reshard__walk_take_cut(direct *d, reshard_copy first, uint64_t count,
                             uint64_t part_stride, uint64_t region_stride) {
   reshard__batcher *b = &d->batcher;
