@@ -91,38 +91,38 @@ static void region_repeat_note(const direct *d, region_repeat repeat[2],
   repeat[b->batch_count > before->batch_count] = (region_repeat){
       .jobs = jobs,
       .job_count = count,
-      .line = jobs[0].line,
       .end = d->end,
       .first = first,
       .count = region_output(d) - first,
       .before = *before,
       .after = *b,
-      .batch = before->batch_count,
-      .closed = b->batch_count - before->batch_count,
       .open_copies = d->folder.open_copies,
   };
 }
 
-/* Whether the region of jobs [0, count) writes what `r` wrote, renamed,
- * from where the walk stands. */
+/* The batches `r`'s region closed. */
+static size_t closed_batches(const region_repeat *r) {
+  return r->after.batch_count - r->before.batch_count;
+}
+
+/* Whether the region of jobs [0, count), which the walk can write renamed
+ * from where it stands (reshard__walk_repeat_find), writes what `r`
+ * wrote. */
 static bool region_repeat_takes(const direct *d, const region_repeat *r,
                                 const direct_job *jobs, size_t count) {
   const reshard__batcher *b = &d->batcher;
-  if (r->jobs == NULL || r->job_count != count || d->has_pending ||
-      jobs[0].line < d->end ||
-      (d->runs && (d->staged != 0 || d->folder.run_count > d->run_room ||
-                   r->count > d->run_room - d->folder.run_count)) ||
-      !one_target_region(jobs, count)) {
+  if (r->jobs == NULL || r->job_count != count ||
+      (d->runs && r->count > d->run_room - d->folder.run_count)) {
     return false;
   }
   bool same_batch = b->batch_ops == r->before.batch_ops &&
                     b->batch_bytes == r->before.batch_bytes;
-  if (r->closed > 0 && !same_batch) {
+  if (closed_batches(r) > 0 && !same_batch) {
     return false;
   }
   uint64_t ops = r->after.batch_ops - r->before.batch_ops;
   uint64_t bytes = r->after.batch_bytes - r->before.batch_bytes;
-  if (r->closed == 0 && !same_batch &&
+  if (closed_batches(r) == 0 && !same_batch &&
       (ops >= b->limits.max_operations - b->batch_ops ||
        bytes >= b->limits.max_bytes - b->batch_bytes)) {
     return false;
@@ -140,6 +140,12 @@ const region_repeat *reshard__walk_repeat_find(const direct *d,
                                                const region_repeat repeat[2],
                                                const direct_job *jobs,
                                                size_t count) {
+  /* What the region needs of the walk, whichever region it repeats. */
+  if (d->has_pending || jobs[0].line < d->end ||
+      (d->runs && (d->staged != 0 || d->folder.run_count > d->run_room)) ||
+      !one_target_region(jobs, count)) {
+    return NULL;
+  }
   for (int i = 0; i < 2; i++) {
     if (region_repeat_takes(d, &repeat[i], jobs, count)) {
       return &repeat[i];
@@ -156,12 +162,13 @@ void reshard__walk_repeat_write(direct *d, const region_repeat *r,
   uint64_t part_index = jobs[0].source_region;
   uint64_t region_index = jobs[0].target_region;
   reshard__batcher *b = &d->batcher;
+  size_t first_closed = r->before.batch_count, closed = closed_batches(r);
   size_t shift = b->written - r->before.written;
   if (d->runs) {
     reshard__run_folder *f = &d->folder;
     size_t from = r->first;
-    for (size_t k = 1; k <= r->closed; k++) {
-      size_t to = f->batch_first[r->batch + k];
+    for (size_t k = 1; k <= closed; k++) {
+      size_t to = f->batch_first[first_closed + k];
       reshard__run_folder_renamed(f, from, to, part_index, region_index);
       d->batch_source[f->batch_count] = d->source;
       reshard__run_folder_close(f);
@@ -170,8 +177,8 @@ void reshard__walk_repeat_write(direct *d, const region_repeat *r,
     reshard__run_folder_renamed(f, from, r->first + r->count, part_index,
                                 region_index);
     f->open_copies =
-        r->closed > 0 ? r->open_copies
-                      : f->open_copies + (r->after.written - r->before.written);
+        closed > 0 ? r->open_copies
+                   : f->open_copies + (r->after.written - r->before.written);
   } else {
     const reshard_copy *from = b->out + r->first;
     reshard_copy *to = b->out + b->written;
@@ -181,14 +188,14 @@ void reshard__walk_repeat_write(direct *d, const region_repeat *r,
       to[i].region_index = region_index;
     }
   }
-  for (size_t k = 0; k < r->closed; k++) {
-    reshard_batch batch = b->batches[r->batch + k];
+  for (size_t k = 0; k < closed; k++) {
+    reshard_batch batch = b->batches[first_closed + k];
     batch.first += shift;
     b->batches[b->batch_count++] = batch;
   }
   b->written += r->after.written - r->before.written;
   b->pushed += r->after.pushed - r->before.pushed;
-  if (r->closed > 0) {
+  if (closed > 0) {
     b->batch_first = r->after.batch_first + shift;
     b->batch_ops = r->after.batch_ops;
     b->batch_bytes = r->after.batch_bytes;
@@ -196,10 +203,10 @@ void reshard__walk_repeat_write(direct *d, const region_repeat *r,
     b->batch_ops += r->after.batch_ops - r->before.batch_ops;
     b->batch_bytes += r->after.batch_bytes - r->before.batch_bytes;
   }
-  /* r->end >= r->line: the region wrote a segment. */
-  d->end = jobs[0].line + (r->end - r->line);
+  /* r->end >= its line: the region wrote a segment. */
+  d->end = jobs[0].line + (r->end - r->jobs[0].line);
   d->regions_repeated++;
-  if (r->closed > 0 && d->columns != NULL && d->status == RESHARD_OK &&
+  if (closed > 0 && d->columns != NULL && d->status == RESHARD_OK &&
       (d->status = reshard__transfer_columns_drain(d->columns, d->t->err))) {
     d->ordered = false; /* stops the walk; plan_direct reports status */
   }

@@ -134,18 +134,17 @@ typedef struct region_job {
 } region_job;
 
 /* A region walked, for the regions after it: its jobs (one target
- * region), where it lies on the line and where its last segment ended,
- * where its copies (explicit) or runs start and how many, what it added
- * to the open batch or, where it closed batches, the batcher and folder
- * before it and the batches it closed, [batch, batch + closed). jobs
- * NULL: none. */
+ * region; jobs[0].line is where it lies on the line), where its last
+ * segment ended, where its copies (explicit) or runs start and how many,
+ * the batcher before and after it (the batches it closed are the
+ * batcher's [before.batch_count, after.batch_count)) and the folder's
+ * open copies after it. jobs NULL: none. */
 typedef struct region_repeat {
   const direct_job *jobs;
   size_t job_count;
-  uint64_t line, end;
+  uint64_t end;
   size_t first, count;
   reshard__batcher before, after;
-  size_t batch, closed;
   size_t open_copies; /* the folder's after it (runs) */
 } region_repeat;
 
