@@ -364,6 +364,17 @@ bench_plan_pooled_runs(const reshard_load_request *request,
   return reshard_plan_load(&runs, arena, plan, err);
 }
 
+/* Without runs as the daemon answers: varint columns, no copies. */
+__attribute__((noinline)) static reshard_status
+bench_plan_pooled_columns(const reshard_load_request *request,
+                          reshard_arena *arena, reshard_load_plan *plan,
+                          reshard_error *err) {
+  reshard_load_request columns = *request;
+  columns.omit_copies = true;
+  columns.varint_columns = true;
+  return reshard_plan_load(&columns, arena, plan, err);
+}
+
 /* Pooled and explicit forms of one scenario's reader memory, the same
  * bytes: built, checked to plan the same copies, measured over `count`
  * runs with arena chunks from a pool (as the daemon's calls have them). */
@@ -641,16 +652,12 @@ static int pooled_measure(const scenario_spec *spec, size_t index,
     /* Pooled without runs as the daemon answers it: the copies' varint
      * columns written while batching, the copies themselves never. */
     reshard_arena_init_from(&a, 64 * 1024, reshard_chunk_pool_source(chunks));
-    request.omit_copies = true;
-    request.varint_columns = true;
     t0 = bench_now_ns();
-    if (reshard_plan_load(&request, &a, &plan, &err)) {
+    if (bench_plan_pooled_columns(&request, &a, &plan, &err)) {
       failed = 1;
       break;
     }
     samples[9][r] = bench_now_ns() - t0;
-    request.varint_columns = false;
-    request.omit_copies = false;
     reshard_load_plan_free_joins(&plan, 1);
     reshard_arena_destroy(&a);
   }
@@ -951,17 +958,21 @@ static int time_transfer(transfer_scenario *t, bool runs, int count,
  * writes the varint columns while batching and the response is written
  * around them; without, the response is encoded from the copies after
  * planning. *warm_ns is the median of all but the first call; the first
- * call's response bytes go to *bytes (malloc'd, *size long). */
+ * call's response bytes go to *bytes (malloc'd, *size long), the most
+ * copies its plan held at once to *held (0: it kept them all). */
 static int time_transfer_response(transfer_scenario *t, bool columns, int count,
                                   double *warm_ns, uint8_t **bytes,
-                                  size_t *size) {
+                                  size_t *size, size_t *held) {
   double *samples = malloc(sizeof(double) * (size_t)count);
   if (samples == NULL) {
     return -1;
   }
   *bytes = NULL;
   *size = 0;
+  /* The daemon's form keeps no copy: the planner drops them once
+   * encoded. */
   t->request.varint_columns = columns;
+  t->request.omit_copies = columns;
   int failed = 0;
   for (int r = 0; r < count && !failed; r++) {
     reshard_arena arena;
@@ -993,12 +1004,14 @@ static int time_transfer_response(transfer_scenario *t, bool columns, int count,
     } else if (r == 0) {
       *bytes = out;
       *size = response.size;
+      *held = plan.copies_held;
       out = NULL;
     }
     free(out);
     reshard_arena_destroy(&arena);
   }
   t->request.varint_columns = false;
+  t->request.omit_copies = false;
   if (!failed) {
     bench_sort_samples(samples + 1, (size_t)(count - 1));
     *warm_ns = bench_median(samples + 1, (size_t)(count - 1));
@@ -1076,9 +1089,10 @@ static int time_transfer_runs_response(transfer_scenario *t, int count,
  * columns are not timed: they print as zero. */
 static int time_transfer_response(transfer_scenario *t, bool columns, int count,
                                   double *warm_ns, uint8_t **bytes,
-                                  size_t *size) {
+                                  size_t *size, size_t *held) {
   (void)t, (void)columns, (void)count;
   *warm_ns = 0;
+  *held = 0;
   *bytes = NULL;
   *size = 0;
   return 0;
@@ -1119,17 +1133,18 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
              "kept, as the daemon asks; checked against the explicit plan) | "
              "plan and response without runs, warm: encoded from the copies "
              "after planning, or around the varint columns the planner "
-             "wrote while batching (the daemon's; the same bytes, "
-             "checked) | the response with runs, encoded from the runs "
+             "wrote while batching, dropping each copy once encoded (the "
+             "daemon's; the same bytes, checked; held: the most copies it "
+             "held at once) | the response with runs, encoded from the runs "
              "(median, the plan not timed) | regions written as the region "
              "before them renamed, not walked: explicit / runs only\n",
              count - 1);
       printf("%-16s %6s %7s %5s %8s %8s %7s %12s | %9s %9s %7s | %7s %9s "
-             "%9s %7s %6s | %9s %9s %7s %5s | %9s %7s | %9s\n",
+             "%9s %7s %6s | %9s %9s %7s %5s %8s | %9s %7s | %9s\n",
              "scenario", "tokens", "pools", "read", "before", "after",
              "batches", "bytes", "cold", "warm", "ns/cp", "runs", "cold",
              "warm", "ns/run", "cp/run", "copies", "columns", "ns/cp", "x",
-             "runs enc", "ns/run", "repeated");
+             "held", "runs enc", "ns/run", "repeated");
       header = true;
     }
     reshard_arena arena;
@@ -1139,7 +1154,7 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
     transfer_timing plain, runs;
     double from_copies_ns = 0, columns_ns = 0, runs_response_ns = 0;
     uint8_t *from_copies = NULL, *from_columns = NULL;
-    size_t from_copies_size = 0, from_columns_size = 0;
+    size_t from_copies_size = 0, from_columns_size = 0, held = 0, unused;
     if (transfer_scenario_build(spec, tokens, 42 + i, &arena, &t, &err)) {
       fprintf(stderr, "%s: %s\n", spec->name, err.message);
       failures++;
@@ -1147,9 +1162,11 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
                time_transfer(&t, true, form_explicit ? 2 : count, &runs) ||
                (form == NULL &&
                 (time_transfer_response(&t, false, count, &from_copies_ns,
-                                        &from_copies, &from_copies_size) ||
+                                        &from_copies, &from_copies_size,
+                                        &unused) ||
                  time_transfer_response(&t, true, count, &columns_ns,
-                                        &from_columns, &from_columns_size) ||
+                                        &from_columns, &from_columns_size,
+                                        &held) ||
                  time_transfer_runs_response(&t, count, &runs_response_ns)))) {
       failures++;
     } else {
@@ -1162,7 +1179,7 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
       double entries = runs.runs ? (double)runs.runs : 1.0;
       printf("%-16s %6llu %7zu %5zu %8zu %8zu %7zu %12llu | %7.1fus "
              "%7.1fus %7.2f | %7zu %7.1fus %7.1fus %7.2f %6.1f | %7.1fus "
-             "%7.1fus %7.2f %5.2f | %7.1fus %7.2f | %4llu/%4llu%s%s%s\n",
+             "%7.1fus %7.2f %5.2f %8zu | %7.1fus %7.2f | %4llu/%4llu%s%s%s\n",
              spec->name, (unsigned long long)t.tokens, t.pool_count,
              plain.sources, plain.before, plain.copies, plain.batches,
              (unsigned long long)plain.bytes, plain.cold_ns / 1e3,
@@ -1170,7 +1187,7 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
              runs.cold_ns / 1e3, runs.warm_ns / 1e3, runs.warm_ns / entries,
              copies / entries, from_copies_ns / 1e3, columns_ns / 1e3,
              columns_ns / copies,
-             columns_ns > 0 ? from_copies_ns / columns_ns : 0.0,
+             columns_ns > 0 ? from_copies_ns / columns_ns : 0.0, held,
              runs_response_ns / 1e3, runs_response_ns / entries,
              (unsigned long long)plain.repeated,
              (unsigned long long)runs.repeated,

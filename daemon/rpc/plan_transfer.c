@@ -271,12 +271,11 @@ static void transfer_plan(transfer_ctx *ctx) {
       .participant_field = reshard__pooled_participant_field(request->pooled),
       .limits = ctx->limits,
       .runs = request->runs,
-      /* With runs the response is written from the runs alone
-       * (reshard_transfer_response_measure reads no copy then), so the
-       * planner need not write the explicit copies. */
-      .omit_copies = request->runs,
-      /* Without runs the response is the copies' varint columns, written
-       * by the planner as it batches. */
+      /* The response is written from the runs, or from the copies'
+       * varint columns the planner writes as it batches, never from the
+       * copies (reshard_transfer_response_measure reads none then): the
+       * planner need not keep them. */
+      .omit_copies = true,
       .varint_columns = !request->runs,
   };
   reshard_call_reserve(ctx->call,

@@ -37,7 +37,7 @@ void reshard__batcher_push(reshard__batcher *batcher,
                            const reshard_copy *copies, size_t count) {
   /* The state lives in locals for the loop; the common case, a copy that
    * fits the open batch, is one store and two additions. */
-  reshard_copy *out = batcher->out + batcher->written;
+  reshard_copy *out = reshard__batcher_copy(batcher, batcher->written);
   uint64_t max_ops = batcher->limits.max_operations;
   uint64_t max_bytes = batcher->limits.max_bytes;
   uint64_t batch_ops = batcher->batch_ops;
@@ -54,7 +54,7 @@ void reshard__batcher_push(reshard__batcher *batcher,
       batch_ops++;
       batch_bytes += take;
       if (batch_ops == max_ops || batch_bytes == max_bytes) {
-        batcher->written = (size_t)(out - batcher->out);
+        batcher->written = (size_t)(out - batcher->out) + batcher->dropped;
         batcher->batch_bytes = batch_bytes;
         close_batch(batcher);
         batch_ops = 0;
@@ -68,7 +68,7 @@ void reshard__batcher_push(reshard__batcher *batcher,
       piece.nbytes -= take;
     }
   }
-  batcher->written = (size_t)(out - batcher->out);
+  batcher->written = (size_t)(out - batcher->out) + batcher->dropped;
   batcher->batch_ops = batch_ops;
   batcher->batch_bytes = batch_bytes;
   batcher->pushed += count;

@@ -8,6 +8,7 @@
 #ifndef RESHARD_PLAN_INTERNAL_H
 #define RESHARD_PLAN_INTERNAL_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -277,18 +278,30 @@ void reshard__batch_bounds(size_t count, uint64_t total_bytes,
                            size_t *max_batches);
 
 /* Streams coalesced copies into batches: push them in plan order, then
- * finish. `out` and `batches` are sized by reshard__batch_bounds. */
+ * finish. `out` and `batches` are sized by reshard__batch_bounds. Copies
+ * are counted in plan order (`written`, batch firsts); copy i lies at
+ * out[i - dropped]. Only the transfer walk drops copies (once encoded,
+ * when nothing reads them again: transfer_direct.c); `dropped` stays 0
+ * elsewhere. */
 typedef struct reshard__batcher {
   reshard__batching limits;
   reshard_copy *out;
   reshard_batch *batches;
-  size_t written;     /* copies in `out` */
+  size_t written;     /* copies written, in plan order */
+  size_t dropped;     /* copies no longer held: out[0] is copy `dropped` */
   size_t batch_count; /* closed batches */
   size_t batch_first;
   uint64_t batch_ops;
   uint64_t batch_bytes;
   uint64_t pushed; /* copies pushed: the count after coalescing */
 } reshard__batcher;
+
+/* Where copy `index` (plan order, at least `dropped`) lies. */
+static inline reshard_copy *reshard__batcher_copy(const reshard__batcher *b,
+                                                  size_t index) {
+  assert(index >= b->dropped && "a dropped copy read again");
+  return b->out + (index - b->dropped);
+}
 
 void reshard__batcher_init(reshard__batcher *batcher,
                            const reshard__batching *limits, reshard_copy *out,

@@ -786,8 +786,9 @@ reshard_status reshard__transfer_finish(reshard__transfer *t, uint64_t copies,
     }
   }
   /* The same plan whichever path made it: no copies when the caller
-   * reads only the runs. */
-  if (request->runs && request->omit_copies) {
+   * reads only the runs or the columns. */
+  if (request->omit_copies &&
+      (request->runs || reshard__transfer_wants_columns(request))) {
     out->copies = NULL;
   }
   return RESHARD_OK;

@@ -14,6 +14,10 @@ reshard_status reshard__transfer_columns_init(const reshard__transfer *t,
   size_t batch_room = per_batch < max_copies ? (size_t)per_batch : max_copies;
   c->batcher = batcher;
   c->encoded_batches = 0;
+  c->batch_source = RESHARD_ARENA_ARRAY(t->arena, size_t, max_batches + 1);
+  if (c->batch_source == NULL) {
+    return reshard__transfer_no_memory(t);
+  }
   return reshard__column_encoder_init(
       &c->encoder, batch_room, max_batches, t->arena,
       request->column_arena != NULL ? request->column_arena : t->arena, t->err);
@@ -34,7 +38,8 @@ static size_t renamed_batch(const reshard__batcher *batcher, size_t b,
   for (size_t back = 1; back <= RENAMED_LOOKBACK && back <= b; back++) {
     const reshard_batch *like = &batcher->batches[b - back];
     if (like->count == count &&
-        reshard__copies_renamed(batcher->out + like->first, copies, count)) {
+        reshard__copies_renamed(reshard__batcher_copy(batcher, like->first),
+                                copies, count)) {
       return b - back;
     }
   }
@@ -48,8 +53,10 @@ reshard_status reshard__transfer_columns_drain(reshard__transfer_columns *c,
   for (; c->encoded_batches < batcher->batch_count; c->encoded_batches++) {
     size_t b = c->encoded_batches;
     const reshard_batch *batch = &batcher->batches[b];
-    const reshard_copy *copies = batcher->out + encoder->rows;
+    const reshard_copy *copies = reshard__batcher_copy(batcher, encoder->rows);
     size_t count = batch->first + batch->count - encoder->rows;
+    /* A closed batch has a copy, and all of them read its source. */
+    c->batch_source[b] = (size_t)copies[count - 1].page_index;
     reshard_status status;
     size_t like = renamed_batch(batcher, b, copies, count);
     if (like < b) {
@@ -64,4 +71,15 @@ reshard_status reshard__transfer_columns_drain(reshard__transfer_columns *c,
     }
   }
   return RESHARD_OK;
+}
+
+size_t reshard__transfer_columns_read_from(const reshard__transfer_columns *c) {
+  const reshard__batcher *batcher = c->batcher;
+  size_t from = c->encoder.rows;
+  if (batcher->batch_count < RENAMED_LOOKBACK) {
+    return 0;
+  }
+  size_t oldest =
+      batcher->batches[batcher->batch_count - RENAMED_LOOKBACK].first;
+  return oldest < from ? oldest : from;
 }

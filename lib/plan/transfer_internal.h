@@ -88,6 +88,7 @@ typedef struct reshard__transfer_columns {
   reshard__column_encoder encoder;
   const reshard__batcher *batcher;
   size_t encoded_batches;
+  size_t *batch_source; /* per encoded batch, its copies' source */
 } reshard__transfer_columns;
 
 /* Whether the plan writes columns: request.varint_columns without runs. */
@@ -108,6 +109,11 @@ reshard_status reshard__transfer_columns_init(const reshard__transfer *t,
 /* Encodes every batch the batcher closed since the last call. */
 reshard_status reshard__transfer_columns_drain(reshard__transfer_columns *c,
                                                reshard_error *err);
+
+/* The first copy (plan order) a later drain may read: the open batch's
+ * copies not yet encoded, and those of the last batches a later batch is
+ * compared with (it may repeat one of them renamed). */
+size_t reshard__transfer_columns_read_from(const reshard__transfer_columns *c);
 
 /* Plans a pooled target (request.pooled) straight from the pools in plan
  * order (transfer_direct.c). *done is true when it did (out is the plan,

@@ -67,11 +67,12 @@ bool reshard__walk_region_jobs(direct_job *jobs, size_t count, uint64_t tokens,
 
 /* The walk's state in a region: the batcher's counts as what the open
  * batch has room for (one compare a copy, no limit held), where written
- * stands and the line's end (the explicit path's pending copy lies at
- * out + written). pushed moves with written in the walk, so it is kept
- * as their difference. */
+ * stands in the batcher's `out` (the explicit path's pending copy lies at
+ * out + written; no copy is dropped inside a region) and the line's end.
+ * pushed moves with written in the walk, so it is kept as their
+ * difference. */
 typedef struct piece_state {
-  size_t written;
+  size_t written;                /* the batcher's written - dropped */
   uint64_t ops_left, bytes_left; /* the open batch's */
   uint64_t pushed_over;          /* pushed - written */
   uint64_t end;
@@ -95,7 +96,7 @@ typedef struct region_state {
 
 static inline piece_state pieces_load(const direct *d) {
   const reshard__batcher *b = &d->batcher;
-  return (piece_state){.written = b->written,
+  return (piece_state){.written = b->written - b->dropped,
                        .ops_left = b->limits.max_operations - b->batch_ops,
                        .bytes_left = b->limits.max_bytes - b->batch_bytes,
                        .pushed_over = b->pushed - b->written,
@@ -105,10 +106,10 @@ static inline piece_state pieces_load(const direct *d) {
 
 static inline void pieces_store(direct *d, const piece_state *s) {
   reshard__batcher *b = &d->batcher;
-  b->written = s->written;
+  b->written = s->written + b->dropped;
   b->batch_ops = b->limits.max_operations - s->ops_left;
   b->batch_bytes = b->limits.max_bytes - s->bytes_left;
-  b->pushed = s->pushed_over + s->written;
+  b->pushed = s->pushed_over + b->written;
   d->end = s->end;
   d->has_pending = s->has_pending;
 }

@@ -180,8 +180,8 @@ void reshard__walk_repeat_write(direct *d, const region_repeat *r,
         closed > 0 ? r->open_copies
                    : f->open_copies + (r->after.written - r->before.written);
   } else {
-    const reshard_copy *from = b->out + r->first;
-    reshard_copy *to = b->out + b->written;
+    const reshard_copy *from = reshard__batcher_copy(b, r->first);
+    reshard_copy *to = reshard__batcher_copy(b, b->written);
     for (size_t i = 0; i < r->count; i++) {
       to[i] = from[i];
       to[i].part_index = part_index;

@@ -118,6 +118,11 @@ typedef struct direct {
   /* With varint columns: each batch encoded when the batcher closes it
    * (only direct_batch's slow path and the flush can close one). */
   reshard__transfer_columns *columns;
+  /* With the columns and request.omit_copies: copies encoded that nothing
+   * reads again are dropped between regions (transfer_direct.c), and
+   * held_most is the most copies held at once. */
+  bool drop_copies;
+  size_t held_most;
   uint64_t regions_repeated; /* written as a region before them renamed */
 } direct;
 
@@ -321,7 +326,7 @@ static inline void runs_put(direct *d, const reshard_copy *first,
  * batcher's, from a copy of it, since the batcher writes where it lies. */
 static inline void direct_batch(direct *d) {
   reshard__batcher *b = &d->batcher;
-  uint64_t nbytes = b->out[b->written].nbytes;
+  uint64_t nbytes = reshard__batcher_copy(b, b->written)->nbytes;
   if (b->batch_ops + 1 < b->limits.max_operations &&
       nbytes < b->limits.max_bytes - b->batch_bytes) {
     b->written++;
@@ -330,7 +335,7 @@ static inline void direct_batch(direct *d) {
     b->pushed++;
     return;
   }
-  reshard_copy c = b->out[b->written];
+  reshard_copy c = *reshard__batcher_copy(b, b->written);
   reshard__batcher_push(b, &c, 1);
   if (d->columns != NULL && d->status == RESHARD_OK &&
       (d->status = reshard__transfer_columns_drain(d->columns, d->t->err))) {
@@ -344,14 +349,14 @@ static inline void direct_batch(direct *d) {
 static inline void direct_put(direct *d, const reshard_copy *c) {
   reshard__batcher *b = &d->batcher;
   if (d->has_pending) {
-    reshard_copy *p = &b->out[b->written];
+    reshard_copy *p = reshard__batcher_copy(b, b->written);
     if (copy_continues(p, c)) {
       p->nbytes += c->nbytes;
       return;
     }
     direct_batch(d);
   }
-  b->out[b->written] = *c;
+  *reshard__batcher_copy(b, b->written) = *c;
   d->has_pending = true;
 }
 
@@ -379,10 +384,11 @@ void reshard__walk_region_runs(direct *d, region_job *rj, size_t jobs,
 
 /* transfer_repeat.c: the remembered region (repeat[0] closed no batch,
  * repeat[1] some) the region of jobs [0, count) repeats, or NULL; that
- * region's output written renamed into it. Else the region is walked
- * between reshard__walk_region_start and reshard__walk_region_end, which
- * sends its last copy to the batcher and remembers it when it can stand
- * for a later region. */
+ * region's output written renamed into it. Else the region is walked.
+ * Either way it lies between reshard__walk_region_start and
+ * reshard__walk_region_end, which sends its last copy to the batcher and
+ * remembers it when it can stand for a later region (a region written
+ * renamed replaces the one it repeats). */
 const region_repeat *reshard__walk_repeat_find(const direct *d,
                                                const region_repeat repeat[2],
                                                const direct_job *jobs,

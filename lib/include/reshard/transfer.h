@@ -63,11 +63,13 @@ typedef struct reshard_transfer_request {
   const char *participant_field;
   reshard_limits limits; /* already clamped to the server caps */
   bool runs;             /* also fold each batch into strided runs */
-  /* With runs: the caller reads only the runs and the batches' counts,
-   * bytes and sources, not the copies, so the plan's `copies` is NULL;
-   * a pooled target walked in plan order then emits the runs straight
-   * from the walk, never writing a copy (the same runs and batches as
-   * folding the explicit plan). Ignored without runs. */
+  /* The caller reads the batches' counts, bytes and sources and either
+   * the runs or the varint columns, not the copies, so the plan's
+   * `copies` is NULL. With runs, a pooled target walked in plan order
+   * then emits the runs straight from the walk, never writing a copy
+   * (the same runs and batches as folding the explicit plan); with
+   * varint_columns, the walk drops copies once encoded, holding a few
+   * batches of them at a time (copies_held). Ignored with neither. */
   bool omit_copies;
   /* Also encode each batch's copies as varint columns (the plan's
    * `columns`) right after it is batched, while its copies are in cache:
@@ -92,7 +94,9 @@ typedef struct reshard_transfer_request {
 typedef struct reshard_transfer_plan {
   size_t *sources; /* indices into request.pools, by participant id */
   size_t source_count;
-  reshard_copy *copies; /* in batch order; NULL with request.omit_copies */
+  /* In batch order; NULL with request.omit_copies (and runs or
+   * varint_columns). */
+  reshard_copy *copies;
   size_t copy_count;
   reshard_batch *batches;
   size_t batch_count;
@@ -114,6 +118,10 @@ typedef struct reshard_transfer_plan {
    * or runs with the region indices renamed, not walked (every layer's
    * tensors alike); for tests and figures. */
   uint64_t regions_repeated;
+  /* Of a direct plan that dropped its copies (omit_copies with varint
+   * columns), the most it held at once, against copy_count; 0 for other
+   * plans. For tests and figures. */
+  size_t copies_held;
 } reshard_transfer_plan;
 
 /* Plans a transfer. Errors (SPEC §2.6): FAILED_PRECONDITION when the
