@@ -953,6 +953,17 @@ static int time_transfer(transfer_scenario *t, bool runs, int count,
 }
 
 #ifdef RESHARD_BENCH_ENCODE
+/* The daemon's transfer plan without runs (varint columns, no copies)
+ * behind a function of its own, for an instruction count of it alone
+ * (`--toggle-collect='bench_plan_transfer_columns*'`). */
+__attribute__((noinline)) static reshard_status
+bench_plan_transfer_columns(const reshard_transfer_request *request,
+                            reshard_arena *arena, reshard_transfer_plan *plan,
+                            reshard_error *err) {
+  reshard_transfer_request columns = *request;
+  return reshard_plan_transfer(&columns, arena, plan, err);
+}
+
 /* Plans `t` `count` times and encodes the PlanTransferResponse as the
  * daemon does without runs, timing both: with `columns` the planner
  * writes the varint columns while batching and the response is written
@@ -986,7 +997,8 @@ static int time_transfer_response(transfer_scenario *t, bool columns, int count,
     uint8_t *out = NULL;
     double start = bench_now_ns();
     reshard_status status =
-        reshard_plan_transfer(&t->request, &arena, &plan, &err);
+        columns ? bench_plan_transfer_columns(&t->request, &arena, &plan, &err)
+                : reshard_plan_transfer(&t->request, &arena, &plan, &err);
     if (status == RESHARD_OK &&
         (status = reshard_transfer_response_measure(
              &plan, t->pools, &t->target_shell, t->source_placement_id,
