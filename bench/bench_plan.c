@@ -970,10 +970,11 @@ bench_plan_transfer_columns(const reshard_transfer_request *request,
  * around them; without, the response is encoded from the copies after
  * planning. *warm_ns is the median of all but the first call; the first
  * call's response bytes go to *bytes (malloc'd, *size long), the most
- * copies its plan held at once to *held (0: it kept them all). */
+ * copies its plan held at once to *held (0: it kept them all), its
+ * regions repeated as whole batches without their copies to *whole. */
 static int time_transfer_response(transfer_scenario *t, bool columns, int count,
                                   double *warm_ns, uint8_t **bytes,
-                                  size_t *size, size_t *held) {
+                                  size_t *size, size_t *held, uint64_t *whole) {
   double *samples = malloc(sizeof(double) * (size_t)count);
   if (samples == NULL) {
     return -1;
@@ -1017,6 +1018,7 @@ static int time_transfer_response(transfer_scenario *t, bool columns, int count,
       *bytes = out;
       *size = response.size;
       *held = plan.copies_held;
+      *whole = plan.regions_unwritten;
       out = NULL;
     }
     free(out);
@@ -1101,10 +1103,11 @@ static int time_transfer_runs_response(transfer_scenario *t, int count,
  * columns are not timed: they print as zero. */
 static int time_transfer_response(transfer_scenario *t, bool columns, int count,
                                   double *warm_ns, uint8_t **bytes,
-                                  size_t *size, size_t *held) {
+                                  size_t *size, size_t *held, uint64_t *whole) {
   (void)t, (void)columns, (void)count;
   *warm_ns = 0;
   *held = 0;
+  *whole = 0;
   *bytes = NULL;
   *size = 0;
   return 0;
@@ -1147,16 +1150,18 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
              "after planning, or around the varint columns the planner "
              "wrote while batching, dropping each copy once encoded (the "
              "daemon's; the same bytes, checked; held: the most copies it "
-             "held at once) | the response with runs, encoded from the runs "
+             "held at once; whole: regions repeated as whole batches, their "
+             "copies never written) | the response with runs, encoded from the "
+             "runs "
              "(median, the plan not timed) | regions written as the region "
              "before them renamed, not walked: explicit / runs only\n",
              count - 1);
       printf("%-16s %6s %7s %5s %8s %8s %7s %12s | %9s %9s %7s | %7s %9s "
-             "%9s %7s %6s | %9s %9s %7s %5s %8s | %9s %7s | %9s\n",
+             "%9s %7s %6s | %9s %9s %7s %5s %8s %5s | %9s %7s | %9s\n",
              "scenario", "tokens", "pools", "read", "before", "after",
              "batches", "bytes", "cold", "warm", "ns/cp", "runs", "cold",
              "warm", "ns/run", "cp/run", "copies", "columns", "ns/cp", "x",
-             "held", "runs enc", "ns/run", "repeated");
+             "held", "whole", "runs enc", "ns/run", "repeated");
       header = true;
     }
     reshard_arena arena;
@@ -1167,6 +1172,7 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
     double from_copies_ns = 0, columns_ns = 0, runs_response_ns = 0;
     uint8_t *from_copies = NULL, *from_columns = NULL;
     size_t from_copies_size = 0, from_columns_size = 0, held = 0, unused;
+    uint64_t whole = 0, unused_whole;
     if (transfer_scenario_build(spec, tokens, 42 + i, &arena, &t, &err)) {
       fprintf(stderr, "%s: %s\n", spec->name, err.message);
       failures++;
@@ -1175,10 +1181,10 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
                (form == NULL &&
                 (time_transfer_response(&t, false, count, &from_copies_ns,
                                         &from_copies, &from_copies_size,
-                                        &unused) ||
+                                        &unused, &unused_whole) ||
                  time_transfer_response(&t, true, count, &columns_ns,
                                         &from_columns, &from_columns_size,
-                                        &held) ||
+                                        &held, &whole) ||
                  time_transfer_runs_response(&t, count, &runs_response_ns)))) {
       failures++;
     } else {
@@ -1191,7 +1197,8 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
       double entries = runs.runs ? (double)runs.runs : 1.0;
       printf("%-16s %6llu %7zu %5zu %8zu %8zu %7zu %12llu | %7.1fus "
              "%7.1fus %7.2f | %7zu %7.1fus %7.1fus %7.2f %6.1f | %7.1fus "
-             "%7.1fus %7.2f %5.2f %8zu | %7.1fus %7.2f | %4llu/%4llu%s%s%s\n",
+             "%7.1fus %7.2f %5.2f %8zu %5llu | %7.1fus %7.2f | "
+             "%4llu/%4llu%s%s%s\n",
              spec->name, (unsigned long long)t.tokens, t.pool_count,
              plain.sources, plain.before, plain.copies, plain.batches,
              (unsigned long long)plain.bytes, plain.cold_ns / 1e3,
@@ -1200,8 +1207,8 @@ static int transfer_table(const char *only, uint64_t tokens, int count) {
              copies / entries, from_copies_ns / 1e3, columns_ns / 1e3,
              columns_ns / copies,
              columns_ns > 0 ? from_copies_ns / columns_ns : 0.0, held,
-             runs_response_ns / 1e3, runs_response_ns / entries,
-             (unsigned long long)plain.repeated,
+             (unsigned long long)whole, runs_response_ns / 1e3,
+             runs_response_ns / entries, (unsigned long long)plain.repeated,
              (unsigned long long)runs.repeated,
              runs.direct ? "" : "  (runs sorted)", same ? "" : "  MISMATCH",
              same_bytes ? "" : "  RESPONSE MISMATCH");

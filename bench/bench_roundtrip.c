@@ -707,9 +707,10 @@ static int set_up_transfer(reshard_client *client, const char *name,
 }
 
 /* Median in-process planning of `t` (the validated target pool and its
- * table, as the daemon plans per call: with runs, the runs only, no
- * explicit copies; arena chunks from a pool): copies and runs of the last
- * plan in `copies` and `entries`. */
+ * table, as the daemon plans per call: with runs, the runs only, without
+ * them the varint columns only, never the explicit copies; arena chunks
+ * from a pool): copies and runs of the last plan in `copies` and
+ * `entries`. */
 static int plan_transfer_locally(transfer_scenario *t, bool runs, int count,
                                  double *samples, double *median,
                                  uint64_t *copies, uint64_t *entries) {
@@ -718,7 +719,8 @@ static int plan_transfer_locally(transfer_scenario *t, bool runs, int count,
     return -1;
   }
   t->request.runs = runs;
-  t->request.omit_copies = runs;
+  t->request.omit_copies = true;
+  t->request.varint_columns = !runs;
   int failed = 0;
   for (int r = 0; r < count && !failed; r++) {
     reshard_arena scratch;
@@ -745,6 +747,7 @@ static int plan_transfer_locally(transfer_scenario *t, bool runs, int count,
   }
   t->request.runs = false;
   t->request.omit_copies = false;
+  t->request.varint_columns = false;
   reshard_chunk_pool_free(pool);
   if (!failed) {
     bench_sort_samples(samples, (size_t)count);

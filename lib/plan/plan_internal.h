@@ -625,6 +625,12 @@ reshard_status reshard__column_encoder_renamed(reshard__column_encoder *encoder,
                                                const reshard_copy *copies,
                                                size_t count, size_t like,
                                                reshard_error *err);
+/* The same for `count` copies never written, known to be closed batch
+ * `like`'s (as many) with every part index `part_index` and every region
+ * index `region_index`: those two columns one value repeated. */
+reshard_status reshard__column_encoder_renamed_to(
+    reshard__column_encoder *encoder, size_t count, size_t like,
+    uint64_t part_index, uint64_t region_index, reshard_error *err);
 
 /* One load plan in progress (reshard_plan_load): plan.c checks the request
  * and drives both passes; select.c runs pass 1, choosing each page's source

@@ -37,7 +37,9 @@ static size_t renamed_batch(const reshard__batcher *batcher, size_t b,
                             const reshard_copy *copies, size_t count) {
   for (size_t back = 1; back <= RENAMED_LOOKBACK && back <= b; back++) {
     const reshard_batch *like = &batcher->batches[b - back];
-    if (like->count == count &&
+    /* A batch repeated without its copies (reshard__transfer_columns_
+     * repeat) holds none to compare. */
+    if (like->count == count && like->first >= batcher->dropped &&
         reshard__copies_renamed(reshard__batcher_copy(batcher, like->first),
                                 copies, count)) {
       return b - back;
@@ -66,6 +68,25 @@ reshard_status reshard__transfer_columns_drain(reshard__transfer_columns *c,
       reshard__column_encoder_rows(encoder, copies, count);
       status = reshard__column_encoder_close(encoder, err);
     }
+    if (status) {
+      return status;
+    }
+  }
+  return RESHARD_OK;
+}
+
+reshard_status reshard__transfer_columns_repeat(reshard__transfer_columns *c,
+                                                size_t like,
+                                                uint64_t part_index,
+                                                uint64_t region_index,
+                                                reshard_error *err) {
+  const reshard__batcher *batcher = c->batcher;
+  for (; c->encoded_batches < batcher->batch_count; c->encoded_batches++) {
+    size_t b = c->encoded_batches;
+    size_t count = batcher->batches[b].count;
+    c->batch_source[b] = c->batch_source[like];
+    reshard_status status = reshard__column_encoder_renamed_to(
+        &c->encoder, count, like++, part_index, region_index, err);
     if (status) {
       return status;
     }

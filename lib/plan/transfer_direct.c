@@ -414,6 +414,11 @@ static void drop_read_copies(direct *d, const region_repeat repeat[2]) {
       from = repeat[i].first;
     }
   }
+  /* What a region repeated as whole batches left unwritten is dropped
+   * already (reshard__walk_repeat_write). */
+  if (from < b->dropped) {
+    from = b->dropped;
+  }
   /* No copy is pending between regions: a region's last goes to the
    * batcher at its end (region_close), a repeated one writes none. */
   size_t end = b->written;
@@ -750,6 +755,7 @@ static reshard_status plan_direct(reshard__transfer *t, direct *d,
     out->copies = NULL;
     out->batch_source = columns.batch_source;
     out->copies_held = d->held_most;
+    out->regions_unwritten = d->regions_unwritten;
   }
   out->batches = batches;
   out->copy_count = d->batcher.written;

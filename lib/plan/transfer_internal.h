@@ -110,6 +110,17 @@ reshard_status reshard__transfer_columns_init(const reshard__transfer *t,
 reshard_status reshard__transfer_columns_drain(reshard__transfer_columns *c,
                                                reshard_error *err);
 
+/* Encodes the batches the batcher closed since the last drain, which
+ * hold no copy: each is closed batch `like`, then `like` + 1, ..., with
+ * every part and region index renamed to `part_index` and
+ * `region_index` (a region written as a remembered one renamed, whose
+ * batches it closes whole: reshard__walk_repeat_write). */
+reshard_status reshard__transfer_columns_repeat(reshard__transfer_columns *c,
+                                                size_t like,
+                                                uint64_t part_index,
+                                                uint64_t region_index,
+                                                reshard_error *err);
+
 /* The first copy (plan order) a later drain may read: the open batch's
  * copies not yet encoded, and those of the last batches a later batch is
  * compared with (it may repeat one of them renamed). */

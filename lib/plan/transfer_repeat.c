@@ -105,6 +105,16 @@ static size_t closed_batches(const region_repeat *r) {
   return r->after.batch_count - r->before.batch_count;
 }
 
+/* Whether a region written as `r` renamed needs no copy of it: the plan
+ * keeps none (d->drop_copies), and `r` began a batch and ended one (so,
+ * having output, it closed some), so its output is whole batches, each
+ * a batch of `r`'s renamed, whose columns are that batch's with its one
+ * part index and one region index replaced
+ * (reshard__transfer_columns_repeat). */
+static bool repeats_whole_batches(const direct *d, const region_repeat *r) {
+  return d->drop_copies && r->before.batch_ops == 0 && r->after.batch_ops == 0;
+}
+
 /* Whether the region of jobs [0, count), which the walk can write renamed
  * from where it stands (reshard__walk_repeat_find), writes what `r`
  * wrote. */
@@ -113,6 +123,11 @@ static bool region_repeat_takes(const direct *d, const region_repeat *r,
   const reshard__batcher *b = &d->batcher;
   if (r->jobs == NULL || r->job_count != count ||
       (d->runs && r->count > d->run_room - d->folder.run_count)) {
+    return false;
+  }
+  /* Its copies are read again unless whole batches repeat: they must be
+   * held (not dropped, nor never written). */
+  if (!repeats_whole_batches(d, r) && r->first < b->dropped) {
     return false;
   }
   bool same_batch = b->batch_ops == r->before.batch_ops &&
@@ -179,7 +194,7 @@ void reshard__walk_repeat_write(direct *d, const region_repeat *r,
     f->open_copies =
         closed > 0 ? r->open_copies
                    : f->open_copies + (r->after.written - r->before.written);
-  } else {
+  } else if (!repeats_whole_batches(d, r)) {
     const reshard_copy *from = reshard__batcher_copy(b, r->first);
     reshard_copy *to = reshard__batcher_copy(b, b->written);
     for (size_t i = 0; i < r->count; i++) {
@@ -206,6 +221,18 @@ void reshard__walk_repeat_write(direct *d, const region_repeat *r,
   /* r->end >= its line: the region wrote a segment. */
   d->end = jobs[0].line + (r->end - r->jobs[0].line);
   d->regions_repeated++;
+  if (repeats_whole_batches(d, r)) {
+    /* Nothing was written, and nothing before is read again but the
+     * remembered regions that repeat whole batches too (see above). */
+    b->dropped = b->written;
+    d->regions_unwritten++;
+    if (d->status == RESHARD_OK &&
+        (d->status = reshard__transfer_columns_repeat(
+             d->columns, first_closed, part_index, region_index, d->t->err))) {
+      d->ordered = false;
+    }
+    return;
+  }
   if (closed > 0 && d->columns != NULL && d->status == RESHARD_OK &&
       (d->status = reshard__transfer_columns_drain(d->columns, d->t->err))) {
     d->ordered = false; /* stops the walk; plan_direct reports status */

@@ -123,7 +123,8 @@ typedef struct direct {
    * held_most is the most copies held at once. */
   bool drop_copies;
   size_t held_most;
-  uint64_t regions_repeated; /* written as a region before them renamed */
+  uint64_t regions_unwritten; /* repeated as whole batches, no copy */
+  uint64_t regions_repeated;  /* written as a region before them renamed */
 } direct;
 
 /* A job's per-pair constants (see direct_job), the start of its target

@@ -608,10 +608,16 @@ bool reshard__copies_renamed(const reshard_copy *a, const reshard_copy *b,
   return true;
 }
 
-reshard_status reshard__column_encoder_renamed(reshard__column_encoder *encoder,
-                                               const reshard_copy *copies,
-                                               size_t count, size_t like,
-                                               reshard_error *err) {
+static uint8_t *repeated_value(uint8_t *out, uint64_t value, uint64_t rows);
+
+/* reshard__column_encoder_renamed and _renamed_to: the part and region
+ * index columns encoded from `copies`, or, without them, each one value
+ * repeated (`indices`); the other columns copied from closed batch
+ * `like`. */
+static reshard_status renamed_batch(reshard__column_encoder *encoder,
+                                    const reshard_copy *copies,
+                                    const uint64_t indices[2], size_t count,
+                                    size_t like, reshard_error *err) {
   /* Varints are canonical: equal values, equal bytes. So only the part
    * and region index columns are encoded (into the scratch); the others
    * are the closed batch's, copied. */
@@ -626,9 +632,11 @@ reshard_status reshard__column_encoder_renamed(reshard__column_encoder *encoder,
   for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
     if (renamed[c]) {
       uint8_t *start = encoder->scratch + c * encoder->column_room;
-      sizes[c] = (size_t)(plain_column(start, (const char *)copies,
-                                       sizeof *copies, count, c) -
-                          start);
+      uint8_t *end = copies != NULL
+                         ? plain_column(start, (const char *)copies,
+                                        sizeof *copies, count, c)
+                         : repeated_value(start, indices[c == 3], count);
+      sizes[c] = (size_t)(end - start);
       from[c] = start;
     } else {
       sizes[c] = like_sizes[c];
@@ -638,6 +646,20 @@ reshard_status reshard__column_encoder_renamed(reshard__column_encoder *encoder,
   }
   encoder->rows += count;
   return pack_batch(encoder, from, err);
+}
+
+reshard_status reshard__column_encoder_renamed(reshard__column_encoder *encoder,
+                                               const reshard_copy *copies,
+                                               size_t count, size_t like,
+                                               reshard_error *err) {
+  return renamed_batch(encoder, copies, NULL, count, like, err);
+}
+
+reshard_status reshard__column_encoder_renamed_to(
+    reshard__column_encoder *encoder, size_t count, size_t like,
+    uint64_t part_index, uint64_t region_index, reshard_error *err) {
+  const uint64_t indices[2] = {part_index, region_index};
+  return renamed_batch(encoder, NULL, indices, count, like, err);
 }
 
 /* The end of the stretch of groups from group `g` (whose first sequence

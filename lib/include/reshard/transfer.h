@@ -122,6 +122,11 @@ typedef struct reshard_transfer_plan {
    * columns), the most it held at once, against copy_count; 0 for other
    * plans. For tests and figures. */
   size_t copies_held;
+  /* Of regions_repeated, those whose copies were never written: a
+   * region walked as whole batches, repeated as whole batches encoded
+   * from those (omit_copies with varint columns). For tests and
+   * figures. */
+  uint64_t regions_unwritten;
 } reshard_transfer_plan;
 
 /* Plans a transfer. Errors (SPEC §2.6): FAILED_PRECONDITION when the

@@ -642,13 +642,18 @@ static bool runs_only_equal(transfer_case *c,
  * copies, the same batches, sources, stats and column bytes, made the
  * same way; its columns decoded are copies that write every target byte
  * exactly. Returns whether it dropped copies as it went (held fewer than
- * it wrote). */
+ * it wrote); counts into *unwritten whether it repeated regions as whole
+ * batches, never writing their copies. */
 static bool columns_only_equal(transfer_case *c,
                                const reshard_transfer_plan *columns_only,
-                               const reshard_transfer_plan *with_copies) {
+                               const reshard_transfer_plan *with_copies,
+                               int *unwritten) {
   const char *description = c->description;
   cr_assert_null(columns_only->copies, "%s", description);
   cr_assert_eq(columns_only->direct, with_copies->direct, "%s", description);
+  cr_assert_leq(columns_only->regions_unwritten, columns_only->regions_repeated,
+                "%s", description);
+  *unwritten += columns_only->regions_unwritten > 0;
   cr_assert_eq(columns_only->regions_repeated, with_copies->regions_repeated,
                "%s", description);
   reshard_transfer_plan compared = *columns_only;
@@ -707,7 +712,7 @@ typedef struct batch_limit {
  * walk), and the explicit and runs-only plans that wrote regions as an
  * earlier region renamed. */
 typedef struct walk_tally {
-  int direct, runs_only, repeated, repeated_runs_only, dropped;
+  int direct, runs_only, repeated, repeated_runs_only, dropped, unwritten;
 } walk_tally;
 
 /* Plans one case every way and checks each, counting into `tally`. */
@@ -754,7 +759,8 @@ static void run_case(uint64_t seed, const oracle_topology *source,
       cr_assert_eq(
           reshard_plan_transfer(&request, &c.arena, &columns_only, &err),
           RESHARD_OK, "%s: %s", c.description, err.message);
-      tally->dropped += columns_only_equal(&c, &columns_only, &direct);
+      tally->dropped +=
+          columns_only_equal(&c, &columns_only, &direct, &tally->unwritten);
       request.omit_copies = false;
     } else {
       cr_assert_null(direct.columns.bytes, "%s", c.description);
@@ -845,13 +851,14 @@ static void run_case(uint64_t seed, const oracle_topology *source,
     cr_assert_eq(
         reshard_plan_transfer(&request, &c.arena, &small_columns, &err),
         RESHARD_OK, "%s: %s", c.description, err.message);
-    columns_only_equal(&c, &small_columns, &small_bound);
+    columns_only_equal(&c, &small_columns, &small_bound, &tally->unwritten);
     request.pooled = &pooled_target;
     request.bound_binding = NULL;
     cr_assert_eq(
         reshard_plan_transfer(&request, &c.arena, &small_columns, &err),
         RESHARD_OK, "%s: %s", c.description, err.message);
-    tally->dropped += columns_only_equal(&c, &small_columns, &small_direct);
+    tally->dropped += columns_only_equal(&c, &small_columns, &small_direct,
+                                         &tally->unwritten);
     request.omit_copies = false;
     if (l == 0) {
       *direct_plans += small_direct.direct;
@@ -937,6 +944,11 @@ Test(transfer, random_shapes_execute_exactly) {
    * than they wrote): those of many regions, mostly with small batches. */
   cr_assert_gt(tally.dropped, 20, "%d columns-only plans dropped copies",
                tally.dropped);
+  /* And that repeated regions as whole batches, never writing their
+   * copies: where a batch is a region's copies (or bytes) or a whole
+   * multiple of them. */
+  cr_assert_gt(tally.unwritten, 10,
+               "%d columns-only plans repeated whole batches", tally.unwritten);
 }
 
 Test(transfer, the_layout_changes_engines_need) {
