@@ -179,6 +179,7 @@ void reshard__walk_repeat_write(direct *d, const region_repeat *r,
   reshard__batcher *b = &d->batcher;
   size_t first_closed = r->before.batch_count, closed = closed_batches(r);
   size_t shift = b->written - r->before.written;
+  bool whole = repeats_whole_batches(d, r);
   if (d->runs) {
     reshard__run_folder *f = &d->folder;
     size_t from = r->first;
@@ -194,7 +195,7 @@ void reshard__walk_repeat_write(direct *d, const region_repeat *r,
     f->open_copies =
         closed > 0 ? r->open_copies
                    : f->open_copies + (r->after.written - r->before.written);
-  } else if (!repeats_whole_batches(d, r)) {
+  } else if (!whole) {
     const reshard_copy *from = reshard__batcher_copy(b, r->first);
     reshard_copy *to = reshard__batcher_copy(b, b->written);
     for (size_t i = 0; i < r->count; i++) {
@@ -221,20 +222,20 @@ void reshard__walk_repeat_write(direct *d, const region_repeat *r,
   /* r->end >= its line: the region wrote a segment. */
   d->end = jobs[0].line + (r->end - r->jobs[0].line);
   d->regions_repeated++;
-  if (repeats_whole_batches(d, r)) {
+  if (whole) {
     /* Nothing was written, and nothing before is read again but the
      * remembered regions that repeat whole batches too (see above). */
     b->dropped = b->written;
     d->regions_unwritten++;
-    if (d->status == RESHARD_OK &&
-        (d->status = reshard__transfer_columns_repeat(
-             d->columns, first_closed, part_index, region_index, d->t->err))) {
-      d->ordered = false;
-    }
-    return;
   }
+  /* The batches it closed, encoded: from the batches they repeat when
+   * no copy was written, else from their copies. */
   if (closed > 0 && d->columns != NULL && d->status == RESHARD_OK &&
-      (d->status = reshard__transfer_columns_drain(d->columns, d->t->err))) {
+      (d->status =
+           whole ? reshard__transfer_columns_repeat(d->columns, first_closed,
+                                                    part_index, region_index,
+                                                    d->t->err)
+                 : reshard__transfer_columns_drain(d->columns, d->t->err))) {
     d->ordered = false; /* stops the walk; plan_direct reports status */
   }
 }
