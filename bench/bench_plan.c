@@ -353,6 +353,16 @@ bench_plan_pooled_copies(const reshard_load_request *request,
   return reshard_plan_load(&pooled, arena, plan, err);
 }
 
+/* The explicit binding's plan, bound before the call (no_icf: its body
+ * is the pooled one's, which the compiler would otherwise fold into it). */
+__attribute__((noinline, no_icf)) static reshard_status
+bench_plan_explicit_copies(const reshard_load_request *request,
+                           reshard_arena *arena, reshard_load_plan *plan,
+                           reshard_error *err) {
+  reshard_load_request explicit_request = *request;
+  return reshard_plan_load(&explicit_request, arena, plan, err);
+}
+
 /* With runs and no copies, as the daemon asks for them. */
 __attribute__((noinline)) static reshard_status
 bench_plan_pooled_runs(const reshard_load_request *request,
@@ -587,7 +597,7 @@ static int pooled_measure(const scenario_spec *spec, size_t index,
     reshard_load_request request = s.request;
     request.binding = &binding;
     request.bound_binding = &bound;
-    if (reshard_plan_load(&request, &a, &plan, &err)) {
+    if (bench_plan_explicit_copies(&request, &a, &plan, &err)) {
       failed = 1;
       break;
     }

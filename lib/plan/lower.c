@@ -78,7 +78,28 @@ reshard_status reshard__cursor_init_pooled(
   return RESHARD_OK;
 }
 
-void reshard__cursor_write_pooled(reshard__range_cursor *cursor) {
+/* The window's ranges of a binding of page blocks: each group's range of
+ * page p is its p-th, alone open. */
+static void write_page_blocks(reshard__range_cursor *cursor) {
+  const reshard_bound_binding *binding = cursor->binding;
+  size_t page = (size_t)(cursor->window_start / binding->page_blocks);
+  for (size_t g = 0; g < binding->group_count; g++) {
+    size_t first = binding->group_start[g];
+    if (first == binding->group_start[g + 1]) {
+      continue; /* a component the cache has not: never opens */
+    }
+    cursor->open[first] = first + page;
+    cursor->open_count[g] = 1;
+    cursor->next[g] = first + page + 1;
+  }
+  cursor->stale = false;
+}
+
+void reshard__cursor_write(reshard__range_cursor *cursor) {
+  if (cursor->pooled == NULL) {
+    write_page_blocks(cursor);
+    return;
+  }
   const reshard_pooled_memory *pooled = cursor->pooled;
   reshard_bound_binding *binding = &cursor->page_binding;
   for (size_t g = 0; g < binding->group_count; g++) {
@@ -123,19 +144,16 @@ void reshard__cursor_advance(reshard__range_cursor *cursor, uint64_t page_start,
       page_start % page_size == 0) {
     /* Each group's range of this page is known by its place: the walk
      * below would open it alone. (Both passes advance by whole pages; a
-     * window of another size would take the walk.) */
-    size_t page = (size_t)(page_start / page_size);
-    for (size_t g = 0; g < binding->group_count; g++) {
-      size_t first = binding->group_start[g];
-      if (first == binding->group_start[g + 1]) {
-        continue; /* a component the cache has not: never opens */
-      }
-      cursor->open[first] = first + page;
-      cursor->open_count[g] = 1;
-      cursor->next[g] = first + page + 1;
-    }
+     * window of another size would take the walk.) Written when a step
+     * reads them (reshard__cursor_ranges): a page planned as the page
+     * before it with its ranges' shifts never does. */
+    cursor->window_start = page_start;
+    cursor->window_end = page_end;
+    cursor->stale = true;
     return;
   }
+  /* The walk goes on from the last window's ranges. */
+  reshard__cursor_ranges(cursor);
   if (cursor->all_open) {
     return;
   }
@@ -747,9 +765,6 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
   bool same = false;
   if (page->cursor->pooled != NULL) {
     same = pooled_shift(page, memo);
-    if (!same) {
-      reshard__cursor_ranges(page->cursor);
-    }
   } else if (page->alike && memo->join == page->join &&
              memo->page_start + page->page_size ==
                  page->page_index * page->page_size) {
@@ -784,9 +799,6 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
      * copy; moving it by this page's shifts would start from the wrong
      * page: lowered afresh. */
     same = false;
-    if (page->cursor->pooled != NULL) {
-      reshard__cursor_ranges(page->cursor);
-    }
   }
   if (same) {
     /* The same blocks: `out` still holds the remembered page's
@@ -815,6 +827,7 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
     return memo->count;
   }
   memo->behind = false; /* written afresh below */
+  reshard__cursor_ranges(page->cursor);
   sequencer seq = {
       .out = out,
       .origin = memo->origin,

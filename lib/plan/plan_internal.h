@@ -39,7 +39,7 @@ typedef struct reshard__range_cursor {
   size_t *ranges_per_block; /* per group, reshard_pool_ranges_per_block */
   reshard_bound_binding page_binding;
   uint64_t window_start, window_end;
-  bool stale; /* page_binding is not yet the window's */
+  bool stale; /* the open ranges are not yet the window's */
   /* The window page_binding was last written for: the ranges are a
    * function of the window alone, so pass 2 does not write again the
    * page pass 1 last wrote. */
@@ -64,11 +64,12 @@ void reshard__cursor_reset(reshard__range_cursor *cursor);
 /* Opens and closes ranges for the token window [page_start, page_end). */
 void reshard__cursor_advance(reshard__range_cursor *cursor, uint64_t page_start,
                              uint64_t page_end);
-/* Makes the open ranges the window's (pooled memory writes them now). */
-void reshard__cursor_write_pooled(reshard__range_cursor *cursor);
+/* Makes the open ranges the window's: pooled memory and a binding of
+ * page blocks write them when a step first reads them. */
+void reshard__cursor_write(reshard__range_cursor *cursor);
 static inline void reshard__cursor_ranges(reshard__range_cursor *cursor) {
   if (cursor->stale) {
-    reshard__cursor_write_pooled(cursor);
+    reshard__cursor_write(cursor);
   }
 }
 
