@@ -190,7 +190,7 @@ static reshard_status batch_stretch(reshard__planner *plan,
   }
   if (plan->keep_copies) {
     reshard__group_expand(stretch, stretch_width,
-                          batcher->out + batcher->written);
+                          batcher->out + batcher->written, plan->stream_copies);
   }
   reshard__batcher_commit(batcher, (size_t)rows * stretch_width, bytes);
   sinks->stretch_bytes += bytes;
@@ -299,7 +299,8 @@ static reshard_status batch_whole_page(reshard__planner *plan,
                                        reshard_load_plan *out) {
   reshard__batcher *batcher = sinks->batcher;
   if (plan->keep_copies) {
-    reshard__page_sequences_expand(sequences, batcher->out + batcher->written);
+    reshard__page_sequences_expand(sequences, batcher->out + batcher->written,
+                                   plan->stream_copies);
   }
   reshard__batcher_commit(batcher, (size_t)sequences->copies, page_bytes);
   reshard__run_folder *folder = sinks->folder;
@@ -650,7 +651,7 @@ static reshard_status batch_sequences(reshard__planner *plan,
   /* Runs split across batches are no whole page's template. */
   plan->run_template.valid = false;
   if (page_bytes > limits->max_bytes - batcher->batch_bytes) {
-    reshard__page_sequences_expand(sequences, scratch);
+    reshard__page_sequences_expand(sequences, scratch, false);
     reshard__batcher_push(batcher, scratch, (size_t)sequences->copies);
     return drain_batched(plan, sinks);
   }
@@ -762,6 +763,9 @@ static reshard_status lower_pages(reshard__planner *plan,
       !out->batches) {
     return reshard__plan_no_memory(plan);
   }
+  plan->stream_copies =
+      plan->keep_copies &&
+      max_copies >= RESHARD__STREAM_COPIES_MIN_BYTES / sizeof(reshard_copy);
   reshard__batcher batcher;
   reshard__batcher_init(&batcher, &batching, out->copies, out->batches);
   reshard__run_folder folder;
@@ -907,6 +911,9 @@ static reshard_status lower_pages(reshard__planner *plan,
   reshard_status status = drain_batched(plan, &sinks);
   if (status) {
     return status;
+  }
+  if (plan->stream_copies) {
+    reshard__stream_fence();
   }
   if (request->runs) {
     reshard__run_folder_finish(&folder, &out->runs);

@@ -248,15 +248,26 @@ typedef struct reshard__sequence_scratch {
 bool reshard__sequence_page(const reshard__page_lowering *lowering,
                             reshard__sequence_scratch *scratch,
                             reshard__page_sequences *out);
+/* Copies of a plan that keeps at least this many bytes of them are
+ * written past the caches (`streamed` below): this machine's 16 MiB L3
+ * holds a plan's copies up to about 10 MB, and past that the stores that
+ * fill it cost 3.8-4.9 ns a copy against 2.1 streamed (docs/performance.md,
+ * Round 33). Under it the copies stay in cache for whoever reads them
+ * next. */
+#define RESHARD__STREAM_COPIES_MIN_BYTES ((size_t)8 << 20)
 /* Writes a group's copies (copy k of each of its `width` sequences in
  * turn, k = 0, 1, ...; the sequences' counts are equal) to `out`; returns
- * the end of what it wrote. */
+ * the end of what it wrote. `streamed`: with non-temporal stores where the
+ * target has them (x86-64) and `out` is 16-byte aligned; the caller
+ * fences (reshard__stream_fence) before another thread may read them. */
 reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
-                                    reshard_copy *out);
+                                    reshard_copy *out, bool streamed);
+/* Orders the streamed stores before any store that follows. */
+void reshard__stream_fence(void);
 /* Writes the page's copies, in source order, to `out` (room for
- * page->copies). */
+ * page->copies), streamed as reshard__group_expand's. */
 void reshard__page_sequences_expand(const reshard__page_sequences *page,
-                                    reshard_copy *out);
+                                    reshard_copy *out, bool streamed);
 
 /* Sorts the copies of one page by (part, part_offset) and merges those
  * whose source and destination both continue the previous copy, writing
@@ -714,6 +725,9 @@ typedef struct reshard__planner {
   /* Whether the plan writes every copy: unless the caller reads only runs
    * or varint columns (request.omit_copies). */
   bool keep_copies;
+  /* Whether the kept copies are written streamed: at least
+   * RESHARD__STREAM_COPIES_MIN_BYTES of them. */
+  bool stream_copies;
 } reshard__planner;
 
 /* The plan's errors when memory runs out or the caller asks it to stop. */

@@ -6,7 +6,11 @@
  * sequences are the coalesced page; anything else is left to the copy by
  * copy path, which handles every shape. */
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "plan/plan_internal.h"
 
@@ -233,6 +237,24 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
   return true;
 }
 
+/* Streamed only where the target stores 16 aligned bytes past the caches;
+ * a copy is 48 bytes, so an aligned `out` stays aligned. */
+static inline bool stream_to(const reshard_copy *out, bool streamed) {
+#if defined(__SSE2__)
+  return streamed && ((uintptr_t)out & 15) == 0;
+#else
+  (void)out;
+  (void)streamed;
+  return false;
+#endif
+}
+
+void reshard__stream_fence(void) {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 #if defined(__GNUC__)
 /* Two adjacent fields of a reshard_copy as one 16-byte value, so a copy
  * is written in three stores rather than six: writing a plan's copies is
@@ -241,29 +263,72 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
  * stores a copy ran at about half the speed of three 16-byte ones. */
 typedef uint64_t copy_pair __attribute__((vector_size(16)));
 
-reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
-                                    reshard_copy *out) {
+/* (page, part), (part offset, region), (region offset, nbytes) */
+static inline void put_copy(reshard_copy *out, copy_pair head, copy_pair part,
+                            copy_pair region, bool streamed) {
+  char *to = (char *)out;
+#if defined(__SSE2__)
+  if (streamed) {
+    _mm_stream_si128((__m128i *)to, (__m128i)head);
+    _mm_stream_si128((__m128i *)(to + 16), (__m128i)part);
+    _mm_stream_si128((__m128i *)(to + 32), (__m128i)region);
+    return;
+  }
+#endif
+  memcpy(to, &head, sizeof head);
+  memcpy(to + 16, &part, sizeof part);
+  memcpy(to + 32, &region, sizeof region);
+}
+
+static inline void put_first(reshard_copy *out, const reshard_copy *first,
+                             copy_pair part_step, copy_pair region_step,
+                             bool streamed) {
+  const char *from = (const char *)first;
+  copy_pair head, part, region;
+  memcpy(&head, from, sizeof head);
+  memcpy(&part, from + 16, sizeof part);
+  memcpy(&region, from + 32, sizeof region);
+  put_copy(out, head, part + part_step, region + region_step, streamed);
+}
+
+/* The loop of reshard__group_expand, with `streamed` a constant in each
+ * of its two uses. */
+__attribute__((always_inline)) static inline reshard_copy *
+expand_group(const reshard_run *group, size_t width, reshard_copy *out,
+             bool streamed) {
   for (uint64_t k = 0; k < group->count; k++) {
     for (size_t s = 0; s < width; s++) {
-      const char *first = (const char *)&group[s].first;
-      /* (page, part), (part offset, region), (region offset, nbytes) */
-      copy_pair head, part, region;
-      memcpy(&head, first, sizeof head);
-      memcpy(&part, first + 16, sizeof part);
-      memcpy(&region, first + 32, sizeof region);
-      part += (copy_pair){k * group[s].part_stride, 0};
-      region += (copy_pair){k * group[s].region_stride, 0};
-      char *to = (char *)out++;
-      memcpy(to, &head, sizeof head);
-      memcpy(to + 16, &part, sizeof part);
-      memcpy(to + 32, &region, sizeof region);
+      put_first(out++, &group[s].first,
+                (copy_pair){k * group[s].part_stride, 0},
+                (copy_pair){k * group[s].region_stride, 0}, streamed);
     }
   }
   return out;
 }
+
+reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
+                                    reshard_copy *out, bool streamed) {
+  return stream_to(out, streamed) ? expand_group(group, width, out, true)
+                                  : expand_group(group, width, out, false);
+}
+
+static void put_firsts(const reshard_run *sequences, size_t count,
+                       reshard_copy *out, bool streamed) {
+  if (stream_to(out, streamed)) {
+    for (size_t i = 0; i < count; i++) {
+      put_first(&out[i], &sequences[i].first, (copy_pair){0, 0},
+                (copy_pair){0, 0}, true);
+    }
+    return;
+  }
+  for (size_t i = 0; i < count; i++) {
+    out[i] = sequences[i].first;
+  }
+}
 #else
 reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
-                                    reshard_copy *out) {
+                                    reshard_copy *out, bool streamed) {
+  (void)streamed;
   for (uint64_t k = 0; k < group->count; k++) {
     for (size_t s = 0; s < width; s++) {
       *out++ = reshard_run_copy(&group[s], k);
@@ -271,29 +336,35 @@ reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
   }
   return out;
 }
+
+static void put_firsts(const reshard_run *sequences, size_t count,
+                       reshard_copy *out, bool streamed) {
+  (void)streamed;
+  for (size_t i = 0; i < count; i++) {
+    out[i] = sequences[i].first;
+  }
+}
 #endif
 
 void reshard__page_sequences_expand(const reshard__page_sequences *page,
-                                    reshard_copy *out) {
+                                    reshard_copy *out, bool streamed) {
   if (page->copies == page->count) {
     /* Every sequence one copy (copies are at least one a sequence; S5's
      * whole blocks, 62 a page): however they group, the copies are the
      * sequences' first copies in order. */
-    for (size_t i = 0; i < page->count; i++) {
-      out[i] = page->sequences[i].first;
-    }
+    put_firsts(page->sequences, page->count, out, streamed);
     return;
   }
   size_t first = 0;
   for (size_t g = 0; g < page->group_count; g++) {
     size_t end = page->group_ends[g];
     const reshard_run *group = &page->sequences[first];
-    if (end - first == 1 && group->count == 1) {
+    if (end - first == 1 && group->count == 1 && !streamed) {
       /* A group of one copy: the copy, without a call and its two
        * loops. */
       *out++ = group->first;
     } else {
-      out = reshard__group_expand(group, end - first, out);
+      out = reshard__group_expand(group, end - first, out, streamed);
     }
     first = end;
   }

@@ -202,6 +202,32 @@ Test(varint_columns, spec_scenarios) {
   }
 }
 
+/* S2 and S3 at their §6 page counts keep more than
+ * RESHARD__STREAM_COPIES_MIN_BYTES of copies, which the plan writes
+ * streamed: executed by the oracle, and equal to the columns of the plans
+ * that keep none. */
+Test(varint_columns, spec_scenarios_streamed) {
+  static const struct {
+    int scenario;
+    uint64_t pages;
+  } sizes[] = {{2, 32}, {3, 64}};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    oracle_case c;
+    char msg[ORACLE_MSG_SIZE];
+    cr_assert(oracle_scenario_build(&c, sizes[i].scenario, sizes[i].pages, 0,
+                                    msg, sizeof msg),
+              "S%d: %s", sizes[i].scenario, msg);
+    char what[32];
+    snprintf(what, sizeof what, "S%d, %llu pages", sizes[i].scenario,
+             (unsigned long long)sizes[i].pages);
+    size_t copies = run_case(&c, what);
+    cr_assert_geq(copies * sizeof(reshard_copy),
+                  RESHARD__STREAM_COPIES_MIN_BYTES,
+                  "%s: %zu copies are not streamed", what, copies);
+    oracle_case_destroy(&c);
+  }
+}
+
 /* An offset for the group encoder: lengths 1 to 9 bytes, boundaries close. */
 static uint64_t random_offset(oracle_rng *rng) {
   unsigned bits = (unsigned)oracle_rng_between(rng, 0, 62);
@@ -227,7 +253,8 @@ Test(varint_columns, group_encoder) {
   oracle_rng_seed(&rng, oracle_case_seed(oracle_base_seed(), 500, 0));
   enum { MAX_WIDTH = 80, MAX_ROWS = 12, GROUPS = 3 };
   reshard_run group[MAX_WIDTH];
-  reshard_copy copies[GROUPS * MAX_WIDTH * MAX_ROWS];
+  /* Aligned, so that odd trials write their copies streamed. */
+  _Alignas(16) reshard_copy copies[GROUPS * MAX_WIDTH * MAX_ROWS];
   for (unsigned trial = 0; trial < 3000; trial++) {
     reshard_arena arena;
     reshard_arena_init(&arena, 0);
@@ -260,9 +287,11 @@ Test(varint_columns, group_encoder) {
         };
       }
       reshard__column_encoder_group(&encoder, group, width);
-      count = (size_t)(reshard__group_expand(group, width, copies + count) -
+      count = (size_t)(reshard__group_expand(group, width, copies + count,
+                                             trial % 2 == 1) -
                        copies);
     }
+    reshard__stream_fence();
     cr_assert_eq(reshard__column_encoder_close(&encoder, &err), RESHARD_OK);
     const uint8_t *at = encoder.out.bytes[0];
     char what[32];
@@ -334,8 +363,9 @@ Test(varint_columns, small_groups_copy_by_copy) {
         };
       }
       reshard__column_encoder_group(&encoder, group, width);
-      count = (size_t)(reshard__group_expand(group, width, copies + count) -
-                       copies);
+      count =
+          (size_t)(reshard__group_expand(group, width, copies + count, false) -
+                   copies);
       cr_assert_eq(encoder.rows, count);
     }
     cr_assert_eq(reshard__column_encoder_close(&encoder, &err), RESHARD_OK);
