@@ -666,8 +666,13 @@ static bool pooled_block_shift(const reshard__page_lowering *page,
   if (one) {
     memo->single = true;
     memo->single_shift = memo->block_shift[0];
-    for (size_t r = 0; r < memo->region_count; r++) {
-      memo->region_shift[r] = memo->single_shift;
+    /* In locals: the stores could alias the memo, whose fields the loop
+     * would then load again for every region. */
+    uint64_t shift = memo->single_shift;
+    uint64_t *region_shift = memo->region_shift;
+    size_t regions = memo->region_count;
+    for (size_t r = 0; r < regions; r++) {
+      region_shift[r] = shift;
     }
     return true;
   }

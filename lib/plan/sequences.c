@@ -132,8 +132,11 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
      * they did, so the remembered coalesced page, moved, is this one. */
     const uint64_t *region_shift = scratch->memo.region_shift;
     reshard_run *sorted = scratch->sorted;
-    for (size_t i = 0; i < scratch->sorted_count; i++) {
-      sorted[i].first.page_index = lowering->page_index;
+    /* In locals, as the stores could alias them. */
+    uint64_t page_index = lowering->page_index;
+    size_t sorted_count = scratch->sorted_count;
+    for (size_t i = 0; i < sorted_count; i++) {
+      sorted[i].first.page_index = page_index;
       sorted[i].first.region_offset +=
           region_shift[sorted[i].first.region_index];
     }
