@@ -266,9 +266,18 @@ void reshard__stream_fence(void) {
  * stores a copy ran at about half the speed of three 16-byte ones. */
 typedef uint64_t copy_pair __attribute__((vector_size(16)));
 
-/* (page, part), (part offset, region), (region offset, nbytes) */
-static inline void put_copy(reshard_copy *out, copy_pair head, copy_pair part,
-                            copy_pair region, bool streamed) {
+/* Copy `first` moved by the two steps, as three 16-byte stores:
+ * (page, part), (part offset, region), (region offset, nbytes). */
+static inline void put_copy(reshard_copy *out, const reshard_copy *first,
+                            copy_pair part_step, copy_pair region_step,
+                            bool streamed) {
+  const char *from = (const char *)first;
+  copy_pair head, part, region;
+  memcpy(&head, from, sizeof head);
+  memcpy(&part, from + 16, sizeof part);
+  memcpy(&region, from + 32, sizeof region);
+  part += part_step;
+  region += region_step;
   char *to = (char *)out;
 #if defined(__SSE2__)
   if (streamed) {
@@ -283,17 +292,6 @@ static inline void put_copy(reshard_copy *out, copy_pair head, copy_pair part,
   memcpy(to + 32, &region, sizeof region);
 }
 
-static inline void put_first(reshard_copy *out, const reshard_copy *first,
-                             copy_pair part_step, copy_pair region_step,
-                             bool streamed) {
-  const char *from = (const char *)first;
-  copy_pair head, part, region;
-  memcpy(&head, from, sizeof head);
-  memcpy(&part, from + 16, sizeof part);
-  memcpy(&region, from + 32, sizeof region);
-  put_copy(out, head, part + part_step, region + region_step, streamed);
-}
-
 /* The loop of reshard__group_expand, with `streamed` a constant in each
  * of its two uses. */
 __attribute__((always_inline)) static inline reshard_copy *
@@ -301,9 +299,8 @@ expand_group(const reshard_run *group, size_t width, reshard_copy *out,
              bool streamed) {
   for (uint64_t k = 0; k < group->count; k++) {
     for (size_t s = 0; s < width; s++) {
-      put_first(out++, &group[s].first,
-                (copy_pair){k * group[s].part_stride, 0},
-                (copy_pair){k * group[s].region_stride, 0}, streamed);
+      put_copy(out++, &group[s].first, (copy_pair){k * group[s].part_stride, 0},
+               (copy_pair){k * group[s].region_stride, 0}, streamed);
     }
   }
   return out;
@@ -313,20 +310,6 @@ reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
                                     reshard_copy *out, bool streamed) {
   return stream_to(out, streamed) ? expand_group(group, width, out, true)
                                   : expand_group(group, width, out, false);
-}
-
-static void put_firsts(const reshard_run *sequences, size_t count,
-                       reshard_copy *out, bool streamed) {
-  if (stream_to(out, streamed)) {
-    for (size_t i = 0; i < count; i++) {
-      put_first(&out[i], &sequences[i].first, (copy_pair){0, 0},
-                (copy_pair){0, 0}, true);
-    }
-    return;
-  }
-  for (size_t i = 0; i < count; i++) {
-    out[i] = sequences[i].first;
-  }
 }
 #else
 reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
@@ -339,14 +322,6 @@ reshard_copy *reshard__group_expand(const reshard_run *group, size_t width,
   }
   return out;
 }
-
-static void put_firsts(const reshard_run *sequences, size_t count,
-                       reshard_copy *out, bool streamed) {
-  (void)streamed;
-  for (size_t i = 0; i < count; i++) {
-    out[i] = sequences[i].first;
-  }
-}
 #endif
 
 void reshard__page_sequences_expand(const reshard__page_sequences *page,
@@ -355,7 +330,14 @@ void reshard__page_sequences_expand(const reshard__page_sequences *page,
     /* Every sequence one copy (copies are at least one a sequence; S5's
      * whole blocks, 62 a page): however they group, the copies are the
      * sequences' first copies in order. */
-    put_firsts(page->sequences, page->count, out, streamed);
+    if (streamed) {
+      /* Each sequence is a group of one row. */
+      reshard__group_expand(page->sequences, page->count, out, true);
+      return;
+    }
+    for (size_t i = 0; i < page->count; i++) {
+      out[i] = page->sequences[i].first;
+    }
     return;
   }
   size_t first = 0;
