@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "plan/plan_internal.h"
 #include "reshard/join.h"
 #include "scenario.h"
 #include "timing.h"
@@ -337,6 +338,74 @@ typedef struct pooled_figures {
   uint64_t hash;
   bool same;
 } pooled_figures;
+
+/* ---- The floor of a plan's output ---- */
+
+typedef struct store_floor_row {
+  const char *name;
+  uint64_t copies;
+} store_floor_row;
+
+/* Median ns of writing `count` copies as the planner writes them
+ * (reshard__group_expand: three 16-byte stores a copy), `runs` times into
+ * `out`, which was written before. */
+static double time_stores(reshard_copy *out, uint64_t count, bool streamed,
+                          int runs, double *samples) {
+  reshard_run sequence = {
+      .first = {.page_index = 1,
+                .part_index = 2,
+                .region_index = 3,
+                .nbytes = 256},
+      .count = count,
+      .part_stride = 256,
+      .region_stride = 512,
+  };
+  for (int r = 0; r < runs; r++) {
+    double start = bench_now_ns();
+    reshard__group_expand(&sequence, 1, out, streamed);
+    if (streamed) {
+      reshard__stream_fence();
+    }
+    samples[r] = bench_now_ns() - start;
+  }
+  bench_sort_samples(samples, (size_t)runs);
+  return bench_median(samples, (size_t)runs);
+}
+
+/* This machine's floor for each plan's copies: the stores alone, cached
+ * and streamed (lib/plan/sequences.c streams a plan's copies from
+ * RESHARD__STREAM_COPIES_MIN_BYTES on). */
+static int print_store_floor(const store_floor_row *rows, size_t count,
+                             int runs) {
+  printf("\nthe planner's stores alone (reshard__group_expand, into memory "
+         "written before; medians): this machine's floor for a plan's copies; "
+         "plans of %zu MiB of copies or more stream them\n",
+         RESHARD__STREAM_COPIES_MIN_BYTES >> 20);
+  printf("%-16s %9s %8s | %10s %7s | %10s %7s\n", "scenario", "copies", "MB",
+         "cached", "ns/cp", "streamed", "ns/cp");
+  double *samples = malloc(sizeof(double) * (size_t)runs);
+  if (samples == NULL) {
+    return 1;
+  }
+  for (size_t i = 0; i < count; i++) {
+    size_t bytes = (size_t)rows[i].copies * sizeof(reshard_copy);
+    reshard_copy *out = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (out == NULL) {
+      free(samples);
+      return 1;
+    }
+    memset(out, 0, bytes);
+    double cached = time_stores(out, rows[i].copies, false, runs, samples);
+    double streamed = time_stores(out, rows[i].copies, true, runs, samples);
+    printf("%-16s %9llu %8.1f | %8.1fus %7.2f | %8.1fus %7.2f\n", rows[i].name,
+           (unsigned long long)rows[i].copies, (double)bytes / 1e6,
+           cached / 1e3, cached / (double)rows[i].copies, streamed / 1e3,
+           streamed / (double)rows[i].copies);
+    free(out);
+  }
+  free(samples);
+  return 0;
+}
 
 /* The pooled plans, each behind a function of its own, so that an
  * instruction count can take one form alone (docs/performance.md):
@@ -1264,6 +1333,8 @@ int main(int argc, char **argv) {
          "cold med", "cold p99", "ns/cp", "warm med", "warm p99", "ns/cp",
          "peak mem");
   int failures = 0;
+  store_floor_row floor_rows[sizeof scenario_specs / sizeof scenario_specs[0]];
+  size_t floor_count = 0;
   for (size_t i = 0; i < sizeof scenario_specs / sizeof scenario_specs[0];
        i++) {
     const scenario_spec *spec = &scenario_specs[i];
@@ -1300,10 +1371,13 @@ int main(int argc, char **argv) {
              cold.median_ns / 1e3, cold.p99_ns / 1e3, cold.median_ns / copies,
              warm.median_ns / 1e3, warm.p99_ns / 1e3, warm.median_ns / copies,
              (double)warm.peak_bytes / (1024.0 * 1024.0));
+      floor_rows[floor_count++] =
+          (store_floor_row){spec->name, (uint64_t)plan.copies_after_coalescing};
     }
     reshard_join_free(template_join);
     reshard_arena_destroy(&arena);
   }
+  failures += print_store_floor(floor_rows, floor_count, runs);
 #ifdef RESHARD_BENCH_ENCODE
   print_encoding_header();
   failures += each_reader_memory(only, pages, runs, encoding_memory_row);

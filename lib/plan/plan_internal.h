@@ -249,11 +249,11 @@ bool reshard__sequence_page(const reshard__page_lowering *lowering,
                             reshard__sequence_scratch *scratch,
                             reshard__page_sequences *out);
 /* Copies of a plan that keeps at least this many bytes of them are
- * written past the caches (`streamed` below): this machine's 16 MiB L3
- * holds a plan's copies up to about 10 MB, and past that the stores that
- * fill it cost 3.8-4.9 ns a copy against 2.1 streamed (docs/performance.md,
- * Round 33). Under it the copies stay in cache for whoever reads them
- * next. */
+ * written past the caches (`streamed` below): with this machine's 16 MiB
+ * L3, 15.7 MB of copies cost 3.2-3.6 ns a copy stored through the caches
+ * against 2.2-2.3 streamed, and 6.3 MB 1.7 against 2.3 (reshard-bench's
+ * store floor, docs/performance.md Round 33). Under it the copies stay in
+ * cache for whoever reads them next. */
 #define RESHARD__STREAM_COPIES_MIN_BYTES ((size_t)8 << 20)
 /* Writes a group's copies (copy k of each of its `width` sequences in
  * turn, k = 0, 1, ...; the sequences' counts are equal) to `out`; returns

@@ -279,6 +279,7 @@ static inline void put_copy(reshard_copy *out, const reshard_copy *first,
   part += part_step;
   region += region_step;
   char *to = (char *)out;
+  (void)streamed; /* without SSE2, stream_to never asks */
 #if defined(__SSE2__)
   if (streamed) {
     _mm_stream_si128((__m128i *)to, (__m128i)head);
