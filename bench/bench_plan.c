@@ -422,13 +422,15 @@ bench_plan_pooled_copies(const reshard_load_request *request,
   return reshard_plan_load(&pooled, arena, plan, err);
 }
 
-/* The explicit binding's plan, bound before the call (no_icf: its body
- * is the pooled one's, which the compiler would otherwise fold into it). */
-__attribute__((noinline, no_icf)) static reshard_status
+/* The explicit binding's plan, bound before the call. Its body must
+ * differ from bench_plan_pooled_copies's, else the compiler folds the two
+ * into one symbol and callgrind cannot tell them apart. */
+__attribute__((noinline)) static reshard_status
 bench_plan_explicit_copies(const reshard_load_request *request,
                            reshard_arena *arena, reshard_load_plan *plan,
                            reshard_error *err) {
   reshard_load_request explicit_request = *request;
+  explicit_request.pooled = NULL; /* the binding's memory, not a pool's */
   return reshard_plan_load(&explicit_request, arena, plan, err);
 }
 
