@@ -22,6 +22,7 @@
 #include "observe/metrics.h"
 #include "observe/metrics_http.h"
 #include "rpc/planner_service.h"
+#include "server/abseil.h"
 #include "server/guard/accept_guard.h"
 #include "server/health.h"
 #include "server/server.h"
@@ -387,6 +388,14 @@ int main(int argc, char **argv) {
   gpr_set_log_verbosity(a.config.log_level == RESHARD_LOG_DEBUG
                             ? GPR_LOG_SEVERITY_INFO
                             : GPR_LOG_SEVERITY_ERROR);
+  /* Before gRPC's threads take their first absl::Mutex (server/abseil.c
+   * says why a daemon does not want abseil's lock-order checks). */
+  if (!reshard_abseil_ignore_lock_cycles()) {
+    reshard_log_msg(RESHARD_LOG_WARN,
+                    "abseil's lock-order checks stay on: this abseil's "
+                    "SetMutexDeadlockDetectionMode was not found",
+                    NULL);
+  }
   grpc_init();
   /* Every request is decoded under the same caps its handler applies. */
   reshard_decode_set_caps(&a.config.limits);
