@@ -37,6 +37,8 @@ fi
 # The UCX executor (clients/ucx) and its P/D tests: libucx-dev, and
 # ucx-utils (ucx_info -d names the transports UCX_TLS selects). Only the
 # client executor links UCX, never reshardd, so it is not a runtime package.
+# valgrind: scripts/call_instructions.py counts the daemon's instructions
+# per call under callgrind (its deploy test runs it).
 # shellcheck disable=SC2086
 $SUDO apt-get install -y --no-install-recommends \
   libmicrohttpd-dev nghttp2-client prometheus python3-yaml \
@@ -47,4 +49,4 @@ $SUDO apt-get install -y --no-install-recommends \
   libuv1-dev libcriterion-dev liblmdb-dev libhiredis-dev libjansson-dev grpc-proto \
   python3 python3-grpcio python3-protobuf redis-server \
   python3-numpy python3-torch python3-pytest python3-pip python3-venv openssl \
-  libucx-dev ucx-utils
+  libucx-dev ucx-utils valgrind
