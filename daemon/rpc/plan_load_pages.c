@@ -88,8 +88,23 @@ static void load_pages(load_ctx *ctx, const reshard_catalog_pages *pages) {
     if (p >= prefix) {
       continue;
     }
+    /* Pages of one writer name the manifests the page before them named,
+     * in the same order (S5: 256 pages, one manifest): compared with
+     * that page's, a key is one string compare, not a hash and a probe
+     * of the distinct keys (102 000 of the 121 000 instructions this
+     * took for S5's pages, callgrind). */
+    size_t before = p > 0 ? ctx->page_manifest_start[p - 1] : 0;
+    size_t before_count = p > 0 ? at - before : 0;
     for (size_t i = pages->start[p]; i < pages->start[p + 1]; i++) {
       const char *key = pages->manifest_keys[i];
+      size_t j = i - pages->start[p];
+      if (j < before_count) {
+        size_t index = ctx->page_manifests[before + j];
+        if (strcmp(key, ctx->manifest_keys[index]) == 0) {
+          ctx->page_manifests[at++] = index;
+          continue;
+        }
+      }
       uint64_t hash = reshard_hash(key, strlen(key), 0);
       key_node *found =
           (key_node *)reshard_table_find(&distinct, hash, key_matches, key);

@@ -182,6 +182,38 @@ class CatalogTests(DaemonTestCase):
                          "operations per layout: %r" % ops)
         self.verify(resp, self.desc, binding, keys)
 
+    def test_pages_of_alternating_manifests(self):
+        """Each page is planned from its own manifest when consecutive
+        pages name different ones (daemon/rpc/plan_load_pages.c compares
+        a page's manifest keys with the page before it): pages bound to
+        two writers of other formats, in turn, and a page bound to both
+        between them."""
+        other, _ = self.writer_manifest("alt-other", self.desc, (2, 1, 1),
+                                        pb.HPLD, model_id="catalog")
+        self.assertEqual(other.model_domain, self.pub.model_domain)
+        keys = self.keys(5)
+        self.fleet.register(self.pub.manifest_key, keys[0::2])
+        self.fleet.register(other.manifest_key, keys[1::2])
+        binding = e.make_binding(self.desc, self.part, 5, block=8)
+        resp = self.fleet.plan(self.pub.model_domain, keys, self.reader,
+                               binding)
+        self.assertEqual(resp.hit_pages, 5)
+        self.assertEqual([p.layout_id for p in resp.pages],
+                         [self.pub.layout_id, other.layout_id] * 2 +
+                         [self.pub.layout_id])
+        self.verify(resp, self.desc, binding, keys)
+        # Page 2 bound to both: its keys differ in count from its
+        # neighbours'; the plan takes one of them and stays exact.
+        self.fleet.register(other.manifest_key, keys[2:3])
+        resp = self.fleet.plan(self.pub.model_domain, keys, self.reader,
+                               binding)
+        self.assertEqual(resp.hit_pages, 5)
+        self.assertEqual([p.layout_id for i, p in enumerate(resp.pages)
+                          if i != 2],
+                         [self.pub.layout_id, other.layout_id,
+                          other.layout_id, self.pub.layout_id])
+        self.verify(resp, self.desc, binding, keys)
+
     def test_placement_id_equals_inline(self):
         keys = self.keys(2)
         self.fleet.register(self.pub.manifest_key, keys)
