@@ -20,7 +20,10 @@ the request's into
 
 What it does not see: the kernel (syscalls, scheduling, the send), which
 only a timing can weigh (scripts/load.py --decompose), and time itself:
-an instruction on a cold core costs more than on a warm one.
+an instruction on a cold core costs more than on a warm one. And one
+unit is off: valgrind counts each iteration of a rep movsb / rep stosb as
+an instruction, and glibc copies and clears blocks of a few KB that way,
+so a large memcpy weighs about a byte an instruction.
 
 How: the daemon starts under ``valgrind --tool=callgrind`` on the memory
 catalog; a warm-up (h2load, then scripts/load.py --target, which also
