@@ -54,7 +54,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 # Inclusive costs taken apart, by function name (callgrind_annotate's).
-PLANNING = ("reshard_plan_load", "reshard_plan_transfer")
+PLANNER = {"PlanLoad": "reshard_plan_load",
+           "PlanTransfer": "reshard_plan_transfer"}
+PLANNING = tuple(PLANNER.values())
 ENCODING = ("reshard_plan_response_measure",
             "reshard_transfer_response_measure",
             "reshard__planner_pack_response")
@@ -212,9 +214,7 @@ def report(args, f, out=sys.stdout):
     rows = [("empty Health/Check", f["check"], ""),
             ("%s" % args.method, f["call"], ""),
             ("- the Check's", f["check"], ""),
-            ("- planning", f["planning"], " ".join(PLANNING[:1] if
-                                                   args.method == "PlanLoad"
-                                                   else PLANNING[1:])),
+            ("- planning", f["planning"], PLANNER[args.method]),
             ("- encoding", f["encoding"], "measure and pack"),
             ("= the rest", f["rest"], "decoding, lookups, hand-offs, gRPC "
                                  "beyond a Check's")]

@@ -91,8 +91,8 @@ static void load_pages(load_ctx *ctx, const reshard_catalog_pages *pages) {
     /* Pages of one writer name the manifests the page before them named,
      * in the same order (S5: 256 pages, one manifest): compared with
      * that page's, a key is one string compare, not a hash and a probe
-     * of the distinct keys (102 000 of the 121 000 instructions this
-     * took for S5's pages, callgrind). */
+     * of the distinct keys (S5 pooled: 64 000 fewer instructions a
+     * call, callgrind; docs/performance.md, Round 34). */
     size_t before = p > 0 ? ctx->page_manifest_start[p - 1] : 0;
     size_t before_count = p > 0 ? at - before : 0;
     for (size_t i = pages->start[p]; i < pages->start[p + 1]; i++) {
