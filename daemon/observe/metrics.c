@@ -56,6 +56,7 @@ struct reshard_metrics {
   counter inflight_bytes, inflight_waiting;
   counter reset_closes;
   counter read_flood_closes;
+  counter call_events_taken, call_events_handed;
 };
 
 static const struct {
@@ -281,6 +282,14 @@ void reshard_metrics_set_inflight(reshard_metrics *metrics, uint64_t bytes,
   if (metrics != NULL) {
     put(&metrics->inflight_bytes, bytes);
     put(&metrics->inflight_waiting, waiting);
+  }
+}
+
+void reshard_metrics_set_call_events(reshard_metrics *metrics, uint64_t taken,
+                                     uint64_t handed) {
+  if (metrics != NULL) {
+    put(&metrics->call_events_taken, taken);
+    put(&metrics->call_events_handed, handed);
   }
 }
 
@@ -657,6 +666,13 @@ bool reshard_metrics_format(const reshard_metrics *m,
          "reading without end (a flood on many connections).");
   text_printf(out, "reshard_read_flood_connections_closed_total %" PRIu64 "\n",
               get(&m->read_flood_closes));
+  header(out, "reshard_call_events_total", "counter",
+         "Completions of calls' gRPC batches, by the thread that took them: "
+         "the loop as they completed, or the completion thread.");
+  text_printf(out,
+              "reshard_call_events_total{taken_by=\"loop\"} %" PRIu64 "\n"
+              "reshard_call_events_total{taken_by=\"thread\"} %" PRIu64 "\n",
+              get(&m->call_events_taken), get(&m->call_events_handed));
   format_calls(m, out);
   format_plans(m, out);
   format_catalog(m, out);

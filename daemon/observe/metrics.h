@@ -145,6 +145,12 @@ void reshard_metrics_set_draining(reshard_metrics *metrics, bool draining);
 void reshard_metrics_set_inflight(reshard_metrics *metrics, uint64_t bytes,
                                   uint64_t waiting);
 
+/* Events of calls' batches so far (loop thread; may be NULL): taken by
+ * the loop itself as they completed, and handed to it by the completion
+ * thread (server/queue.c). */
+void reshard_metrics_set_call_events(reshard_metrics *metrics, uint64_t taken,
+                                     uint64_t handed);
+
 /* `closed` more connections closed by the reset guard (guard/reset_guard.h). */
 void reshard_metrics_reset_close(reshard_metrics *metrics, uint64_t closed);
 

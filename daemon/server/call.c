@@ -55,8 +55,8 @@ void reshard__arm_slot(reshard_server *server, request_slot *slot) {
   grpc_metadata_array_init(&slot->metadata);
   slot->call = NULL;
   grpc_call_error error = grpc_server_request_call(
-      server->grpc, &slot->call, &slot->details, &slot->metadata, server->cq,
-      server->cq, &slot->tag);
+      server->grpc, &slot->call, &slot->details, &slot->metadata,
+      server->call_cq, server->cq, &slot->tag);
   if (error != GRPC_CALL_OK) {
     grpc_call_details_destroy(&slot->details);
     grpc_metadata_array_destroy(&slot->metadata);
@@ -218,6 +218,7 @@ static grpc_call_error start_batch(reshard_call *call, const grpc_op *ops,
       grpc_call_start_batch(call->call, ops, count, tag, NULL);
   if (error == GRPC_CALL_OK) {
     call->pending++;
+    call->server->batch_started = true; /* it may have completed already */
   } else {
     reshard_log_line line;
     if (reshard_log_begin(&line, RESHARD_LOG_ERROR, "grpc_call_start_batch")) {

@@ -125,8 +125,13 @@ reshard_server *reshard_server_create(uv_loop_t *loop,
   reshard_reset_guard_init(&server->reset_guard, RESETS_PER_SECOND_MAX);
   server->grpc = grpc_server_create(&channel_args, NULL);
   server->cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_completion_queue_attributes call_cq = {
+      GRPC_CQ_CURRENT_VERSION, GRPC_CQ_NEXT, GRPC_CQ_NON_POLLING, NULL};
+  server->call_cq = grpc_completion_queue_create(
+      grpc_completion_queue_factory_lookup(&call_cq), &call_cq, NULL);
   server->pool = reshard_chunk_pool_create(CALL_POOL_RETAIN_BYTES);
-  if (server->grpc == NULL || server->cq == NULL || server->pool == NULL) {
+  if (server->grpc == NULL || server->cq == NULL || server->call_cq == NULL ||
+      server->pool == NULL) {
     reshard_error_set(err, RESHARD_INTERNAL, "server: cannot create");
     reshard_server_free(server);
     return NULL;
@@ -193,15 +198,21 @@ reshard_status reshard_server_start(reshard_server *server, int *port,
   init_timer(server, &server->look, reshard__on_look, READ_GUARD_LOOK_MS);
   init_timer(server, &server->trim, NULL, 0);
   uv_unref((uv_handle_t *)&server->trim); /* a chore, never a reason to run */
+  uv_check_init(server->loop, &server->take);
+  server->take.data = server;
+  uv_check_start(&server->take, reshard__on_take);
+  uv_unref((uv_handle_t *)&server->take);
   server->handles_open = true;
 
   grpc_server_start(server->grpc);
   server->phase = PHASE_SERVING;
   /* Counted before any starts: the last to finish reports it. */
-  atomic_init(&server->threads_running, QUEUE_THREADS);
-  for (unsigned i = 0; i < QUEUE_THREADS; i++) {
-    queue_thread_state *state = &server->queue[i];
+  atomic_init(&server->threads_running, ALL_QUEUE_THREADS);
+  for (unsigned i = 0; i < ALL_QUEUE_THREADS; i++) {
+    queue_thread_state *state =
+        i < QUEUE_THREADS ? &server->queue[i] : &server->completions;
     state->server = server;
+    state->cq = i < QUEUE_THREADS ? server->cq : server->call_cq;
     atomic_init(&state->returned, 0);
     if (uv_thread_create(&state->thread, reshard__queue_thread, state) != 0) {
       /* Without the threads nothing can be served; abort loudly. */
@@ -235,13 +246,17 @@ void reshard_server_free(reshard_server *server) {
     if (server->grpc != NULL) {
       grpc_server_destroy(server->grpc);
     }
-    if (server->cq != NULL) {
-      grpc_completion_queue_shutdown(server->cq);
+    grpc_completion_queue *queues[] = {server->cq, server->call_cq};
+    for (size_t i = 0; i < sizeof queues / sizeof *queues; i++) {
+      if (queues[i] == NULL) {
+        continue;
+      }
+      grpc_completion_queue_shutdown(queues[i]);
       while (grpc_completion_queue_next(
-                 server->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+                 queues[i], gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
                  .type != GRPC_QUEUE_SHUTDOWN) {
       }
-      grpc_completion_queue_destroy(server->cq);
+      grpc_completion_queue_destroy(queues[i]);
     }
   } else {
     uv_mutex_destroy(&server->lock);

@@ -49,6 +49,8 @@ enum {
    * flooding a connection held back every other call's events, health
    * checks included (docs/security.md, rapid reset). */
   QUEUE_THREADS = 2,
+  /* ...and the thread waiting on call_cq. */
+  ALL_QUEUE_THREADS = QUEUE_THREADS + 1,
   /* Calls a connection may have reset before sending their requests, in
    * one second, before the daemon closes it (guard/reset_guard.h). */
   RESETS_PER_SECOND_MAX = 1000,
@@ -147,6 +149,7 @@ struct reshard_call {
 /* A queue thread, and what the loop sees of it (guard/read_guard.h). */
 typedef struct queue_thread_state {
   reshard_server *server;
+  grpc_completion_queue *cq; /* the queue it waits on */
   uv_thread_t thread;
   _Alignas(64) atomic_uint_fast64_t returned; /* completions returned */
   clockid_t clock;                            /* its CPU time */
@@ -157,7 +160,16 @@ struct reshard_server {
   uv_loop_t *loop;
   reshard_server_options options;
   grpc_server *grpc;
+  /* Request slots and the server's own tags: gRPC reads sockets on the
+   * threads that wait on it (the queue threads). */
   grpc_completion_queue *cq;
+  /* Every call's batches: a queue that polls nothing, so the loop can take
+   * what has completed without ever reading a socket (queue.c). */
+  grpc_completion_queue *call_cq;
+  bool call_cq_shut;     /* grpc_completion_queue_shutdown(call_cq) ran */
+  bool batch_started;    /* since the loop last took call_cq's events */
+  uint64_t events_taken; /* call_cq's events the loop took itself */
+  uv_check_t take;       /* takes them after each turn of the loop */
   server_phase phase;
 
   method_entry methods[MAX_METHODS];
@@ -167,8 +179,10 @@ struct reshard_server {
   unsigned slot_count;
   unsigned slots_pending;
 
-  /* The queue threads and their hand-off list. */
+  /* The queue threads and their hand-off list; the completion thread
+   * waits on call_cq for what the loop did not take itself. */
   queue_thread_state queue[QUEUE_THREADS];
+  queue_thread_state completions;
   atomic_uint threads_running; /* not yet past their last event */
   uv_mutex_t lock;
   server_tag *events_head, *events_tail;
@@ -212,6 +226,10 @@ void reshard__queue_thread(void *arg);
 
 /* Runs the events the queue threads handed over (server->events). */
 void reshard__on_events(uv_poll_t *poll, int status, int events);
+
+/* Runs the events of call_cq that are there already, without waiting
+ * (server->take, after each turn of the loop that started a batch). */
+void reshard__on_take(uv_check_t *check);
 
 /* ---- Calls (call.c) ---- */
 

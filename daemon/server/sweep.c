@@ -65,4 +65,10 @@ void reshard__on_sweep(uv_timer_t *timer) {
     }
     call = next;
   }
+  /* Published here, not per event: a figure for operators, at most one
+   * sweep old. */
+  reshard_metrics_set_call_events(
+      server->options.metrics, server->events_taken,
+      atomic_load_explicit(&server->completions.returned,
+                           memory_order_relaxed));
 }

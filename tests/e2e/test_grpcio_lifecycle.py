@@ -8,11 +8,13 @@ hand from this directory:
       /usr/bin/python3 -m unittest -v test_grpcio_lifecycle
 """
 
+import re
 import signal
 import subprocess
 import threading
 import time
 import unittest
+import urllib.request
 
 import grpc
 
@@ -174,6 +176,54 @@ class LifecycleTests(unittest.TestCase):
             self.assertIn(e.NOT_SERVING, statuses,
                           "Watch ended with %s after %r" % (end, statuses))
             self.assertIn(end, (None, Code.UNAVAILABLE, Code.CANCELLED))
+        finally:
+            channel.close()
+            daemon.kill()
+
+    def test_call_completions_taken_by_the_loop(self):
+        """Every completion of a call's batches reaches the loop once, and
+        those that complete as the loop starts them (a request that came
+        with its headers) are taken by the loop itself, without the
+        completion thread (daemon/server/queue.c)."""
+        daemon = e.Daemon("--metrics-listen", "127.0.0.1:0").start()
+        channel = daemon.channel()
+        try:
+            # Logged after the listening line the start waited for.
+            address = re.compile(r"metrics_address=\"?(127\.0\.0\.1:\d+)")
+            lines = daemon.wait_log_lines(address.search, 1)
+            self.assertTrue(lines, daemon.log_text(200))
+            m = address.search(lines[0])
+
+            def events():
+                with urllib.request.urlopen("http://%s/metrics" % m.group(1),
+                                            timeout=10) as resp:
+                    text = resp.read().decode()
+                found = re.findall(r'^reshard_call_events_total\{taken_by='
+                                   r'"(loop|thread)"\} (\d+)$', text, re.M)
+                return {by: int(n) for by, n in found}
+
+            def settled(want):
+                # The sweep publishes the counts every 100 ms.
+                deadline = time.monotonic() + 10
+                while True:
+                    now = events()
+                    if sum(now.values()) >= want or \
+                            time.monotonic() > deadline:
+                        return now
+                    time.sleep(0.05)
+
+            before = settled(0)
+            self.assertEqual(set(before), {"loop", "thread"})
+            calls = 50
+            planner = e.Planner(channel)
+            for _ in range(calls):
+                self.assertEqual(planner.health(), e.SERVING)
+            # A unary call's batches: the close, the request, the reply.
+            after = settled(sum(before.values()) + 3 * calls)
+            self.assertEqual(sum(after.values()) - sum(before.values()),
+                             3 * calls, (before, after))
+            self.assertGreaterEqual(after["loop"] - before["loop"], calls,
+                                    (before, after))
         finally:
             channel.close()
             daemon.kill()
