@@ -2,10 +2,14 @@
  * the libuv loop, and the calls they carry.
  *
  * Threads. Two completion-queue threads block in grpc_completion_queue_next
- * and append each event's tag to a mutex-guarded list; they wake the loop
- * (an eventfd it polls) only when the list goes from empty to non-empty,
- * and the loop drains the whole list on each wake-up. Everything else in this
- * module runs on the loop thread, except where a function says otherwise.
+ * on the server's queue (request slots, shutdown) and append each event's
+ * tag to a mutex-guarded list; they wake the loop (an eventfd it polls)
+ * only when the list goes from empty to non-empty, and the loop drains the
+ * whole list on each wake-up. Calls' batches complete on a second queue
+ * that polls nothing: the loop takes what completed there after each turn
+ * that started a batch, and a completion thread hands it the rest the
+ * same way. Everything else in this module runs on the loop thread,
+ * except where a function says otherwise.
  *
  * Calls. Handlers are registered per method path ("/pkg.Service/Method")
  * and run on the loop with the request message already received. Every call
@@ -20,9 +24,10 @@
  * when none is left (or the drain timeout fires) the gRPC server is shut
  * down in the order grpc_server_shutdown_and_notify → grace timer →
  * grpc_server_cancel_all_calls → shutdown tag → grpc_server_destroy →
- * grpc_completion_queue_shutdown → drain to GRPC_QUEUE_SHUTDOWN → destroy
- * the queue → join its thread → close the loop handles. The closed
- * callback runs last; grpc_shutdown is the caller's. */
+ * grpc_completion_queue_shutdown of both queues → drain to
+ * GRPC_QUEUE_SHUTDOWN → destroy the queues → join their threads → close the
+ * loop handles. The closed callback runs last; grpc_shutdown is the
+ * caller's. */
 #ifndef RESHARD_SERVER_H
 #define RESHARD_SERVER_H
 
