@@ -142,7 +142,6 @@ void reshard__maybe_finish_shutdown(reshard_server *server) {
   grpc_server_destroy(server->grpc);
   server->grpc = NULL;
   /* No call is left to start a batch on call_cq. */
-  server->call_cq_shut = true;
   grpc_completion_queue_shutdown(server->call_cq);
   grpc_completion_queue_shutdown(server->cq);
 }
@@ -152,10 +151,9 @@ void reshard__on_queue_done(reshard_server *server) {
   grpc_completion_queue_destroy(server->cq);
   grpc_completion_queue_destroy(server->call_cq);
   server->cq = server->call_cq = NULL;
-  for (unsigned i = 0; i < QUEUE_THREADS; i++) {
+  for (unsigned i = 0; i < ALL_QUEUE_THREADS; i++) {
     uv_thread_join(&server->queue[i].thread);
   }
-  uv_thread_join(&server->completions.thread);
   server->handles_closing = 6;
   uv_close((uv_handle_t *)&server->take, on_handle_closed);
   uv_close((uv_handle_t *)&server->events, on_handle_closed);

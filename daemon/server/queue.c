@@ -136,11 +136,11 @@ void reshard__on_take(uv_check_t *check) {
   /* Until the queue is empty, with no bound: a bound would leave events
    * behind that no push into an empty queue announces, so the completion
    * thread might sleep on them. The events end: new calls arrive on the
-   * server's queue, and each call starts a few batches. Once shut down,
-   * call_cq's last event is the completion thread's. */
-  while (server->batch_started && !server->call_cq_shut) {
+   * server's queue, and each call starts a few batches. Once shut down
+   * (PHASE_DESTROYED), call_cq's last event is the completion thread's. */
+  while (server->batch_started && server->phase != PHASE_DESTROYED) {
     server->batch_started = false;
-    while (!server->call_cq_shut) {
+    while (server->phase != PHASE_DESTROYED) {
       grpc_event event = grpc_completion_queue_next(
           server->call_cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
       if (event.type != GRPC_OP_COMPLETE) {

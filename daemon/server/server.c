@@ -209,10 +209,9 @@ reshard_status reshard_server_start(reshard_server *server, int *port,
   /* Counted before any starts: the last to finish reports it. */
   atomic_init(&server->threads_running, ALL_QUEUE_THREADS);
   for (unsigned i = 0; i < ALL_QUEUE_THREADS; i++) {
-    queue_thread_state *state =
-        i < QUEUE_THREADS ? &server->queue[i] : &server->completions;
+    queue_thread_state *state = &server->queue[i];
     state->server = server;
-    state->cq = i < QUEUE_THREADS ? server->cq : server->call_cq;
+    state->cq = i == COMPLETION_THREAD ? server->call_cq : server->cq;
     atomic_init(&state->returned, 0);
     if (uv_thread_create(&state->thread, reshard__queue_thread, state) != 0) {
       /* Without the threads nothing can be served; abort loudly. */

@@ -49,7 +49,9 @@ enum {
    * flooding a connection held back every other call's events, health
    * checks included (docs/security.md, rapid reset). */
   QUEUE_THREADS = 2,
-  /* ...and the thread waiting on call_cq. */
+  /* ...and, after them in server->queue, the thread waiting on call_cq
+   * (the completion thread), which reads no socket. */
+  COMPLETION_THREAD = QUEUE_THREADS,
   ALL_QUEUE_THREADS = QUEUE_THREADS + 1,
   /* Calls a connection may have reset before sending their requests, in
    * one second, before the daemon closes it (guard/reset_guard.h). */
@@ -165,8 +167,7 @@ struct reshard_server {
   grpc_completion_queue *cq;
   /* Every call's batches: a queue that polls nothing, so the loop can take
    * what has completed without ever reading a socket (queue.c). */
-  grpc_completion_queue *call_cq;
-  bool call_cq_shut;     /* grpc_completion_queue_shutdown(call_cq) ran */
+  grpc_completion_queue *call_cq; /* shut down at PHASE_DESTROYED */
   bool batch_started;    /* since the loop last took call_cq's events */
   uint64_t events_taken; /* call_cq's events the loop took itself */
   uv_check_t take;       /* takes them after each turn of the loop */
@@ -180,9 +181,9 @@ struct reshard_server {
   unsigned slots_pending;
 
   /* The queue threads and their hand-off list; the completion thread
-   * waits on call_cq for what the loop did not take itself. */
-  queue_thread_state queue[QUEUE_THREADS];
-  queue_thread_state completions;
+   * (queue[COMPLETION_THREAD]) waits on call_cq for what the loop did not
+   * take itself. */
+  queue_thread_state queue[ALL_QUEUE_THREADS];
   atomic_uint threads_running; /* not yet past their last event */
   uv_mutex_t lock;
   server_tag *events_head, *events_tail;

@@ -69,6 +69,6 @@ void reshard__on_sweep(uv_timer_t *timer) {
    * sweep old. */
   reshard_metrics_set_call_events(
       server->options.metrics, server->events_taken,
-      atomic_load_explicit(&server->completions.returned,
+      atomic_load_explicit(&server->queue[COMPLETION_THREAD].returned,
                            memory_order_relaxed));
 }
