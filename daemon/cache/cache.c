@@ -1,7 +1,5 @@
 #include "cache/cache.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -197,13 +195,39 @@ const char *reshard_cache_kind_name(reshard_cache_kind kind) {
   return "unknown";
 }
 
+size_t reshard_cache_key(char *out, size_t size, const char *const *parts,
+                         size_t count) {
+  size_t at = 0;
+  for (size_t i = 0; i < count; i++) {
+    size_t length = strlen(parts[i]);
+    size_t separator = i > 0;
+    /* Room for the separator, the part and the terminating NUL. */
+    if (size - at <= separator + length) {
+      return 0;
+    }
+    if (separator) {
+      out[at++] = '|';
+    }
+    memcpy(out + at, parts[i], length);
+    at += length;
+  }
+  if (size == 0) {
+    return 0;
+  }
+  out[at] = '\0';
+  return at;
+}
+
 size_t reshard_cache_join_key(char *out, size_t size, const char *layout_id,
                               const char *placement_id, uint64_t dp_rank,
                               const char *participant_id) {
-  int n = snprintf(out, size, "%s|%s|%" PRIu64 "|%s", layout_id, placement_id,
-                   dp_rank, participant_id);
-  if (n < 0 || (size_t)n >= size) {
-    return 0;
-  }
-  return (size_t)n;
+  char digits[21]; /* UINT64_MAX has 20 */
+  char *first = digits + sizeof digits - 1;
+  *first = '\0';
+  do {
+    *--first = (char)('0' + dp_rank % 10);
+    dp_rank /= 10;
+  } while (dp_rank > 0);
+  const char *parts[] = {layout_id, placement_id, first, participant_id};
+  return reshard_cache_key(out, size, parts, 4);
 }

@@ -71,6 +71,12 @@ void reshard_cache_get_stats(const reshard_cache *cache,
  * "bound_binding" or "memory_pool". */
 const char *reshard_cache_kind_name(reshard_cache_kind kind);
 
+/* Joins `count` strings with '|' into `out` (capacity `size`), NUL-
+ * terminated; returns the key's length, or 0 when it does not fit. Cache
+ * keys are built on every call, so without printf's format parsing. */
+size_t reshard_cache_key(char *out, size_t size, const char *const *parts,
+                         size_t count);
+
 /* Builds the join-template key "layout_id|placement_id|dp|participant" into
  * `out` (capacity `size`); returns its length, or 0 when it does not fit. */
 size_t reshard_cache_join_key(char *out, size_t size, const char *layout_id,

@@ -1,7 +1,6 @@
 /* The page RPCs (SPEC §3.3): RegisterPages binds page keys to a manifest
  * in the catalog, ForgetPages unbinds them; both drop what the binding
  * cache holds for those pages. */
-#include <stdio.h>
 #include <string.h>
 
 #include "rpc/planner_internal.h"
@@ -20,8 +19,8 @@ typedef struct pages_ctx {
  * The model domain alone (no '|') marks the domain as known. */
 size_t reshard__planner_bindings_key(char *out, size_t size, const char *domain,
                                      const char *page_key) {
-  int n = snprintf(out, size, "%s|%s", domain, page_key);
-  return n > 0 && (size_t)n < size ? (size_t)n : 0;
+  const char *parts[] = {domain, page_key};
+  return reshard_cache_key(out, size, parts, 2);
 }
 
 /* Bindings changed: drop what a binding cache holds for these pages. */

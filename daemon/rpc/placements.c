@@ -4,7 +4,6 @@
  * PlanUpload plans a writer's layout for a placement. Also how every
  * handler decodes a request's placement and resolves a plan's target:
  * inline, from the cache, or from the catalog. */
-#include <stdio.h>
 #include <string.h>
 
 #include "google/protobuf/wrappers.pb-c.h"
@@ -282,7 +281,8 @@ void reshard__target_take(reshard__target *target,
                           reshard_shared_placement *shared) {
   target->ref = shared;
   target->placement = &shared->placement;
-  snprintf(target->id, sizeof target->id, "%s", shared->placement_id);
+  /* Both are RESHARD_ID_SIZE arrays holding a terminated id. */
+  memcpy(target->id, shared->placement_id, sizeof target->id);
 }
 
 void reshard__target_release(reshard__target *target) {

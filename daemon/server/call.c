@@ -182,10 +182,10 @@ static const method_entry *find_method(const reshard_server *server,
                                        grpc_slice path) {
   size_t length = GRPC_SLICE_LENGTH(path);
   for (size_t i = 0; i < server->method_count; i++) {
-    const char *name = server->methods[i].path;
-    if (strlen(name) == length &&
-        memcmp(name, GRPC_SLICE_START_PTR(path), length) == 0) {
-      return &server->methods[i];
+    const method_entry *method = &server->methods[i];
+    if (method->path_length == length &&
+        memcmp(method->path, GRPC_SLICE_START_PTR(path), length) == 0) {
+      return method;
     }
   }
   return NULL;

@@ -145,8 +145,8 @@ void reshard_server_add_method(reshard_server *server, const char *path,
                                void *data) {
   assert(server->phase == PHASE_NEW);
   assert(server->method_count < MAX_METHODS);
-  server->methods[server->method_count++] =
-      (method_entry){path, flags, fn, data, reshard_metrics_method_of(path)};
+  server->methods[server->method_count++] = (method_entry){
+      path, strlen(path), flags, fn, data, reshard_metrics_method_of(path)};
 }
 
 reshard_status reshard_server_start(reshard_server *server, int *port,

@@ -87,6 +87,7 @@ typedef struct request_slot {
 
 typedef struct method_entry {
   const char *path;
+  size_t path_length; /* compared against each call's path */
   unsigned flags;
   reshard_method_fn fn;
   void *data;

@@ -116,6 +116,30 @@ Test(cache, join_key) {
                0);
 }
 
+Test(cache, join_key_prints_every_dp_rank) {
+  char key[256];
+  cr_assert_eq(reshard_cache_join_key(key, sizeof key, "l", "p", 0, "r"),
+               strlen("l|p|0|r"));
+  cr_assert_str_eq(key, "l|p|0|r");
+  reshard_cache_join_key(key, sizeof key, "l", "p", UINT64_MAX, "r");
+  cr_assert_str_eq(key, "l|p|18446744073709551615|r");
+}
+
+Test(cache, key_fits_with_its_terminator_or_is_refused) {
+  const char *parts[] = {"ab", "", "cd"};
+  char key[8];
+  memset(key, 'x', sizeof key);
+  /* "ab||cd" is 6 bytes and its NUL the 7th. */
+  cr_assert_eq(reshard_cache_key(key, 7, parts, 3), 6);
+  cr_assert_str_eq(key, "ab||cd");
+  cr_assert_eq(key[7], 'x', "nothing written past the capacity");
+  cr_assert_eq(reshard_cache_key(key, 6, parts, 3), 0);
+  cr_assert_eq(reshard_cache_key(key, 0, parts, 3), 0);
+  cr_assert_eq(reshard_cache_key(key, 1, parts, 0), 0);
+  cr_assert_str_eq(key, "", "no parts: an empty key");
+  cr_assert_eq(reshard_cache_key(key, 0, parts, 0), 0);
+}
+
 Test(cache, shared_manifest_is_a_deep_copy) {
   uint64_t layers[] = {0, 1};
   char suffix[] = "0";
