@@ -215,10 +215,9 @@ static void apply_default_deadline(const reshard_server *server,
 static grpc_call_error start_batch(reshard_call *call, const grpc_op *ops,
                                    size_t count, server_tag *tag) {
   grpc_call_error error =
-      grpc_call_start_batch(call->call, ops, count, tag, NULL);
+      reshard__start_batch(call->server, call->call, ops, count, tag);
   if (error == GRPC_CALL_OK) {
     call->pending++;
-    call->server->batch_started = true; /* it may have completed already */
   } else {
     reshard_log_line line;
     if (reshard_log_begin(&line, RESHARD_LOG_ERROR, "grpc_call_start_batch")) {

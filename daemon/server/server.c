@@ -198,10 +198,8 @@ reshard_status reshard_server_start(reshard_server *server, int *port,
   init_timer(server, &server->look, reshard__on_look, READ_GUARD_LOOK_MS);
   init_timer(server, &server->trim, NULL, 0);
   uv_unref((uv_handle_t *)&server->trim); /* a chore, never a reason to run */
-  uv_check_init(server->loop, &server->take);
+  uv_idle_init(server->loop, &server->take);
   server->take.data = server;
-  uv_check_start(&server->take, reshard__on_take);
-  uv_unref((uv_handle_t *)&server->take);
   server->handles_open = true;
 
   grpc_server_start(server->grpc);

@@ -6,9 +6,10 @@
  * tag to a mutex-guarded list; they wake the loop (an eventfd it polls)
  * only when the list goes from empty to non-empty, and the loop drains the
  * whole list on each wake-up. Calls' batches complete on a second queue
- * that polls nothing: the loop takes what completed there after each turn
- * that started a batch, and a completion thread hands it the rest the
- * same way. Everything else in this module runs on the loop thread,
+ * that polls nothing; a batch that completes inside the loop's
+ * grpc_call_start_batch is caught there (gRPC's thread-local slot) and run
+ * on the loop's next turn, and a completion thread hands the loop the rest
+ * the same way. Everything else in this module runs on the loop thread,
  * except where a function says otherwise.
  *
  * Calls. Handlers are registered per method path ("/pkg.Service/Method")

@@ -166,12 +166,14 @@ struct reshard_server {
   /* Request slots and the server's own tags: gRPC reads sockets on the
    * threads that wait on it (the queue threads). */
   grpc_completion_queue *cq;
-  /* Every call's batches: a queue that polls nothing, so the loop can take
-   * what has completed without ever reading a socket (queue.c). */
+  /* Every call's batches: a queue that polls nothing, so the loop never
+   * reads a socket (queue.c). */
   grpc_completion_queue *call_cq; /* shut down at PHASE_DESTROYED */
-  bool batch_started;    /* since the loop last took call_cq's events */
-  uint64_t events_taken; /* call_cq's events the loop took itself */
-  uv_check_t take;       /* takes them after each turn of the loop */
+  /* A batch that completed inside the loop's grpc_call_start_batch, caught
+   * there (queue.c), waits here for the next turn of the loop. */
+  server_tag *ready_head, *ready_tail;
+  uint64_t events_taken; /* call_cq's events the loop caught itself */
+  uv_idle_t take;        /* started while `ready` holds events */
   server_phase phase;
 
   method_entry methods[MAX_METHODS];
@@ -229,9 +231,15 @@ void reshard__queue_thread(void *arg);
 /* Runs the events the queue threads handed over (server->events). */
 void reshard__on_events(uv_poll_t *poll, int status, int events);
 
-/* Runs the events of call_cq that are there already, without waiting
- * (server->take, after each turn of the loop that started a batch). */
-void reshard__on_take(uv_check_t *check);
+/* Starts `ops` on `call` with `tag`; a completion that happens inside
+ * grpc_call_start_batch is kept for the loop's next turn instead of going
+ * through call_cq and the completion thread. Loop thread only. */
+grpc_call_error reshard__start_batch(reshard_server *server, grpc_call *call,
+                                     const grpc_op *ops, size_t count,
+                                     server_tag *tag);
+
+/* Runs the events reshard__start_batch kept (server->take). */
+void reshard__on_take(uv_idle_t *idle);
 
 /* ---- Calls (call.c) ---- */
 
