@@ -197,6 +197,9 @@ const char *reshard_cache_kind_name(reshard_cache_kind kind) {
 
 size_t reshard_cache_key(char *out, size_t size, const char *const *parts,
                          size_t count) {
+  if (size == 0) {
+    return 0;
+  }
   size_t at = 0;
   for (size_t i = 0; i < count; i++) {
     size_t length = strlen(parts[i]);
@@ -210,9 +213,6 @@ size_t reshard_cache_key(char *out, size_t size, const char *const *parts,
     }
     memcpy(out + at, parts[i], length);
     at += length;
-  }
-  if (size == 0) {
-    return 0;
   }
   out[at] = '\0';
   return at;
