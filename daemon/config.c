@@ -80,7 +80,8 @@ static const option options[] = {
     {"inline-plan-max-values", "RESHARDD_INLINE_PLAN_MAX_VALUES", OPTION_NUMBER,
      FIELD(inline_plan_max_values), "N",
      "plan PlanLoads binding at most N (token, head) values on the loop "
-     "instead of the thread pool (default 4096; 0: always the pool)"},
+     "instead of the thread pool, and a lone call's up to 4M (default "
+     "4096; 0: always the pool)"},
     {"max-inflight-bytes", "RESHARDD_MAX_INFLIGHT_BYTES", OPTION_SIZE,
      FIELD(max_inflight_bytes), "SIZE",
      "memory calls in flight may hold; others wait (default 1G)"},

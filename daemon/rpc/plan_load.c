@@ -324,8 +324,8 @@ static void load_dispatch(reshard_call *call, const reshard_error *err,
     return;
   }
   ctx->work.data = ctx;
-  if (reshard__planner_run(planner, &ctx->work, ctx->binding_values, load_work,
-                           load_after_work) != 0) {
+  if (reshard__planner_run(planner, ctx->call, &ctx->work, ctx->binding_values,
+                           load_work, load_after_work) != 0) {
     reshard__load_fail_code(ctx, RESHARD_UNAVAILABLE, "cannot queue the plan");
   }
 }
@@ -625,7 +625,7 @@ static void start_plan_load(reshard_planner *planner, reshard_call *call,
   ctx->payload = payload;
   ctx->payload_length = length;
   ctx->work.data = ctx;
-  if (reshard__planner_decode(planner, &ctx->work, large, decode_work,
+  if (reshard__planner_decode(planner, call, &ctx->work, large, decode_work,
                               decode_after_work) != 0) {
     reshard__load_fail_code(ctx, RESHARD_UNAVAILABLE,
                             "cannot queue the request");

@@ -245,8 +245,9 @@ static void store_dispatch(reshard_call *call, const reshard_error *err,
     return;
   }
   ctx->work.data = ctx;
-  if (reshard__planner_run(ctx->planner, &ctx->work, ctx->binding_values,
-                           store_work, store_after_work) != 0) {
+  if (reshard__planner_run(ctx->planner, ctx->call, &ctx->work,
+                           ctx->binding_values, store_work,
+                           store_after_work) != 0) {
     reshard_error failure;
     reshard_error_set(&failure, RESHARD_UNAVAILABLE, "cannot queue the plan");
     store_fail(ctx, &failure);
@@ -440,8 +441,8 @@ static void start_plan_store(reshard_planner *planner, reshard_call *call,
   ctx->payload = payload;
   ctx->payload_length = length;
   ctx->work.data = ctx;
-  if (reshard__planner_decode(planner, &ctx->work, large, decode_work,
-                              decode_after_work) != 0) {
+  if (reshard__planner_decode(planner, ctx->call, &ctx->work, large,
+                              decode_work, decode_after_work) != 0) {
     reshard_error failure;
     reshard_error_set(&failure, RESHARD_UNAVAILABLE,
                       "cannot queue the request");

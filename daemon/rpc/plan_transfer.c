@@ -217,8 +217,9 @@ static void transfer_dispatch(reshard_call *call, const reshard_error *err,
     return;
   }
   ctx->work.data = ctx;
-  if (reshard__planner_run(ctx->planner, &ctx->work, ctx->binding_values,
-                           transfer_work, transfer_after_work) != 0) {
+  if (reshard__planner_run(ctx->planner, ctx->call, &ctx->work,
+                           ctx->binding_values, transfer_work,
+                           transfer_after_work) != 0) {
     reshard_error failure;
     reshard_error_set(&failure, RESHARD_UNAVAILABLE, "cannot queue the plan");
     transfer_fail(ctx, &failure);
@@ -529,8 +530,8 @@ static void start_plan_transfer(reshard_planner *planner, reshard_call *call,
     return;
   }
   ctx->work.data = ctx;
-  if (reshard__planner_decode(planner, &ctx->work, large, decode_work,
-                              decode_after_work) != 0) {
+  if (reshard__planner_decode(planner, ctx->call, &ctx->work, large,
+                              decode_work, decode_after_work) != 0) {
     reshard_error_set(&err, RESHARD_UNAVAILABLE, "cannot queue the request");
     transfer_fail(ctx, &err);
   }

@@ -295,21 +295,25 @@ reshard_status reshard__planner_pack_response(
     reshard_response_pieces_fn *write,
     size_t (*write_whole)(void *response, uint8_t *out));
 
-/* Plans: `fn` runs on the loop now when the binding covers at most the
- * planner's inline_max_values values, else on the planner's work pool;
- * then `after` runs on the loop. Non-zero (a negative errno) when it
- * cannot be queued: then nothing runs. */
-int reshard__planner_run(reshard_planner *planner, reshard_work *work,
-                         uint64_t binding_values, reshard_work_fn fn,
-                         reshard_after_work_fn after);
+/* Plans `call`'s request: `fn` runs on the loop now when the binding
+ * covers at most the planner's inline_max_values values, or at most
+ * RESHARD__PLANNER_ALONE_MAX_VALUES while the call is alone
+ * (reshard_call_alone; not when inline_max_values is 0), else on the
+ * planner's work pool; then `after` runs on the loop. Non-zero (a negative
+ * errno) when it cannot be queued: then nothing runs. */
+int reshard__planner_run(reshard_planner *planner, reshard_call *call,
+                         reshard_work *work, uint64_t binding_values,
+                         reshard_work_fn fn, reshard_after_work_fn after);
 
-/* Decodes a request: `fn` (the decoding) and then `after` on the loop now,
- * or, for a `large` request, `fn` on the work pool and `after` back on the
- * loop.
+/* Decodes `call`'s request: `fn` (the decoding) and then `after` on the
+ * loop now, or, for a `large` request, `fn` on the work pool and `after`
+ * back on the loop; a large request of at most
+ * RESHARD__PLANNER_ALONE_MAX_REQUEST_BYTES is decoded on the loop while
+ * the call is alone, as reshard__planner_run plans.
  * Non-zero (a negative errno) when it cannot be queued: then nothing
  * runs. */
-int reshard__planner_decode(reshard_planner *planner, reshard_work *work,
-                            bool large, reshard_work_fn fn,
+int reshard__planner_decode(reshard_planner *planner, reshard_call *call,
+                            reshard_work *work, bool large, reshard_work_fn fn,
                             reshard_after_work_fn after);
 
 /* Starts a plan's call whose request is still raw bytes: `large` when
@@ -327,6 +331,16 @@ typedef void reshard__planner_start(reshard_planner *planner,
  * than there are cores only holds memory. Small requests never wait
  * behind large ones. */
 enum { RESHARD__PLANNER_LARGE_REQUEST_BYTES = 64 * 1024 };
+
+/* What a lone call may still do on the loop (reshard__planner_run,
+ * _decode): a call that arrives meanwhile waits for it. A plan has at
+ * most one copy per value, so 4M values bound it to about 10 ms at the
+ * planner's 2-3 ns a copy; S1-S5's plans bind 0.12M-2M values and take
+ * 0.1-2.3 ms, S3's 615 KB binding 0.8 ms to decode. */
+enum {
+  RESHARD__PLANNER_ALONE_MAX_VALUES = 1 << 22,
+  RESHARD__PLANNER_ALONE_MAX_REQUEST_BYTES = 1024 * 1024,
+};
 
 /* Runs `start` on the call now when its request is small or a large place
  * is free, else when one is given back; loads and stores share the

@@ -237,19 +237,33 @@ static int run_here_or_pool(reshard_planner *planner, reshard_work *work,
   return reshard_work_pool_submit(planner->pool, work, fn, after);
 }
 
-int reshard__planner_run(reshard_planner *planner, reshard_work *work,
-                         uint64_t binding_values, reshard_work_fn fn,
-                         reshard_after_work_fn after) {
-  /* Small plans cost less than the hop to the pool and back. */
-  return run_here_or_pool(
-      planner, work, binding_values <= planner->inline_max_values, fn, after);
+/* A lone call's work runs on the loop: with nothing else for the loop
+ * to do, the hop to the pool and back is two wake-ups of an idle vCPU.
+ * --inline-plan-max-values 0 keeps every plan on the pool. */
+static bool alone(const reshard_planner *planner, const reshard_call *call) {
+  return planner->inline_max_values > 0 && reshard_call_alone(call);
 }
 
-int reshard__planner_decode(reshard_planner *planner, reshard_work *work,
-                            bool large, reshard_work_fn fn,
+int reshard__planner_run(reshard_planner *planner, reshard_call *call,
+                         reshard_work *work, uint64_t binding_values,
+                         reshard_work_fn fn, reshard_after_work_fn after) {
+  /* Small plans cost less than the hop to the pool and back. */
+  bool here = binding_values <= planner->inline_max_values ||
+              (binding_values <= RESHARD__PLANNER_ALONE_MAX_VALUES &&
+               alone(planner, call));
+  return run_here_or_pool(planner, work, here, fn, after);
+}
+
+int reshard__planner_decode(reshard_planner *planner, reshard_call *call,
+                            reshard_work *work, bool large, reshard_work_fn fn,
                             reshard_after_work_fn after) {
-  /* Decoding a large request takes milliseconds: not on the loop. */
-  return run_here_or_pool(planner, work, !large, fn, after);
+  /* Decoding a large request takes milliseconds: not on the loop, unless
+   * nothing else waits for it. */
+  size_t length;
+  reshard_call_payload(call, &length);
+  bool here = !large || (length <= RESHARD__PLANNER_ALONE_MAX_REQUEST_BYTES &&
+                         alone(planner, call));
+  return run_here_or_pool(planner, work, here, fn, after);
 }
 
 /* ---- Large requests ---- */

@@ -132,6 +132,12 @@ void reshard__on_request(reshard_server *server, request_slot *slot,
     server->calls->prev = call;
   }
   server->calls = call;
+  /* Counted from arrival: under load, calls wait for their requests and
+   * their closes on the loop too, so a lone call is one with no other
+   * call anywhere in its life. */
+  call->unary =
+      call->method == NULL || !(call->method->flags & RESHARD_METHOD_STREAMING);
+  server->unary_calls += call->unary;
   server->stats.calls_started++;
   call->metric = call->method != NULL ? call->method->metric
                                       : RESHARD_METRICS_METHOD_UNKNOWN;
@@ -349,6 +355,10 @@ void reshard__call_on_recv(reshard_call *call, int success) {
     }
   }
   start_handler(call);
+}
+
+bool reshard_call_alone(const reshard_call *call) {
+  return call->server->unary_calls <= 1;
 }
 
 /* Calls the drain waits for: Planner work, not health checks or streams
@@ -701,6 +711,7 @@ static void call_free(reshard_call *call) {
   if (call->next) {
     call->next->prev = call->prev;
   }
+  server->unary_calls -= call->unary;
   if (call->holds_drain) {
     server->in_flight--;
   }

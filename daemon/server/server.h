@@ -142,6 +142,12 @@ bool reshard_call_expired(const reshard_call *call);
  * thread. */
 bool reshard_call_cancelled(const reshard_call *call);
 
+/* True when the server holds no other call but streams, in any stage:
+ * nothing else needs the loop, so this call's work may run on it rather
+ * than cross to the work pool and back, two wake-ups of an idle vCPU that
+ * cost a lone client more than the work (docs/daemon.md). */
+bool reshard_call_alone(const reshard_call *call);
+
 /* Microseconds since the call arrived. Safe from any thread. */
 uint64_t reshard_call_elapsed_us(const reshard_call *call);
 

@@ -116,6 +116,7 @@ struct reshard_call {
   uint64_t admitted_ns;         /* uv_hrtime of admission; 0: not admitted */
   bool awaiting_request;        /* the RECV_MESSAGE batch is pending */
   bool holds_drain;             /* counted in server->in_flight */
+  bool unary;                   /* counted in server->unary_calls */
   reshard_inflight_waiter waiter;
   uint64_t charged; /* bytes charged against --max-inflight-bytes */
   reshard_call_ready_fn ready_fn; /* set while a reservation is pending */
@@ -211,7 +212,8 @@ struct reshard_server {
   reshard_chunk_pool *pool; /* behind every call's arena */
   reshard_call *calls;      /* every live call */
   reshard_inflight inflight;
-  uint64_t in_flight; /* live calls that hold up the drain */
+  uint64_t in_flight;   /* live calls that hold up the drain */
+  uint64_t unary_calls; /* live calls but streams, from arrival to free */
 
   reshard_drain_fn drain_fn;
   void *drain_data;

@@ -59,6 +59,14 @@ class ScenarioTests(DaemonTestCase):
         self.run_scenario("s5", desc, (1, 2, 8), (1, 4, 8), pb.LPHD, 2, 128)
 
 
+class PoolScenarioTests(ScenarioTests):
+    """The same scenarios planned and decoded on the work pool: a lone
+    call's work runs on the loop (docs/daemon.md, "Where plans run"), so
+    without this flag the tests above never cross to the pool."""
+
+    daemon_flags = ("--inline-plan-max-values", "0")
+
+
 class MatrixTests(DaemonTestCase):
     """Every format x TP/PP/DP/replica change x paged/contiguous binding."""
 
