@@ -37,6 +37,7 @@ static void on_admitted(reshard_inflight_waiter *waiter);
 static void admitted(reshard_call *call, uint64_t bytes);
 static void start_recv(reshard_call *call);
 static bool holds_drain(const reshard_call *call);
+static bool is_unary(const reshard_call *call);
 static void start_handler(reshard_call *call);
 static void reservation_done(reshard_call *call, const reshard_error *err);
 static void publish_inflight(reshard_server *server);
@@ -135,9 +136,7 @@ void reshard__on_request(reshard_server *server, request_slot *slot,
   /* Counted from arrival: under load, calls wait for their requests and
    * their closes on the loop too, so a lone call is one with no other
    * call anywhere in its life. */
-  call->unary =
-      call->method == NULL || !(call->method->flags & RESHARD_METHOD_STREAMING);
-  server->unary_calls += call->unary;
+  server->unary_calls += is_unary(call);
   server->stats.calls_started++;
   call->metric = call->method != NULL ? call->method->metric
                                       : RESHARD_METRICS_METHOD_UNKNOWN;
@@ -355,6 +354,13 @@ void reshard__call_on_recv(reshard_call *call, int success) {
     }
   }
   start_handler(call);
+}
+
+/* Every call but a stream: its method does not change, so it is counted
+ * in and out the same. */
+static bool is_unary(const reshard_call *call) {
+  return call->method == NULL ||
+         !(call->method->flags & RESHARD_METHOD_STREAMING);
 }
 
 bool reshard_call_alone(const reshard_call *call) {
@@ -711,7 +717,7 @@ static void call_free(reshard_call *call) {
   if (call->next) {
     call->next->prev = call->prev;
   }
-  server->unary_calls -= call->unary;
+  server->unary_calls -= is_unary(call);
   if (call->holds_drain) {
     server->in_flight--;
   }

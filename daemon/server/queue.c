@@ -19,10 +19,10 @@
  * the queue threads, which the read guard watches, never the loop. A
  * batch often completes inside grpc_call_start_batch (a request's message
  * that came with its headers, a reply written at once). Pushed onto
- * call_cq, such an event cost a kick of the completion thread, which woke
- * only to find it gone, and the loop's take of the then empty queue was a
- * futex wait with a past deadline: the kernel arms a timer and sleeps
- * until it fires, 28 us a take on this machine's vCPUs (perf trace). gRPC
+ * call_cq, such an event cost a kick of the completion thread, and the
+ * loop's take of the then empty queue was a futex wait with a past
+ * deadline that did not return at once: the loop slept 28 us a take on
+ * this machine's vCPUs (a trace of its futex calls). gRPC
  * can instead keep one such completion in a thread-local slot
  * (grpc_completion_queue_thread_local_cache_init/_flush, the C++ library's
  * own way to skip the queue): reshard__start_batch opens the slot around

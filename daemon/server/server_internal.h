@@ -116,7 +116,6 @@ struct reshard_call {
   uint64_t admitted_ns;         /* uv_hrtime of admission; 0: not admitted */
   bool awaiting_request;        /* the RECV_MESSAGE batch is pending */
   bool holds_drain;             /* counted in server->in_flight */
-  bool unary;                   /* counted in server->unary_calls */
   reshard_inflight_waiter waiter;
   uint64_t charged; /* bytes charged against --max-inflight-bytes */
   reshard_call_ready_fn ready_fn; /* set while a reservation is pending */
@@ -213,7 +212,7 @@ struct reshard_server {
   reshard_call *calls;      /* every live call */
   reshard_inflight inflight;
   uint64_t in_flight;   /* live calls that hold up the drain */
-  uint64_t unary_calls; /* live calls but streams, from arrival to free */
+  uint64_t unary_calls; /* live calls but streams (call.c, is_unary) */
 
   reshard_drain_fn drain_fn;
   void *drain_data;
