@@ -300,6 +300,8 @@ void reshard__planner_admit(reshard_planner *planner, reshard_call *call,
     planner->queue_head = node;
   }
   planner->queue_tail = node;
+  /* Gone while in line: known when its turn comes, and skipped. */
+  reshard_call_watch_cancel(call);
 }
 
 void reshard__planner_large_done(reshard_planner *planner) {

@@ -39,6 +39,8 @@ static void start_recv(reshard_call *call);
 static bool holds_drain(const reshard_call *call);
 static bool is_unary(const reshard_call *call);
 static void start_handler(reshard_call *call);
+static bool watch_close(reshard_call *call);
+static void on_closed(reshard_call *call);
 static void reservation_done(reshard_call *call, const reshard_error *err);
 static void publish_inflight(reshard_server *server);
 static grpc_status_code grpc_code(reshard_status status);
@@ -142,11 +144,9 @@ void reshard__on_request(reshard_server *server, request_slot *slot,
                                       : RESHARD_METRICS_METHOD_UNKNOWN;
   reshard_metrics_call_started(server->options.metrics, call->metric);
 
-  grpc_op close_op;
-  memset(&close_op, 0, sizeof close_op);
-  close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-  close_op.data.recv_close_on_server.cancelled = &call->close_cancelled;
-  if (start_batch(call, &close_op, 1, &call->close_tag) != GRPC_CALL_OK) {
+  /* A stream waits for its client's cancel from the start; a unary call
+   * only while it waits in a line (reshard_call_watch_cancel). */
+  if (!is_unary(call) && !watch_close(call)) {
     reshard__call_finish(call, GRPC_STATUS_INTERNAL, "cannot start the call");
     return;
   }
@@ -177,9 +177,11 @@ void reshard__on_request(reshard_server *server, request_slot *slot,
   if (reshard_inflight_acquire(&server->inflight, &call->waiter, bytes, 0,
                                on_admitted)) {
     admitted(call, bytes);
+  } else {
+    /* on_admitted runs, or the sweep ends the call at its deadline; a
+     * client gone meanwhile gives its place up (reshard__call_on_close). */
+    reshard_call_watch_cancel(call);
   }
-  /* Otherwise on_admitted runs, or the sweep ends the call at its
-   * deadline. */
   publish_inflight(server);
 }
 
@@ -437,6 +439,7 @@ void reshard_call_reserve(reshard_call *call, uint64_t bytes,
     reservation_done(call, NULL);
     return;
   }
+  reshard_call_watch_cancel(call); /* gone meanwhile: gives its place up */
   publish_inflight(call->server);
 }
 
@@ -555,11 +558,17 @@ void reshard__call_finish(reshard_call *call, grpc_status_code code,
 }
 
 /* Starts the final batch: initial metadata when not yet sent, the packed
- * response when there is one, and the status. */
+ * response when there is one, the status, and the close when nothing
+ * waited for it (watch_close). */
 static void send_status(reshard_call *call) {
-  grpc_op ops[3];
+  grpc_op ops[4];
   size_t count = 0;
   memset(ops, 0, sizeof ops);
+  if (!call->close_watched) {
+    ops[count].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[count].data.recv_close_on_server.cancelled = &call->close_cancelled;
+    count++;
+  }
   if (!call->metadata_sent) {
     ops[count].op = GRPC_OP_SEND_INITIAL_METADATA;
     count++;
@@ -593,6 +602,9 @@ void reshard__call_on_send(reshard_call *call) {
   if (call->send_buffer != NULL) {
     grpc_byte_buffer_destroy(call->send_buffer);
     call->send_buffer = NULL;
+  }
+  if (!call->close_watched) {
+    on_closed(call); /* the close was part of this batch */
   }
   maybe_free(call);
 }
@@ -659,10 +671,35 @@ void reshard_call_on_done(reshard_call *call, reshard_call_done_fn fn,
   call->done_data = data;
 }
 
-/* ---- The close batch, started on arrival: cancellation ---- */
+/* ---- The close: cancellation ---- */
 
-void reshard__call_on_close(reshard_call *call) {
-  call->pending--;
+/* Starts the call's RECV_CLOSE_ON_SERVER batch on its own, once, so that
+ * the client's cancel reaches the call at once. A unary call that waits in
+ * no line sends it with its final batch instead (send_status): both then
+ * complete inside one grpc_call_start_batch and the loop catches that
+ * itself (queue.c). A close of its own completes beside the final batch,
+ * and one of the two crossed to the loop through call_cq and the
+ * completion thread. False when gRPC refused the batch; the final batch
+ * then carries the close. */
+static bool watch_close(reshard_call *call) {
+  if (call->close_watched) {
+    return true;
+  }
+  grpc_op close_op;
+  memset(&close_op, 0, sizeof close_op);
+  close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  close_op.data.recv_close_on_server.cancelled = &call->close_cancelled;
+  call->close_watched =
+      start_batch(call, &close_op, 1, &call->close_tag) == GRPC_CALL_OK;
+  return call->close_watched;
+}
+
+void reshard_call_watch_cancel(reshard_call *call) {
+  (void)watch_close(call);
+}
+
+/* What the close tells, from its own batch or the final one. */
+static void on_closed(reshard_call *call) {
   if (call->close_cancelled) {
     atomic_store_explicit(&call->cancelled, true, memory_order_relaxed);
     /* gRPC still knows the peer here; by the call's end it forgot it. */
@@ -670,6 +707,11 @@ void reshard__call_on_close(reshard_call *call) {
       reshard__note_reset(call->server, call);
     }
   }
+}
+
+void reshard__call_on_close(reshard_call *call) {
+  call->pending--;
+  on_closed(call);
   if (call->waiter.queued && !call->finished) {
     /* Gone while waiting for room: give its place up now. */
     reshard__call_end_waiting(call, GRPC_STATUS_CANCELLED,

@@ -138,9 +138,21 @@ const uint8_t *reshard_call_payload(const reshard_call *call, size_t *length);
 /* True once the call's deadline has passed. Safe from any thread. */
 bool reshard_call_expired(const reshard_call *call);
 
-/* True once the client cancelled or the connection broke. Safe from any
- * thread. */
+/* True once the client cancelled or the connection broke, as far as the
+ * loop has learnt: a stream, and a unary call from the moment it waits in
+ * a line (reshard_call_watch_cancel), learn it at once; other unary calls
+ * with their final batch. Safe from any thread. */
 bool reshard_call_cancelled(const reshard_call *call);
+
+/* The call is about to wait in a line whose wait has no bound of its own
+ * (room under --max-inflight-bytes, the line of large requests): from now
+ * on the client's cancel reaches it at once, so that it gives its place up
+ * (reshard_call_cancelled, the waiter's end). Work on the pool, bounded by
+ * the plan's limits, and catalog calls, bounded by their timeout, do not
+ * ask: a cancel then arrives with the final batch, which saves every call
+ * that never waits a completion crossing threads. Once per call; more
+ * calls are no-ops. Loop only. */
+void reshard_call_watch_cancel(reshard_call *call);
 
 /* True when the server holds no other call but streams, in any stage:
  * nothing else needs the loop, so this call's work may run on it rather

@@ -127,6 +127,7 @@ struct reshard_call {
   const uint8_t *payload;
   size_t payload_length;
   int close_cancelled;
+  bool close_watched; /* RECV_CLOSE_ON_SERVER started in its own batch */
   atomic_bool cancelled;
 
   server_tag recv_tag, close_tag, send_tag, write_tag;

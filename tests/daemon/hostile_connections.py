@@ -142,6 +142,42 @@ def cancelled(out, binary):
     daemon.stop()
 
 
+def cancelled_while_waiting(out, binary):
+    """A call waiting for in-flight room whose client resets it gives its
+    place up at once, CANCELLED: a unary call starts watching for its
+    client's cancel only once it waits (daemon/server/call.c,
+    watch_close), and a call waiting for room does. The first call holds
+    the room, admitted and waiting for a request that never comes, until
+    the default deadline."""
+    daemon = Daemon(binary, "--log-level", "debug", "--max-request-bytes",
+                    "4M", "--max-inflight-bytes", "20M",
+                    "--default-deadline", "5s")
+    conn = RawConnection(daemon.address)
+    holder, waiter = conn.stream(), conn.stream()
+    block = grpc_headers(PLANNER + "PlanLoad")
+    conn.send(frame(HEADERS, END_HEADERS, holder, block))
+    time.sleep(0.2)
+    conn.send(frame(HEADERS, END_HEADERS, waiter, block))
+    time.sleep(0.2)
+    waiting = daemon.metric("reshard_inflight_waiting_calls")
+    conn.send(frame(RST_STREAM, 0, waiter, struct.pack(">I", 8)))  # CANCEL
+    stop = time.monotonic() + 2
+    logged = []
+    while not logged and time.monotonic() < stop:
+        time.sleep(0.05)
+        logged = [line for line in daemon.lines if "msg=rpc" in line and
+                  "PlanLoad" in line]
+    gave_up = daemon.metric("reshard_inflight_waiting_calls")
+    out.check("a waiting call's cancel: its place given up, CANCELLED",
+              waiting == 1 and gave_up == 0 and len(logged) == 1 and
+              "code=CANCELLED" in logged[0] and
+              "went away while waiting" in logged[0],
+              "waiting %d before the reset, %d after; log %s" %
+              (waiting, gave_up, logged))
+    conn.close()
+    daemon.stop()
+
+
 def signals(out, binary):
     daemon = Daemon(binary)
     for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):

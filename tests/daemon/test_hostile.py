@@ -30,9 +30,9 @@ import time
 
 from hostile_budget import (calls_in_flight, concurrent_plans, forget_many,
                             plan_many, plan_request, unread_responses)
-from hostile_connections import (cancelled, descriptors, disk_full,
-                                 half_headers, idle_streams, lmdb_files,
-                                 signals)
+from hostile_connections import (cancelled, cancelled_while_waiting,
+                                 descriptors, disk_full, half_headers,
+                                 idle_streams, lmdb_files, signals)
 from hostile_floods import (large_requests, rapid_reset,
                             rapid_reset_connections)
 from hostile_harness import DAEMONS, SANITIZER_REPORT, Outcome
@@ -47,8 +47,8 @@ CLASSES = [repeated_singular, identity_blowup, tiny_elements,
            unread_responses, rapid_reset, rapid_reset_connections,
            large_requests,
            idle_streams,
-           descriptors, half_headers, cancelled, signals, lmdb_files,
-           disk_full]
+           descriptors, half_headers, cancelled, cancelled_while_waiting,
+           signals, lmdb_files, disk_full]
 
 
 def main(argv=None):
