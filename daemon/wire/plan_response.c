@@ -252,6 +252,41 @@ static uint8_t *write_column(uint8_t *out, const uint64_t *rows, size_t count,
   return put_varints(out, rows, count, width);
 }
 
+/* `count` copies of `value`'s varint: written once, then doubled. A run
+ * column is often one value throughout its batch (a batch's run count,
+ * its strides, its part): a few copies of bytes instead of a varint a
+ * row. */
+static uint8_t *put_repeated(uint8_t *out, uint64_t value, size_t count) {
+  uint8_t *end = reshard_varint_put(out, value);
+  size_t length = (size_t)(end - out);
+  if (length == 1) {
+    memset(out, out[0], count);
+    return out + count;
+  }
+  size_t total = length * count; /* within the room the caller counted */
+  for (size_t done = length; done < total;) {
+    size_t more = done < total - done ? done : total - done;
+    memcpy(out + done, out, more);
+    done += more;
+  }
+  return out + total;
+}
+
+/* A run column from its values' OR (`any`) and least: one value
+ * throughout when the OR is the least, since every value is at least the
+ * least and holds no bit the OR lacks; else write_column, mixed when the
+ * least is shorter than the longest. */
+static uint8_t *write_run_column(uint8_t *out, const uint64_t *rows,
+                                 size_t count, unsigned width, uint64_t any,
+                                 uint64_t least) {
+  if (any == least) {
+    return put_repeated(out, least, count);
+  }
+  unsigned longest = (unsigned)reshard_varint_length(any);
+  return write_column(out, rows, count, width, longest,
+                      reshard_varint_length(least) != longest);
+}
+
 /* ---- Run columns, written while measuring ---- */
 
 /* A run column's varints differ in length more often than not, so a
@@ -261,10 +296,10 @@ static uint8_t *write_column(uint8_t *out, const uint64_t *rows, size_t count,
 
 /* Columns `first`..width-1 of `count` (> 0) rows written into `arena`, one
  * after another, each column's size into sizes[c]; NULL when the arena
- * cannot grow. One pass over the rows finds each column's largest and
- * smallest value, whose lengths are its longest and shortest: a column of
- * one length is written a value at a time, others a word a value
- * (write_column).
+ * cannot grow. One pass over the rows finds each column's OR and least
+ * value, whose lengths are its longest and shortest: a column of one
+ * value is written once and repeated, one of one length a value at a
+ * time, others a word a value (write_run_column).
  * Inlined with a constant width and first column, so the loops unroll. */
 static inline const uint8_t *write_run_columns(const uint64_t *rows,
                                                size_t count, unsigned width,
@@ -298,8 +333,7 @@ static inline const uint8_t *write_run_columns(const uint64_t *rows,
   uint8_t *out = start;
   for (unsigned c = first; start != NULL && c < width; c++) {
     uint8_t *column = out;
-    out = write_column(out, rows + c, count, width, longest[c],
-                       reshard_varint_length(least[c]) != longest[c]);
+    out = write_run_column(out, rows + c, count, width, any[c], least[c]);
     sizes[c] = (size_t)(out - column);
   }
   return start;
@@ -354,8 +388,7 @@ static const uint8_t *renamed_run_columns(const reshard_range_batches *batches,
                                           size_t *sizes, reshard_arena *arena) {
   const size_t *like_sizes =
       batches->column_bytes + like * RESHARD_RANGE_BATCH_COLUMNS;
-  unsigned longest[4] = {0};
-  bool mixed[4] = {false};
+  uint64_t any[4] = {0}, least[4] = {0};
   size_t room = sizeof(uint64_t);
   for (unsigned c = first; c < RUN_WIDTH; c++) {
     if (c != 1 && c != 3) {
@@ -364,17 +397,15 @@ static const uint8_t *renamed_run_columns(const reshard_range_batches *batches,
       }
       continue;
     }
-    uint64_t any = 0, least = UINT64_MAX;
+    least[c] = UINT64_MAX;
     for (size_t i = 0; i < count; i++) {
       uint64_t value = rows[i * RUN_WIDTH + c];
-      any |= value;
-      least = value < least ? value : least;
+      any[c] |= value;
+      least[c] = value < least[c] ? value : least[c];
     }
-    longest[c] = (unsigned)reshard_varint_length(any);
-    mixed[c] = reshard_varint_length(least) != longest[c];
     uint64_t column;
-    if (!reshard_mul(count, longest[c], &column) || column > SIZE_MAX ||
-        !add_size(&room, (size_t)column)) {
+    if (!reshard_mul(count, reshard_varint_length(any[c]), &column) ||
+        column > SIZE_MAX || !add_size(&room, (size_t)column)) {
       return NULL;
     }
   }
@@ -387,7 +418,7 @@ static const uint8_t *renamed_run_columns(const reshard_range_batches *batches,
   for (unsigned c = first; c < RUN_WIDTH; c++) {
     if (c == 1 || c == 3) {
       uint8_t *column = out;
-      out = write_column(out, rows + c, count, RUN_WIDTH, longest[c], mixed[c]);
+      out = write_run_column(out, rows + c, count, RUN_WIDTH, any[c], least[c]);
       sizes[c] = (size_t)(out - column);
     } else {
       memcpy(out, from, like_sizes[c]);

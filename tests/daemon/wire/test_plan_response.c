@@ -8,8 +8,9 @@
  * repeated strings always written); the PlanStoreResponse encoder the
  * same way; the PlanTransferResponse encoder on random plans (explicit
  * copies, varint columns whole and as pieces, runs) against protobuf-c's
- * packing of the message built field by field; and sizes past SIZE_MAX
- * refused rather than wrapped. */
+ * packing of the message built field by field; run columns of one value
+ * throughout a batch, written once and repeated, at every varint length;
+ * and sizes past SIZE_MAX refused rather than wrapped. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdint.h>
@@ -821,5 +822,120 @@ Test(plan_response, sizes_past_size_max_are_refused) {
                                                    &response),
                  RESHARD_RESOURCE_EXHAUSTED, "case %zu", i);
   }
+  reshard_arena_destroy(&arena);
+}
+
+/* Run columns of one value throughout a batch are written once and
+ * repeated: every varint length from 1 to 10 bytes, in batches of 1 to 17
+ * runs (repeating doubles the bytes written, so the odd counts end on a
+ * partial copy), beside columns of one length and of mixed lengths, and a
+ * batch repeating the one before it but for its part and region (written
+ * from that batch's bytes). The bytes must be protobuf-c's for the same
+ * RangeBatches. */
+Test(plan_response, repeated_run_columns_match_protobuf_c) {
+  static const uint64_t values[] = {0,
+                                    1,
+                                    127,
+                                    128,
+                                    16383,
+                                    16384,
+                                    (1ull << 21) - 1,
+                                    1ull << 21,
+                                    1ull << 35,
+                                    1ull << 42,
+                                    1ull << 49,
+                                    1ull << 56,
+                                    1ull << 63,
+                                    UINT64_MAX};
+  enum { VALUES = sizeof values / sizeof values[0], BATCHES = 2 * VALUES };
+  static const size_t counts[] = {1, 2, 3, 5, 7, 16, 17};
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_run runs[BATCHES * 17];
+  reshard_batch batches[BATCHES];
+  size_t batch_first[BATCHES + 1];
+  Reshard__V1__RangeBatch messages[BATCHES];
+  Reshard__V1__RangeBatch *message_list[BATCHES];
+  uint64_t columns[BATCHES][9][17];
+  size_t at = 0;
+  for (size_t b = 0; b < BATCHES; b++) {
+    size_t count = counts[b % (sizeof counts / sizeof counts[0])];
+    /* Odd batches repeat the batch before them but for the part and the
+     * region; every batch's run count and strides are one value each. */
+    uint64_t value = values[b / 2];
+    batch_first[b] = at;
+    batches[b] = (reshard_batch){.first = at, .count = count, .bytes = 0};
+    if (b % 2 == 1) {
+      count = batches[b - 1].count;
+      batches[b].count = count;
+    }
+    for (size_t i = 0; i < count; i++) {
+      reshard_run run = {
+          .first = {.page_index = value,
+                    .part_index = b % 2 == 1 ? b : value,
+                    .part_offset = i * 1000003u + value % 7,
+                    .region_index = b,
+                    .region_offset = (i % 2 ? 300u : 5u) * (i + 1),
+                    .nbytes = 4096},
+          .count = value,
+          .part_stride = value,
+          .region_stride = 1ull << 20,
+      };
+      if (b % 2 == 1) {
+        run = runs[batch_first[b - 1] + i];
+        run.first.part_index = b;
+        run.first.region_index = b + 1;
+      }
+      runs[at++] = run;
+      const uint64_t *row = (const uint64_t *)&runs[at - 1];
+      for (unsigned c = 0; c < 9; c++) {
+        columns[b][c][i] = row[c];
+      }
+      batches[b].bytes += 1;
+    }
+    Reshard__V1__RangeBatch m = RESHARD__V1__RANGE_BATCH__INIT;
+    uint64_t *cols[9];
+    for (unsigned c = 0; c < 9; c++) {
+      cols[c] = columns[b][c];
+    }
+    m.n_page_index = m.n_part_index = m.n_part_offset = m.n_region_index =
+        m.n_region_offset = m.n_nbytes = m.n_run_count = m.n_part_stride =
+            m.n_region_stride = count;
+    m.page_index = cols[0];
+    m.part_index = cols[1];
+    m.part_offset = cols[2];
+    m.region_index = cols[3];
+    m.region_offset = cols[4];
+    m.nbytes = cols[5];
+    m.run_count = cols[6];
+    m.part_stride = cols[7];
+    m.region_stride = cols[8];
+    m.bytes = batches[b].bytes;
+    messages[b] = m;
+    message_list[b] = &messages[b];
+  }
+  batch_first[BATCHES] = at;
+  reshard_runs plan_runs = {runs, at, batch_first, BATCHES};
+  reshard_range_batches measured;
+  cr_assert_eq(reshard_range_batches_measure(NULL, batches, BATCHES, &plan_runs,
+                                             NULL, &arena, &measured),
+               RESHARD_OK);
+  Reshard__V1__PlanLoadResponse response =
+      RESHARD__V1__PLAN_LOAD_RESPONSE__INIT;
+  response.n_batches = BATCHES;
+  response.batches = message_list;
+  size_t want_size = protobuf_c_message_get_packed_size(&response.base);
+  uint8_t *want = malloc(want_size + 1);
+  protobuf_c_message_pack(&response.base, want);
+  cr_assert_eq(measured.size, want_size, "size %zu, protobuf-c packs %zu",
+               measured.size, want_size);
+  uint8_t *got = malloc(want_size + 1);
+  uint8_t *end = reshard_range_batches_write(&measured, 4, got);
+  cr_assert_eq((size_t)(end - got), want_size);
+  for (size_t i = 0; i < want_size; i++) {
+    cr_assert_eq(got[i], want[i], "byte %zu of %zu differs", i, want_size);
+  }
+  free(got);
+  free(want);
   reshard_arena_destroy(&arena);
 }
