@@ -18,12 +18,17 @@
  * (copies, sort scratch, batches), and the encoded response adds 10-30. */
 enum { PLAN_BYTES_PER_COPY = 96 };
 
-/* Large plans and decodes run on WORK_POOL_THREADS workers (libuv's pool
- * size) at nice +WORK_POOL_NICE, so on a machine with fewer cores than
- * busy threads the kernel runs the loop and the gRPC thread first and
- * large plans do not stall small ones; they still get the CPU the loop
- * leaves. */
-enum { WORK_POOL_THREADS = 4, WORK_POOL_NICE = 10 };
+/* Large plans and decodes run on one worker per CPU the daemon may run
+ * on, at most WORK_POOL_THREADS_MAX (libuv's pool size), at nice
+ * +WORK_POOL_NICE, so on a machine with fewer cores than busy threads the
+ * kernel runs the loop and the gRPC thread first and large plans do not
+ * stall small ones; they still get the CPU the loop leaves. Planning
+ * gains nothing from more workers than CPUs, and each idle one is a
+ * futex wake-up for the loop when work comes: on two vCPUs, four workers
+ * took 1.3-1.55 futex calls a PlanLoad under h2load and two 0.87-0.97,
+ * at 28 000-29 500 against 30 300-31 000 S1x8 PlanLoads a second with
+ * runs (docs/performance.md, Round 37). */
+enum { WORK_POOL_THREADS_MAX = 4, WORK_POOL_NICE = 10 };
 
 /* Decodes the call's request as `type`; on failure the call is failed and
  * NULL returned. */
@@ -341,8 +346,10 @@ reshard_planner *reshard_planner_create(uv_loop_t *loop,
   planner->inline_max_values = inline_max_values;
   planner->cache_bindings = !catalog->vtable->lookups_are_local;
   planner->max_large = uv_available_parallelism();
-  planner->pool =
-      reshard_work_pool_create(loop, WORK_POOL_THREADS, WORK_POOL_NICE);
+  unsigned workers = planner->max_large < WORK_POOL_THREADS_MAX
+                         ? planner->max_large
+                         : WORK_POOL_THREADS_MAX;
+  planner->pool = reshard_work_pool_create(loop, workers, WORK_POOL_NICE);
   if (planner->pool == NULL) {
     free(planner);
     return NULL;
