@@ -25,8 +25,8 @@ enum { PLAN_BYTES_PER_COPY = 96 };
  * stall small ones; they still get the CPU the loop leaves. Planning
  * gains nothing from more workers than CPUs, and each idle one is a
  * futex wake-up for the loop when work comes: on two vCPUs, four workers
- * took 1.3-1.55 futex calls a PlanLoad under h2load and two 0.87-0.97,
- * at 28 000-29 500 against 30 300-31 000 S1x8 PlanLoads a second with
+ * took 1.28-1.55 futex calls a PlanLoad under h2load and two 0.87-0.97,
+ * at 24 500-29 500 against 30 300-31 000 S1x8 PlanLoads a second with
  * runs (docs/performance.md, Round 37). */
 enum { WORK_POOL_THREADS_MAX = 4, WORK_POOL_NICE = 10 };
 
