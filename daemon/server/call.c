@@ -34,6 +34,7 @@ static grpc_call_error start_batch(reshard_call *call, const grpc_op *ops,
 static uint64_t admission_bytes(const reshard_server *server);
 static uint64_t request_bytes(uint64_t length);
 static void on_admitted(reshard_inflight_waiter *waiter);
+static bool acquire_room(reshard_call *call, uint64_t bytes, uint64_t held);
 static void admitted(reshard_call *call, uint64_t bytes);
 static void start_recv(reshard_call *call);
 static bool holds_drain(const reshard_call *call);
@@ -174,14 +175,11 @@ void reshard__on_request(reshard_server *server, request_slot *slot,
     return;
   }
   uint64_t bytes = admission_bytes(server);
-  if (reshard_inflight_acquire(&server->inflight, &call->waiter, bytes, 0,
-                               on_admitted)) {
+  if (acquire_room(call, bytes, 0)) {
     admitted(call, bytes);
-  } else {
-    /* on_admitted runs, or the sweep ends the call at its deadline; a
-     * client gone meanwhile gives its place up (reshard__call_on_close). */
-    reshard_call_watch_cancel(call);
   }
+  /* Otherwise on_admitted runs, or the sweep ends the call at its
+   * deadline. */
   publish_inflight(server);
 }
 
@@ -251,6 +249,19 @@ static uint64_t admission_bytes(const reshard_server *server) {
  * size (what it really takes is charged when the call finishes). */
 static uint64_t request_bytes(uint64_t length) {
   return 4 * length + CALL_BASE_BYTES;
+}
+
+/* Charges `bytes` when they fit now (true); else the call joins the line
+ * for room (on_admitted runs later) and watches its client's cancel, so
+ * that a client gone meanwhile gives its place up at once
+ * (reshard__call_on_close). */
+static bool acquire_room(reshard_call *call, uint64_t bytes, uint64_t held) {
+  if (reshard_inflight_acquire(&call->server->inflight, &call->waiter, bytes,
+                               held, on_admitted)) {
+    return true;
+  }
+  reshard_call_watch_cancel(call);
+  return false;
 }
 
 /* Room came free for a call waiting in line: its admission, or the
@@ -434,12 +445,10 @@ void reshard_call_reserve(reshard_call *call, uint64_t bytes,
   if (limit != 0 && bytes > limit) {
     bytes = limit;
   }
-  if (reshard_inflight_acquire(&call->server->inflight, &call->waiter, bytes,
-                               call->charged, on_admitted)) {
+  if (acquire_room(call, bytes, call->charged)) {
     reservation_done(call, NULL);
     return;
   }
-  reshard_call_watch_cancel(call); /* gone meanwhile: gives its place up */
   publish_inflight(call->server);
 }
 
@@ -675,12 +684,11 @@ void reshard_call_on_done(reshard_call *call, reshard_call_done_fn fn,
 
 /* Starts the call's RECV_CLOSE_ON_SERVER batch on its own, once, so that
  * the client's cancel reaches the call at once. A unary call that waits in
- * no line sends it with its final batch instead (send_status): both then
- * complete inside one grpc_call_start_batch and the loop catches that
- * itself (queue.c). A close of its own completes beside the final batch,
- * and one of the two crossed to the loop through call_cq and the
- * completion thread. False when gRPC refused the batch; the final batch
- * then carries the close. */
+ * no line sends it with its final batch instead (send_status): a close of
+ * its own would complete beside that batch, and gRPC's thread-local slot
+ * keeps only one of the two for the loop (queue.c); the other would cross
+ * through call_cq and the completion thread. False when gRPC refused the
+ * batch; the final batch then carries the close. */
 static bool watch_close(reshard_call *call) {
   if (call->close_watched) {
     return true;

@@ -146,8 +146,9 @@ bool reshard_call_cancelled(const reshard_call *call);
 
 /* The call is about to wait in a line whose wait has no bound of its own
  * (room under --max-inflight-bytes, the line of large requests): from now
- * on the client's cancel reaches it at once, so that it gives its place up
- * (reshard_call_cancelled, the waiter's end). Work on the pool, bounded by
+ * on the client's cancel reaches it at once: a call waiting for room leaves
+ * the line, one in the line of large requests is skipped when its turn
+ * comes (reshard_call_cancelled). Work on the pool, bounded by
  * the plan's limits, and catalog calls, bounded by their timeout, do not
  * ask: a cancel then arrives with the final batch, which saves every call
  * that never waits a completion crossing threads. Once per call; more

@@ -859,16 +859,13 @@ Test(plan_response, repeated_run_columns_match_protobuf_c) {
   uint64_t columns[BATCHES][9][17];
   size_t at = 0;
   for (size_t b = 0; b < BATCHES; b++) {
-    size_t count = counts[b % (sizeof counts / sizeof counts[0])];
     /* Odd batches repeat the batch before them but for the part and the
      * region; every batch's run count and strides are one value each. */
+    size_t count = b % 2 == 1 ? batches[b - 1].count
+                              : counts[b % (sizeof counts / sizeof counts[0])];
     uint64_t value = values[b / 2];
     batch_first[b] = at;
     batches[b] = (reshard_batch){.first = at, .count = count, .bytes = 0};
-    if (b % 2 == 1) {
-      count = batches[b - 1].count;
-      batches[b].count = count;
-    }
     for (size_t i = 0; i < count; i++) {
       reshard_run run = {
           .first = {.page_index = value,
