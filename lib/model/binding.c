@@ -411,6 +411,59 @@ static inline bool check_shaped_range(const reshard__binding_validation *v,
   return true;
 }
 
+/* The run of ranges from binding.ranges[i] on that are shaped as
+ * binding.ranges[i - 1] (which passed; the caller found ranges[i] shaped
+ * as it) and pass check_shaped_range's rules on where they lie: a paged
+ * reader's blocks of one layer, listed one after another. Fills their
+ * bound ranges and spans, widens the spans' bounds, clears *in_order when
+ * a range's tokens come before the last's, and returns how many there
+ * were; the range that ends the run is the caller's. The run's shape,
+ * region and limits stay in locals, where check_shaped_range reads them
+ * back from the range before, per range. */
+static size_t check_run(reshard__binding_validation *v, uint64_t token_span,
+                        size_t i, size_t count, reshard_bound_range *ranges,
+                        bool *in_order) {
+  const reshard_binding_range *shape = &v->binding->ranges[i - 1];
+  const reshard_bound_range bound = ranges[i - 1];
+  const reshard_region *region = &v->binding->regions[bound.region_index];
+  uint64_t extent = v->spans[i].end - v->spans[i].start;
+  /* The first range passed: its tokens lie in the span and its extent in
+   * the region, so neither difference wraps, and a start at most the
+   * difference ends inside without overflow. */
+  uint64_t last_token_start = token_span - shape->token_count;
+  uint64_t last_offset = region->nbytes - extent;
+  uint64_t address = region->address;
+  uint64_t low = v->span_low, high = v->span_high;
+  uint64_t before = bound.token_start;
+  bool ordered = true;
+  size_t j = i;
+  for (; j < count; j++) {
+    const reshard_binding_range *range = &v->binding->ranges[j];
+    uint64_t token_start = range->token_start;
+    uint64_t offset = range->offset_bytes;
+    if (!shaped_as(range, shape) || token_start > last_token_start ||
+        offset > last_offset || !item_multiple(v, address + offset)) {
+      break;
+    }
+    ordered = ordered && before <= token_start;
+    before = token_start;
+    reshard_bound_range *out = &ranges[j];
+    *out = bound;
+    out->token_start = token_start;
+    out->token_end = token_start + shape->token_count;
+    out->region_offset = offset;
+    reshard__binding_span *span = &v->spans[j + 1];
+    span->start = address + offset;
+    span->end = span->start + extent;
+    low = span->start < low ? span->start : low;
+    high = span->end > high ? span->end : high;
+  }
+  v->span_low = low;
+  v->span_high = high;
+  *in_order = *in_order && ordered;
+  return j - i;
+}
+
 /* Group g holds layer g / 2's component g % 2 + 1. */
 static inline size_t group_of(uint64_t layer_index,
                               reshard_component component) {
@@ -437,13 +490,14 @@ static size_t range_group(const reshard__binding_validation *v,
 /* The sorted order of page blocks listed in another order, without a sort:
  * each group's ranges are its pages, so the range over tokens [t, t +
  * page_size) of group g goes to group_start[g] + t / page_size. Fills
- * group_start, `sorted` and `source_index`. false when a start is not a
+ * group_start, `sorted`, `source_index` and `places` (each sorted range's
+ * region offset, for pages_aligned). false when a start is not a
  * page's or two ranges claim one page; tiling refuses those, after the
  * general sort has put them where its message can name them. */
 static bool place_page_blocks(const reshard_bound_range *ranges, size_t count,
                               uint64_t page_size, size_t *group_start,
                               size_t group_count, reshard_bound_range *sorted,
-                              size_t *source_index) {
+                              size_t *source_index, uint64_t *places) {
   memset(group_start, 0, (group_count + 1) * sizeof *group_start);
   for (size_t i = 0; i < count; i++) {
     group_start[bound_group(&ranges[i]) + 1]++;
@@ -471,6 +525,44 @@ static bool place_page_blocks(const reshard_bound_range *ranges, size_t count,
     }
     sorted[place] = *range;
     source_index[place] = i;
+    places[place] = range->region_offset;
+  }
+  return true;
+}
+
+/* Whether the page blocks of every group lie as the first group's do
+ * (reshard_bound_binding.pages_aligned), over the sorted and tiled
+ * ranges, each group one range a page: sorted range k lies at
+ * places[k * stride]. The caller has checked that every range starts
+ * within 2^63 bytes of every other, so two differences of places equal
+ * modulo 2^64 are equal as integers: none passes by wrapping around. */
+static bool pages_aligned(const uint64_t *places, size_t stride,
+                          const size_t *group_start, size_t group_count) {
+  const uint64_t *first = NULL;
+  size_t pages = 0;
+  for (size_t g = 0; g < group_count; g++) {
+    const uint64_t *group = places + group_start[g] * stride;
+    size_t count = group_start[g + 1] - group_start[g];
+    if (count == 0) {
+      continue; /* a component the cache has not */
+    }
+    if (first == NULL) {
+      first = group;
+      pages = count;
+      continue;
+    }
+    if (count != pages) {
+      return false;
+    }
+    /* Page p lies as far from the first group's page p as page 0 does. */
+    uint64_t apart_by = group[0] - first[0];
+    bool apart = false;
+    for (size_t p = 1; p < pages; p++) {
+      apart |= group[p * stride] - first[p * stride] != apart_by;
+    }
+    if (apart) {
+      return false;
+    }
   }
   return true;
 }
@@ -671,23 +763,26 @@ reshard_status reshard_binding_validate(
   bool whole_span = true;
   size_t next_group = 0;
   for (size_t i = 0; i < count; i++) {
+    /* A run shaped as the range before: every rule but those on where
+     * each lies holds as it did there. Its ranges stay in that range's
+     * group and leave page_blocks, whole_span and the shortest span as
+     * it left them: as many tokens, and a range with as many as the span
+     * starts at 0. */
+    if (i > 0 && shaped_as(&binding->ranges[i], &binding->ranges[i - 1])) {
+      i += check_run(&v, token_span, i, count, ranges, &in_order);
+      if (i == count) {
+        break;
+      }
+    }
     const reshard_binding_range *range = &binding->ranges[i];
     reshard__binding_span *span = &v.spans[i + 1];
-    /* Shaped as the range before, or else as its group's first: every
-     * rule but those on where it lies holds as it did there. */
-    bool after_previous =
-        i > 0 && shaped_as(range, &binding->ranges[i - 1]) &&
-        check_shaped_range(&v, token_span, range, &ranges[i - 1], &v.spans[i],
-                           &ranges[i], span);
-    bool shaped = after_previous;
-    size_t group = SIZE_MAX;
-    if (!shaped) {
-      group = range_group(&v, range);
-      size_t first = group == SIZE_MAX ? SIZE_MAX : group_shape[group];
-      shaped = first != SIZE_MAX && shaped_as(range, &binding->ranges[first]) &&
-               check_shaped_range(&v, token_span, range, &ranges[first],
-                                  &v.spans[first + 1], &ranges[i], span);
-    }
+    /* Else shaped as its group's first, listed before. */
+    size_t group = range_group(&v, range);
+    size_t first = group == SIZE_MAX ? SIZE_MAX : group_shape[group];
+    bool shaped = first != SIZE_MAX &&
+                  shaped_as(range, &binding->ranges[first]) &&
+                  check_shaped_range(&v, token_span, range, &ranges[first],
+                                     &v.spans[first + 1], &ranges[i], span);
     bool group_first = false;
     if (!shaped) {
       if ((status =
@@ -712,12 +807,6 @@ reshard_status reshard_binding_validate(
                  ranges[i].token_end == token_span;
     v.span_low = span->start < v.span_low ? span->start : v.span_low;
     v.span_high = span->end > v.span_high ? span->end : v.span_high;
-    if (after_previous) {
-      /* The span as long as the one before, and one layer, component and
-       * head start: in its group, in order when its tokens come later. */
-      in_order = in_order && ranges[i - 1].token_start <= ranges[i].token_start;
-      continue;
-    }
     if (!shaped) {
       uint64_t length = span->end - span->start;
       v.span_shortest = length < v.span_shortest ? length : v.span_shortest;
@@ -731,6 +820,13 @@ reshard_status reshard_binding_validate(
       }
     }
   }
+  /* Where each sorted range lies, for pages_aligned, in the densest array
+   * at hand: the spans while the ranges kept the client's order (a
+   * group's ranges share their region, so the differences are the
+   * offsets'), the places noted while placing page blocks, else the
+   * bound ranges themselves. */
+  const uint64_t *places = &v.spans[1].start;
+  size_t place_stride = sizeof *v.spans / sizeof(uint64_t);
   if (in_order) {
     while (next_group <= group_count) {
       group_start[next_group++] = count;
@@ -739,17 +835,26 @@ reshard_status reshard_binding_validate(
     reshard_bound_range *placed =
         page_blocks ? RESHARD_ARENA_ARRAY(arena, reshard_bound_range, count + 1)
                     : NULL;
+    uint64_t *page_places =
+        page_blocks ? RESHARD_ARENA_ARRAY(arena, uint64_t, count + 1) : NULL;
     v.source_index = RESHARD_ARENA_ARRAY(arena, size_t, count + 1);
-    if (v.source_index == NULL || (page_blocks && placed == NULL)) {
+    if (v.source_index == NULL ||
+        (page_blocks && (placed == NULL || page_places == NULL))) {
       return reshard__binding_no_memory(&v);
     }
     if (page_blocks &&
         place_page_blocks(ranges, count, descriptor->page_size, group_start,
-                          group_count, placed, v.source_index)) {
+                          group_count, placed, v.source_index, page_places)) {
       ranges = placed;
-    } else if ((status = sort_ranges(&v, ranges, count, token_span, group_start,
-                                     group_count))) {
-      return status;
+      places = page_places;
+      place_stride = 1;
+    } else {
+      if ((status = sort_ranges(&v, ranges, count, token_span, group_start,
+                                group_count))) {
+        return status;
+      }
+      places = &ranges[0].region_offset;
+      place_stride = sizeof *ranges / sizeof(uint64_t);
     }
   }
   if ((status = reshard__binding_check_tiling(
@@ -769,6 +874,9 @@ reshard_status reshard_binding_validate(
       .region_count = binding->region_count,
       /* Sorted and tiled, each group's ranges are its pages, one a page. */
       .page_blocks = page_blocks ? descriptor->page_size : 0,
+      .pages_aligned =
+          page_blocks && v.span_high - v.span_low < UINT64_C(1) << 63 &&
+          pages_aligned(places, place_stride, group_start, group_count),
       .whole_span = whole_span,
       .validation_work = v.work,
   };

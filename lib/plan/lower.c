@@ -572,6 +572,31 @@ static void note_page_block_shifts(const reshard_bound_range *ranges,
   }
 }
 
+/* The shift of a page of aligned page blocks (binding.h, pages_aligned)
+ * from the page before, the remembered one: one amount for every range,
+ * read off the first group's two ranges alone, as pooled_block_shift
+ * reads a pool's off two block ids. The memo's per-ordinal ranges are
+ * left as they were: with aligned pages no page reads them. */
+static void note_aligned_page_shift(const reshard_bound_binding *binding,
+                                    uint64_t page_index,
+                                    reshard__sequence_memo *memo) {
+  size_t g = 0;
+  while (binding->group_start[g] == binding->group_start[g + 1]) {
+    g++; /* a component the cache has not */
+  }
+  const reshard_bound_range *now =
+      &binding->ranges[binding->group_start[g] + (size_t)page_index];
+  uint64_t shift = now->region_offset - now[-1].region_offset;
+  memo->single = true;
+  memo->single_shift = shift;
+  /* In locals, as pooled_block_shift's. */
+  uint64_t *region_shift = memo->region_shift;
+  size_t regions = memo->region_count;
+  for (size_t r = 0; r < regions; r++) {
+    region_shift[r] = shift;
+  }
+}
+
 /* note_shift for every range of a page of whole-span ranges (binding.h)
  * after the remembered page, the page before it: the same ranges, each
  * meeting this page a page of its rows further in. */
@@ -782,7 +807,10 @@ size_t reshard__lower_page_sequences(const reshard__page_lowering *page,
     };
     memo->serial++;
     memo->uniform = true;
-    if (page->cursor->binding->page_blocks != 0) {
+    if (page->cursor->binding->pages_aligned) {
+      note_aligned_page_shift(page->cursor->binding, page->page_index, memo);
+      same = true;
+    } else if (page->cursor->binding->page_blocks != 0) {
       note_page_block_shifts(compare.ranges, memo);
       same = true;
     } else if (page->cursor->binding->whole_span) {

@@ -288,6 +288,10 @@ typedef struct oracle_case_opts {
   uint64_t max_batch_operations; /* 0: library default */
   uint64_t max_batch_bytes;      /* 0: library default */
   bool scatter_in_runs;          /* oracle_memory_opts.scatter_in_runs */
+  /* Blocks of one page each, all in one region: the reader's ranges are
+   * page blocks (reshard_bound_binding.page_blocks), their pages aligned
+   * across groups when the blocks are laid out block-major. */
+  bool page_blocks;
 } oracle_case_opts;
 
 #define ORACLE_MAX_SOURCES 6

@@ -355,6 +355,10 @@ bool oracle_case_build(oracle_case *c, uint64_t seed,
                                        &rng, 0, ORACLE_MEM_STYLE_COUNT - 1)
                                  : opts->style;
   mem.scatter_in_runs = opts->scatter_in_runs;
+  if (opts->page_blocks) {
+    mem.block_tokens = c->descriptor.page_size;
+    mem.region_count = 1;
+  }
   oracle_build_binding(&rng, &c->arena, &c->descriptor, c->participant, pages,
                        &mem, &c->binding);
   append(c->description, sizeof c->description,

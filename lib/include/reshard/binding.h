@@ -73,6 +73,11 @@ typedef struct reshard_bound_binding {
    * page p's range of group g is ranges[group_start[g] + p], and every
    * page meets its ranges as the page before it did. */
   uint64_t page_blocks;
+  /* With page_blocks: every group's page p lies as far from its page 0,
+   * in bytes and direction, as the first group's page p from its own (the
+   * groups share one block table, as a pool's tensors do). Then a page
+   * moves every range by one amount from the page before. */
+  bool pages_aligned;
   /* Every range binds all the span's tokens, [0, token_span) (a
    * contiguous reader's tensors): every page opens every range, and meets
    * it as the page before did, a page's rows further into its region. */

@@ -969,6 +969,69 @@ Test(binding, blocks_listed_page_by_page_in_two_shapes_are_not_page_blocks) {
   cr_assert_eq(fx.out.ranges[5].region_offset, 1024);
 }
 
+/* Every group's two pages in a pool of 256-byte blocks, block-major as
+ * one block table serves every layer: page p of group g at
+ * slot[p] * 256 + 64 * g, page 0 in slot 1 and page 1 in slot 0, so each
+ * page lies 256 bytes before the page before it. Listed in order, or
+ * page by page. */
+static void pages_in_one_table(bool page_by_page) {
+  fx.binding.range_count = 0;
+  const uint64_t slot[2] = {1, 0};
+  for (uint64_t i = 0; i < 8; i++) {
+    uint64_t page = page_by_page ? i / 4 : i % 2;
+    uint64_t group = page_by_page ? i % 4 : i / 2;
+    uint64_t hb = group % 2 == 0 ? 8 : 4;
+    add_range(1 + group / 2, group % 2 == 0 ? K : V, 4 * page, 4, 2, 2, "kv",
+              slot[page] * 256 + 64 * group, 2 * hb, hb);
+  }
+}
+
+Test(binding, pages_of_one_block_table_are_aligned) {
+  for (int page_by_page = 0; page_by_page <= 1; page_by_page++) {
+    pages_in_one_table(page_by_page);
+    validate_ok();
+    cr_assert_eq(fx.out.page_blocks, 4);
+    cr_assert(fx.out.pages_aligned, "page by page: %d", page_by_page);
+  }
+}
+
+Test(binding, pages_moved_apart_in_one_group_are_not_aligned) {
+  /* paged_alike: K's pages lie 64 bytes apart, V's 32. */
+  paged_alike();
+  validate_ok();
+  cr_assert_eq(fx.out.page_blocks, 4);
+  cr_assert_not(fx.out.pages_aligned);
+  /* One table, but L2 V's page 1 in a slot of its own. */
+  pages_in_one_table(false);
+  fx.binding.ranges[7].offset_bytes = 2 * 256 + 64 * 3;
+  validate_ok();
+  cr_assert_eq(fx.out.page_blocks, 4);
+  cr_assert_not(fx.out.pages_aligned);
+}
+
+Test(binding, pages_apart_by_one_amount_only_modulo_2_64_are_not_aligned) {
+  /* L2 V in a region of nearly 2^64 bytes, its page 0 near the top and its
+   * page 1 near the bottom: 256 bytes on modulo 2^64 as every other
+   * group's page 1 lies 256 bytes on from its page 0, but backwards. */
+  pages_in_one_table(false);
+  add_region("far", 2, UINT64_MAX - 3);
+  for (size_t r = 0; r < 6; r++) {
+    fx.binding.ranges[r].offset_bytes = (r % 2) * 256 + 64 * (r / 2);
+  }
+  fx.binding.ranges[6].region_id = "far";
+  fx.binding.ranges[6].offset_bytes = UINT64_MAX - 199;
+  fx.binding.ranges[7].region_id = "far";
+  fx.binding.ranges[7].offset_bytes = 56; /* 2^64 - 200 + 256 - 2^64 */
+  validate_ok();
+  cr_assert_eq(fx.out.page_blocks, 4);
+  cr_assert_not(fx.out.pages_aligned);
+  /* The same distance forwards in every group is aligned. */
+  fx.binding.ranges[6].offset_bytes = 1000;
+  fx.binding.ranges[7].offset_bytes = 1256;
+  validate_ok();
+  cr_assert(fx.out.pages_aligned);
+}
+
 /* One field of ranges[5], the second block of L2 K, broken: a range
  * shaped as the one before in every other field is checked on its own. */
 struct alike_case {

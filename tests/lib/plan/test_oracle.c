@@ -21,10 +21,36 @@ typedef struct run_totals {
   uint64_t bytes;
 } run_totals;
 
+/* Cases whose reader ranges validation finds page blocks of more than
+ * one page, their pages aligned across groups or apart
+ * (reshard_bound_binding). */
+typedef struct page_block_tally {
+  unsigned aligned, apart;
+} page_block_tally;
+
+static void tally_page_blocks(const oracle_case *c, page_block_tally *tally) {
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_bound_binding bound;
+  reshard_error err;
+  reshard_error_clear(&err);
+  cr_assert_eq(reshard_binding_validate(&c->binding, &c->reader.descriptor,
+                                        c->participant, c->request.page_count,
+                                        &c->request.limits, &arena, &bound,
+                                        &err),
+               RESHARD_OK, "%s", err.message);
+  if (bound.page_blocks != 0 && c->request.page_count > 1) {
+    tally->aligned += bound.pages_aligned;
+    tally->apart += !bound.pages_aligned;
+  }
+  reshard_arena_destroy(&arena);
+}
+
 /* Builds, plans, executes and checks one random case; fails the test with
- * a reproducible message. */
-static void run_one(uint64_t stream, unsigned index,
-                    const oracle_case_opts *opts, run_totals *totals) {
+ * a reproducible message. With `tally`, counts the case's page blocks. */
+static void run_one_tallied(uint64_t stream, unsigned index,
+                            const oracle_case_opts *opts, run_totals *totals,
+                            page_block_tally *tally) {
   uint64_t base = oracle_base_seed();
   uint64_t seed = oracle_case_seed(base, stream, index);
   oracle_case c;
@@ -32,6 +58,9 @@ static void run_one(uint64_t stream, unsigned index,
   bool ok = oracle_case_build(&c, seed, opts, msg, sizeof msg);
   oracle_exec_stats stats;
   memset(&stats, 0, sizeof stats);
+  if (ok && tally != NULL) {
+    tally_page_blocks(&c, tally);
+  }
   if (ok) {
     reshard_arena plan_arena;
     reshard_load_plan plan;
@@ -45,6 +74,11 @@ static void run_one(uint64_t stream, unsigned index,
   totals->cases++;
   totals->copies += stats.copies;
   totals->bytes += stats.bytes;
+}
+
+static void run_one(uint64_t stream, unsigned index,
+                    const oracle_case_opts *opts, run_totals *totals) {
+  run_one_tallied(stream, index, opts, totals, NULL);
 }
 
 static void run_many(uint64_t stream, unsigned count,
@@ -108,6 +142,31 @@ Test(oracle, blocks_back_to_back_on_some_pages) {
       run_many(0x7700 + (uint64_t)f * 2 + s, 40, &opts);
     }
   }
+}
+
+/* Reader memory of one-page blocks in one region, laid out layer-major
+ * (each group's blocks scattered on their own) or block-major (a block
+ * holds every group's page): block-major pages lie alike in every group
+ * (pages_aligned), and the planner moves each such page's ranges by the
+ * first group's one amount (lib/plan/lower.c, note_aligned_page_shift).
+ * Every format; both kinds must occur, or the test proves nothing. */
+Test(oracle, page_blocks_aligned_across_groups_or_not) {
+  page_block_tally tally = {0, 0};
+  run_totals totals = {0, 0, 0};
+  for (int f = RESHARD_FORMAT_PLHD; f <= RESHARD_FORMAT_HPLD; f++) {
+    oracle_case_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.format = (reshard_format)f;
+    opts.style = ORACLE_MEM_PAGED_SMALL;
+    opts.max_sources = 2;
+    opts.page_blocks = true;
+    for (unsigned i = 0; i < 60; i++) {
+      run_one_tallied(0x7800 + (uint64_t)f, i, &opts, &totals, &tally);
+    }
+  }
+  cr_assert_gt(tally.aligned, 10, "%u cases with aligned pages", tally.aligned);
+  cr_assert_gt(tally.apart, 10, "%u cases with page blocks apart", tally.apart);
+  cr_assert_gt(totals.copies, 0);
 }
 
 /* ---- explicit TP/PP/DP/replica changes ---- */
