@@ -380,17 +380,25 @@ word_varint(const uint8_t *b, size_t *at, uint64_t *out) {
   return word_varint_packed(b, at, out);
 }
 
+/* Where a range's token start and offset values lie in its bytes, [at,
+ * end) each; at 0 when the field was not written. */
+typedef struct value_marks {
+  size_t start_at, start_end, offset_at, offset_end;
+} value_marks;
+
 /* decode_range_in_order over the `n` bytes at `b` with word reads: the
  * same fields in the same order, each at most once, one-byte tags, a
  * region id shorter than 128 bytes; false for anything else, which
  * decode_range_in_order then decodes. Needs WORD_SLACK readable bytes past
  * b + n. Each field is looked for at offset `at` only while at < n, so no
- * read starts past b + n; a value that ran past the range leaves at != n. */
-static bool decode_range_words(const uint8_t *b, size_t n,
-                               reshard_binding_range *out, int32_t *component,
-                               text *region) {
+ * read starts past b + n; a value that ran past the range leaves at != n.
+ * Notes in `marks` where the token start and offset lie. */
+__attribute__((always_inline)) static inline bool
+decode_range_words(const uint8_t *b, size_t n, reshard_binding_range *out,
+                   int32_t *component, text *region, value_marks *marks) {
   range_fields f = {0};
   size_t at = 0;
+  *marks = (value_marks){0, 0, 0, 0};
 #define WORD_FIELD(number, value, read)                                        \
   if (at < n && b[at] == (uint8_t)((number) << 3)) {                           \
     at++;                                                                      \
@@ -401,7 +409,12 @@ static bool decode_range_words(const uint8_t *b, size_t n,
   WORD_FIELD(RANGE_LAYER, f.layer, word_varint)
   WORD_FIELD(RANGE_COMPONENT, f.kind, word_varint)
   /* Its length follows the block, not the field. */
+  size_t start_tag = at;
   WORD_FIELD(RANGE_TOKEN_START, f.token_start, word_varint_packed)
+  if (at != start_tag) {
+    marks->start_at = start_tag + 1;
+    marks->start_end = at;
+  }
   WORD_FIELD(RANGE_TOKEN_COUNT, f.token_count, word_varint)
   WORD_FIELD(RANGE_HEAD_START, f.head_start, word_varint)
   WORD_FIELD(RANGE_HEAD_COUNT, f.head_count, word_varint)
@@ -413,7 +426,12 @@ static bool decode_range_words(const uint8_t *b, size_t n,
     f.id = (text){b + at + 2, length};
     at += 2 + length;
   }
+  size_t offset_tag = at;
   WORD_FIELD(RANGE_OFFSET, f.offset, word_varint)
+  if (at != offset_tag) {
+    marks->offset_at = offset_tag + 1;
+    marks->offset_end = at;
+  }
   WORD_FIELD(RANGE_TOKEN_STRIDE, f.token_stride, word_varint)
   WORD_FIELD(RANGE_HEAD_STRIDE, f.head_stride, word_varint)
 #undef WORD_FIELD
@@ -421,6 +439,78 @@ static bool decode_range_words(const uint8_t *b, size_t n,
     return false;
   }
   range_store(&f, out, component, region);
+  return true;
+}
+
+/* Whether the `length` bytes at `a` and `b` are equal, a word at a time,
+ * the last word masked to the bytes left. Needs WORD_SLACK readable bytes
+ * past each: the bytes compared here are a range's, of a range that has
+ * them. */
+static inline bool same_bytes(const uint8_t *a, const uint8_t *b,
+                              size_t length) {
+  uint64_t x, y, differ = 0;
+  size_t at = 0;
+  for (; at + sizeof x <= length; at += sizeof x) {
+    memcpy(&x, a + at, sizeof x);
+    memcpy(&y, b + at, sizeof y);
+    differ |= x ^ y;
+  }
+  if (at < length) {
+    /* Little-endian: the bytes past `length` are the word's high ones,
+     * shifted out. */
+    memcpy(&x, a + at, sizeof x);
+    memcpy(&y, b + at, sizeof y);
+    differ |= (x ^ y) << 8 * (sizeof x - (length - at));
+  }
+  return differ == 0;
+}
+
+/* A range decoded by words with both its token start and its offset
+ * written, kept as the shape of those after it: a paged reader's blocks
+ * of one layer encode byte for byte alike but for those two values. */
+typedef struct range_template {
+  const uint8_t *bytes; /* in the message; NULL: none yet */
+  size_t length;
+  value_marks marks;
+  const reshard_binding_range *range; /* decoded, its region id shared */
+} range_template;
+
+/* The `n` bytes at `b` as template `t` with another token start and
+ * offset: every other byte, the tags of those two included, equal to the
+ * template's, so every other field decodes as it did there (the fields in
+ * the same order, the same region id). False for anything else, which
+ * decode_range_words then decodes. Needs WORD_SLACK readable bytes past
+ * b + n, and past the template's bytes, which come before them. */
+static bool decode_range_as(const range_template *t, const uint8_t *b, size_t n,
+                            reshard_binding_range *out) {
+  const value_marks *m = &t->marks;
+  if (n < m->start_at || !same_bytes(b, t->bytes, m->start_at)) {
+    return false;
+  }
+  size_t at = m->start_at;
+  uint64_t token_start, offset;
+  /* Ranges alike come in order, so their token starts' lengths repeat
+   * and word_varint's branches predict. */
+  if (!word_varint(b, &at, &token_start)) {
+    return false;
+  }
+  size_t between = m->offset_at - m->start_end;
+  if (at > n || n - at < between ||
+      !same_bytes(b + at, t->bytes + m->start_end, between)) {
+    return false;
+  }
+  at += between;
+  if (!word_varint(b, &at, &offset)) {
+    return false;
+  }
+  size_t after = t->length - m->offset_end;
+  if (at > n || n - at != after ||
+      !same_bytes(b + at, t->bytes + m->offset_end, after)) {
+    return false;
+  }
+  *out = *t->range;
+  out->token_start = token_start;
+  out->offset_bytes = offset;
   return true;
 }
 
@@ -641,6 +731,9 @@ reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
       .out = out,
   };
   reshard_wire_reader r = {data, data + length};
+#if WORD_READS
+  range_template shape = {.bytes = NULL};
+#endif
   while (r.at < r.end) {
 #if WORD_READS
     /* A range as encoders write it, with a one-byte length and the word
@@ -652,14 +745,28 @@ reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
         r.at[1] < 0x80 && 2 + (size_t)r.at[1] + WORD_SLACK <= left &&
         out->range_count < range_room) {
       reshard_binding_range *range = &out->ranges[out->range_count];
+      const uint8_t *bytes = r.at + 2;
+      size_t n = r.at[1];
       int32_t component;
       text region;
-      if (decode_range_words(r.at + 2, r.at[1], range, &component, &region)) {
+      value_marks marks;
+      if (shape.bytes != NULL && decode_range_as(&shape, bytes, n, range)) {
+        out->range_count++;
+        r.at += 2 + n;
+        continue;
+      }
+      if (decode_range_words(bytes, n, range, &component, &region, &marks)) {
         if (!add_range(&d, &ranges, range, component, region)) {
           return d.status;
         }
+        /* Kept when both values were written and it names a component:
+         * a bad one is reported at its first range alone. */
+        if (marks.start_at != 0 && marks.offset_at != 0 &&
+            range->component != 0) {
+          shape = (range_template){bytes, n, marks, range};
+        }
         out->range_count++;
-        r.at += 2 + (size_t)r.at[1];
+        r.at += 2 + n;
         continue;
       }
     }

@@ -527,10 +527,99 @@ Test(binding_decode, agrees_with_protobuf_c_on_canonical_and_mutated_bytes) {
   cr_assert_gt(refused, 2000, "%u refused", refused);
 }
 
+/* Runs of ranges alike but for their token start and offset, of every
+ * varint length, zero (not written) among them, as a paged reader lists
+ * a layer's blocks: binding_decode.c decodes a range alike the last one
+ * it kept by comparing bytes. Now and then one other field differs by a
+ * value of the same length (same_bytes must see it), or the bytes are
+ * mutated; protobuf-c decides every outcome. */
+static void alike_binding(wire *w) {
+  enum { RANGES_MAX = 32 }; /* of up to 200 bytes: within the buffer */
+  Reshard__V1__BindingRange ranges[RANGES_MAX];
+  Reshard__V1__BindingRange *range_list[RANGES_MAX];
+  char ids[2][160];
+  Reshard__V1__Region region;
+  Reshard__V1__Region *region_list[1] = {&region};
+  reshard__v1__region__init(&region);
+  region.region_id = "pool";
+  region.address = 4096;
+  region.nbytes = 1u << 20;
+  const char *id = canonical_id(ids[0], 160);
+  size_t count = below(RANGES_MAX + 1);
+  for (size_t i = 0; i < count; i++) {
+    Reshard__V1__BindingRange *r = &ranges[i];
+    if (i == 0 || below(12) == 0) { /* a new shape */
+      reshard__v1__binding_range__init(r);
+      r->global_layer_id = (uint32_t)canonical_value();
+      r->component = (Reshard__V1__Component)(1 + below(2));
+      r->token_count = canonical_value();
+      r->head_start = (uint32_t)canonical_value();
+      r->head_count = (uint32_t)canonical_value();
+      r->region_id = (char *)id;
+      r->token_stride_bytes = canonical_value();
+      r->head_stride_bytes = canonical_value();
+    } else {
+      *r = ranges[i - 1];
+    }
+    r->token_start = canonical_value();
+    r->offset_bytes = canonical_value();
+    switch (below(16)) {
+    case 0:
+      r->head_count ^= 1; /* one length, another value */
+      break;
+    case 1:
+      r->head_stride_bytes ^= 1;
+      break;
+    case 2:
+      r->global_layer_id ^= 1;
+      break;
+    case 3: /* another id of the same length */
+      strcpy(ids[1], id);
+      if (ids[1][0] != '\0') {
+        ids[1][0] ^= 1;
+      }
+      r->region_id = ids[1];
+      break;
+    default:
+      break;
+    }
+    range_list[i] = r;
+  }
+  Reshard__V1__RuntimeBinding binding;
+  reshard__v1__runtime_binding__init(&binding);
+  binding.participant_id = "pp00-tp00";
+  binding.n_regions = 1;
+  binding.regions = region_list;
+  binding.n_ranges = count;
+  binding.ranges = range_list;
+  w->length = protobuf_c_message_get_packed_size(&binding.base);
+  cr_assert_leq(w->length, sizeof w->data);
+  protobuf_c_message_pack(&binding.base, w->data);
+}
+
+Test(binding_decode, agrees_with_protobuf_c_on_ranges_alike) {
+  unsigned accepted = 0, refused = 0;
+  for (unsigned round = 0; round < 20000; round++) {
+    wire w;
+    alike_binding(&w);
+    if (round % 2 == 1) {
+      mutate(&w);
+    }
+    assert_same_outcome(&w, NULL, &accepted, &refused);
+    if (round % 64 == 63) {
+      reshard_arena_destroy(&arena);
+      reshard_arena_init(&arena, 0);
+    }
+  }
+  cr_assert_gt(accepted, 5000, "%u accepted", accepted);
+  cr_assert_gt(refused, 2000, "%u refused", refused);
+}
+
 /* Ranges that end the message, or end a few bytes before it, with a last
  * value of every varint length, in a buffer of exactly the message's size:
- * the word path reads nothing past the message (the sanitizer build
- * catches a byte over), and it decodes them as protobuf-c does. */
+ * the word path, and the ranges alike the one before it, read nothing
+ * past the message (the sanitizer build catches a byte over), and they
+ * decode them as protobuf-c does. */
 Test(binding_decode, reads_nothing_past_the_message) {
   for (unsigned bytes = 1; bytes <= 10; bytes++) {
     for (unsigned tail = 0; tail <= 10; tail++) {
@@ -539,6 +628,10 @@ Test(binding_decode, reads_nothing_past_the_message) {
         wire inner = {.length = 0};
         put_byte(&inner, 0x10); /* component KEY */
         put_byte(&inner, 0x01);
+        /* A token start of its own: the later ranges are the first's
+         * alike (decode_range_as). */
+        put_byte(&inner, 0x18);
+        put_byte(&inner, (uint8_t)(4 * i + 1));
         put_byte(&inner, 0x40); /* offset_bytes, `bytes` long */
         for (unsigned k = 1; k < bytes; k++) {
           put_byte(&inner, 0x81);
