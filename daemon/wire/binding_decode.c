@@ -442,38 +442,76 @@ decode_range_words(const uint8_t *b, size_t n, reshard_binding_range *out,
   return true;
 }
 
-/* Whether the `length` bytes at `a` and `b` are equal, a word at a time,
- * the last word masked to the bytes left. Needs WORD_SLACK readable bytes
- * past each: the bytes compared here are a range's, of a range that has
- * them. */
-static inline bool same_bytes(const uint8_t *a, const uint8_t *b,
-                              size_t length) {
+/* A stretch of a template's bytes, [at, at + length), as compared: its
+ * whole words, and the mask of the bytes of the word after them that
+ * belong to it (0 when none do), worked out once per template. */
+typedef struct stretch {
+  size_t at, length, words;
+  uint64_t last_mask;
+} stretch;
+
+static inline stretch stretch_of(size_t at, size_t length) {
+  size_t rest = length % sizeof(uint64_t);
+  /* Little-endian: a word's first bytes are its low ones. */
+  return (stretch){at, length, length / sizeof(uint64_t),
+                   rest == 0 ? 0 : ~0ull >> 8 * (sizeof(uint64_t) - rest)};
+}
+
+/* Whether the stretch's bytes at `a` and `b` are equal, a word at a time.
+ * Reads the word past the whole ones even when no byte of it counts:
+ * needs WORD_SLACK readable bytes past each, which the bytes of a range
+ * that took the word path have. */
+static inline bool same_stretch(const uint8_t *a, const uint8_t *b,
+                                const stretch *s) {
   uint64_t x, y, differ = 0;
   size_t at = 0;
-  for (; at + sizeof x <= length; at += sizeof x) {
+  for (size_t w = 0; w < s->words; w++, at += sizeof x) {
     memcpy(&x, a + at, sizeof x);
     memcpy(&y, b + at, sizeof y);
     differ |= x ^ y;
   }
-  if (at < length) {
-    /* Little-endian: the bytes past `length` are the word's high ones,
-     * shifted out. */
-    memcpy(&x, a + at, sizeof x);
-    memcpy(&y, b + at, sizeof y);
-    differ |= (x ^ y) << 8 * (sizeof x - (length - at));
-  }
+  memcpy(&x, a + at, sizeof x);
+  memcpy(&y, b + at, sizeof y);
+  differ |= (x ^ y) & s->last_mask;
   return differ == 0;
 }
 
 /* A range decoded by words with both its token start and its offset
  * written, kept as the shape of those after it: a paged reader's blocks
- * of one layer encode byte for byte alike but for those two values. */
+ * of one layer encode byte for byte alike but for those two values. Its
+ * bytes before the token start's value, between the two values and after
+ * the offset's, worked out when a range is first compared with it
+ * (`stretched`): in ranges listed in another order than by layer, each
+ * is kept in turn and the next, of another layer, is told apart by its
+ * first two bytes (may_be_alike) before anything is worked out. */
 typedef struct range_template {
   const uint8_t *bytes; /* in the message; NULL: none yet */
   size_t length;
   value_marks marks;
   const reshard_binding_range *range; /* decoded, its region id shared */
+  bool stretched;
+  stretch before, between, after;
 } range_template;
+
+/* Whether the range at `b` may be alike template `t`: it starts with the
+ * template's first two bytes (the layer's tag and its value's first
+ * byte). Then the template's stretches are worked out, once. */
+static inline bool may_be_alike(range_template *t, const uint8_t *b) {
+  uint16_t head, template_head;
+  memcpy(&head, b, sizeof head);
+  memcpy(&template_head, t->bytes, sizeof template_head);
+  if (head != template_head) {
+    return false;
+  }
+  if (!t->stretched) {
+    const value_marks *m = &t->marks;
+    t->before = stretch_of(0, m->start_at);
+    t->between = stretch_of(m->start_end, m->offset_at - m->start_end);
+    t->after = stretch_of(m->offset_end, t->length - m->offset_end);
+    t->stretched = true;
+  }
+  return true;
+}
 
 /* The `n` bytes at `b` as template `t` with another token start and
  * offset: every other byte, the tags of those two included, equal to the
@@ -483,29 +521,21 @@ typedef struct range_template {
  * b + n, and past the template's bytes, which come before them. */
 static bool decode_range_as(const range_template *t, const uint8_t *b, size_t n,
                             reshard_binding_range *out) {
-  const value_marks *m = &t->marks;
-  if (n < m->start_at || !same_bytes(b, t->bytes, m->start_at)) {
+  if (n < t->before.length || !same_stretch(b, t->bytes, &t->before)) {
     return false;
   }
-  size_t at = m->start_at;
+  size_t at = t->before.length;
   uint64_t token_start, offset;
   /* Ranges alike come in order, so their token starts' lengths repeat
    * and word_varint's branches predict. */
-  if (!word_varint(b, &at, &token_start)) {
+  if (!word_varint(b, &at, &token_start) || at > n ||
+      n - at < t->between.length ||
+      !same_stretch(b + at, t->bytes + t->between.at, &t->between)) {
     return false;
   }
-  size_t between = m->offset_at - m->start_end;
-  if (at > n || n - at < between ||
-      !same_bytes(b + at, t->bytes + m->start_end, between)) {
-    return false;
-  }
-  at += between;
-  if (!word_varint(b, &at, &offset)) {
-    return false;
-  }
-  size_t after = t->length - m->offset_end;
-  if (at > n || n - at != after ||
-      !same_bytes(b + at, t->bytes + m->offset_end, after)) {
+  at += t->between.length;
+  if (!word_varint(b, &at, &offset) || at > n || n - at != t->after.length ||
+      !same_stretch(b + at, t->bytes + t->after.at, &t->after)) {
     return false;
   }
   *out = *t->range;
@@ -750,7 +780,8 @@ reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
       int32_t component;
       text region;
       value_marks marks;
-      if (shape.bytes != NULL && decode_range_as(&shape, bytes, n, range)) {
+      if (shape.bytes != NULL && may_be_alike(&shape, bytes) &&
+          decode_range_as(&shape, bytes, n, range)) {
         out->range_count++;
         r.at += 2 + n;
         continue;
@@ -763,7 +794,11 @@ reshard_status reshard_binding_decode(const uint8_t *data, size_t length,
          * a bad one is reported at its first range alone. */
         if (marks.start_at != 0 && marks.offset_at != 0 &&
             range->component != 0) {
-          shape = (range_template){bytes, n, marks, range};
+          shape.bytes = bytes;
+          shape.length = n;
+          shape.marks = marks;
+          shape.range = range;
+          shape.stretched = false;
         }
         out->range_count++;
         r.at += 2 + n;
