@@ -276,26 +276,36 @@ static void assert_same_outcome(const wire *w, const reshard_limits *caps,
   }
 }
 
-Test(binding_decode, agrees_with_protobuf_c_on_random_and_mutated_bytes) {
+/* `rounds` bindings from `build`, every other one mutated, every
+ * `caps_every`-th (0: none) decoded under a max_ranges of `cap`: both
+ * decoders must agree on each. Both kinds of outcome must be common, or
+ * the comparison proves little. */
+static void assert_agree(void (*build)(wire *), unsigned rounds,
+                         unsigned caps_every, uint64_t cap,
+                         unsigned min_refused) {
   reshard_limits small = reshard_limits_default();
-  small.max_ranges = 6;
+  small.max_ranges = cap;
   unsigned accepted = 0, refused = 0;
-  for (unsigned round = 0; round < 40000; round++) {
+  for (unsigned round = 0; round < rounds; round++) {
     wire w;
-    random_binding(&w);
+    build(&w);
     if (round % 2 == 1) {
       mutate(&w);
     }
-    const reshard_limits *caps = round % 5 == 0 ? &small : NULL;
+    const reshard_limits *caps =
+        caps_every != 0 && round % caps_every == 0 ? &small : NULL;
     assert_same_outcome(&w, caps, &accepted, &refused);
     if (round % 64 == 63) {
       reshard_arena_destroy(&arena);
       reshard_arena_init(&arena, 0);
     }
   }
-  /* Both kinds must be common, or the comparison proves little. */
   cr_assert_gt(accepted, 5000, "%u accepted", accepted);
-  cr_assert_gt(refused, 5000, "%u refused", refused);
+  cr_assert_gt(refused, min_refused, "%u refused", refused);
+}
+
+Test(binding_decode, agrees_with_protobuf_c_on_random_and_mutated_bytes) {
+  assert_agree(random_binding, 40000, 5, 6, 5000);
 }
 
 Test(binding_decode, ranges_of_one_region_share_its_string) {
@@ -459,6 +469,28 @@ static uint64_t canonical_value(void) {
   }
 }
 
+/* A binding of `ranges` over one region, "pool", packed by protobuf-c. */
+static void pack_pool_binding(wire *w, Reshard__V1__BindingRange **ranges,
+                              size_t count, const char *endpoint) {
+  Reshard__V1__Region region;
+  Reshard__V1__Region *region_list[1] = {&region};
+  reshard__v1__region__init(&region);
+  region.region_id = "pool";
+  region.address = 4096;
+  region.nbytes = 1u << 20;
+  Reshard__V1__RuntimeBinding binding;
+  reshard__v1__runtime_binding__init(&binding);
+  binding.participant_id = "pp00-tp00";
+  binding.endpoint = (char *)endpoint;
+  binding.n_regions = 1;
+  binding.regions = region_list;
+  binding.n_ranges = count;
+  binding.ranges = ranges;
+  w->length = protobuf_c_message_get_packed_size(&binding.base);
+  cr_assert_leq(w->length, sizeof w->data);
+  protobuf_c_message_pack(&binding.base, w->data);
+}
+
 /* A binding as protobuf-c writes it (fields in order, each at most once,
  * zero values left out): the form the word path of binding_decode.c
  * decodes. Then now and then mutated, where the word path must refuse, or
@@ -468,12 +500,6 @@ static void canonical_binding(wire *w) {
   Reshard__V1__BindingRange ranges[RANGES_MAX];
   Reshard__V1__BindingRange *range_list[RANGES_MAX];
   char ids[RANGES_MAX][160];
-  Reshard__V1__Region region;
-  Reshard__V1__Region *region_list[1] = {&region};
-  reshard__v1__region__init(&region);
-  region.region_id = "pool";
-  region.address = 4096;
-  region.nbytes = 1u << 20;
   size_t count = below(RANGES_MAX + 1);
   bool same_id = below(2) == 0;
   for (size_t i = 0; i < count; i++) {
@@ -493,38 +519,11 @@ static void canonical_binding(wire *w) {
     r->head_stride_bytes = canonical_value();
     range_list[i] = r;
   }
-  Reshard__V1__RuntimeBinding binding;
-  reshard__v1__runtime_binding__init(&binding);
-  binding.participant_id = "pp00-tp00";
-  binding.endpoint = below(2) ? "bench" : "";
-  binding.n_regions = 1;
-  binding.regions = region_list;
-  binding.n_ranges = count;
-  binding.ranges = range_list;
-  w->length = protobuf_c_message_get_packed_size(&binding.base);
-  cr_assert_leq(w->length, sizeof w->data);
-  protobuf_c_message_pack(&binding.base, w->data);
+  pack_pool_binding(w, range_list, count, below(2) ? "bench" : "");
 }
 
 Test(binding_decode, agrees_with_protobuf_c_on_canonical_and_mutated_bytes) {
-  reshard_limits small = reshard_limits_default();
-  small.max_ranges = 20;
-  unsigned accepted = 0, refused = 0;
-  for (unsigned round = 0; round < 20000; round++) {
-    wire w;
-    canonical_binding(&w);
-    if (round % 2 == 1) {
-      mutate(&w);
-    }
-    const reshard_limits *caps = round % 7 == 0 ? &small : NULL;
-    assert_same_outcome(&w, caps, &accepted, &refused);
-    if (round % 64 == 63) {
-      reshard_arena_destroy(&arena);
-      reshard_arena_init(&arena, 0);
-    }
-  }
-  cr_assert_gt(accepted, 5000, "%u accepted", accepted);
-  cr_assert_gt(refused, 2000, "%u refused", refused);
+  assert_agree(canonical_binding, 20000, 7, 20, 2000);
 }
 
 /* Runs of ranges alike but for their token start and offset, of every
@@ -538,12 +537,6 @@ static void alike_binding(wire *w) {
   Reshard__V1__BindingRange ranges[RANGES_MAX];
   Reshard__V1__BindingRange *range_list[RANGES_MAX];
   char ids[2][160];
-  Reshard__V1__Region region;
-  Reshard__V1__Region *region_list[1] = {&region};
-  reshard__v1__region__init(&region);
-  region.region_id = "pool";
-  region.address = 4096;
-  region.nbytes = 1u << 20;
   const char *id = canonical_id(ids[0], 160);
   size_t count = below(RANGES_MAX + 1);
   for (size_t i = 0; i < count; i++) {
@@ -585,34 +578,11 @@ static void alike_binding(wire *w) {
     }
     range_list[i] = r;
   }
-  Reshard__V1__RuntimeBinding binding;
-  reshard__v1__runtime_binding__init(&binding);
-  binding.participant_id = "pp00-tp00";
-  binding.n_regions = 1;
-  binding.regions = region_list;
-  binding.n_ranges = count;
-  binding.ranges = range_list;
-  w->length = protobuf_c_message_get_packed_size(&binding.base);
-  cr_assert_leq(w->length, sizeof w->data);
-  protobuf_c_message_pack(&binding.base, w->data);
+  pack_pool_binding(w, range_list, count, "");
 }
 
 Test(binding_decode, agrees_with_protobuf_c_on_ranges_alike) {
-  unsigned accepted = 0, refused = 0;
-  for (unsigned round = 0; round < 20000; round++) {
-    wire w;
-    alike_binding(&w);
-    if (round % 2 == 1) {
-      mutate(&w);
-    }
-    assert_same_outcome(&w, NULL, &accepted, &refused);
-    if (round % 64 == 63) {
-      reshard_arena_destroy(&arena);
-      reshard_arena_init(&arena, 0);
-    }
-  }
-  cr_assert_gt(accepted, 5000, "%u accepted", accepted);
-  cr_assert_gt(refused, 2000, "%u refused", refused);
+  assert_agree(alike_binding, 20000, 0, 0, 2000);
 }
 
 /* Ranges that end the message, or end a few bytes before it, with a last
