@@ -436,12 +436,14 @@ static size_t check_run(reshard__binding_validation *v, uint64_t token_span,
   uint64_t low = v->span_low, high = v->span_high;
   uint64_t before = bound.token_start;
   bool ordered = true;
+  /* The shape's fields as values: the stores below could alias them. */
+  const reshard_binding_range like = *shape;
   size_t j = i;
   for (; j < count; j++) {
     const reshard_binding_range *range = &v->binding->ranges[j];
     uint64_t token_start = range->token_start;
     uint64_t offset = range->offset_bytes;
-    if (!shaped_as(range, shape) || token_start > last_token_start ||
+    if (!shaped_as(range, &like) || token_start > last_token_start ||
         offset > last_offset || !item_multiple(v, address + offset)) {
       break;
     }
@@ -450,7 +452,7 @@ static size_t check_run(reshard__binding_validation *v, uint64_t token_span,
     reshard_bound_range *out = &ranges[j];
     *out = bound;
     out->token_start = token_start;
-    out->token_end = token_start + shape->token_count;
+    out->token_end = token_start + like.token_count;
     out->region_offset = offset;
     reshard__binding_span *span = &v->spans[j + 1];
     span->start = address + offset;
