@@ -572,6 +572,21 @@ static void note_page_block_shifts(const reshard_bound_range *ranges,
   }
 }
 
+/* A page that moves every range by `shift`: memo->single, and every
+ * region moved by it (the remembered page's coalesced sequences move so,
+ * sequences.c). */
+static void note_single_shift(reshard__sequence_memo *memo, uint64_t shift) {
+  memo->single = true;
+  memo->single_shift = shift;
+  /* In locals: the stores could alias the memo, whose fields the loop
+   * would then load again for every region. */
+  uint64_t *region_shift = memo->region_shift;
+  size_t regions = memo->region_count;
+  for (size_t r = 0; r < regions; r++) {
+    region_shift[r] = shift;
+  }
+}
+
 /* The shift of a page of aligned page blocks (binding.h, pages_aligned)
  * from the page before, the remembered one: one amount for every range,
  * read off the first group's two ranges alone, as pooled_block_shift
@@ -586,15 +601,7 @@ static void note_aligned_page_shift(const reshard_bound_binding *binding,
   }
   const reshard_bound_range *now =
       &binding->ranges[binding->group_start[g] + (size_t)page_index];
-  uint64_t shift = now->region_offset - now[-1].region_offset;
-  memo->single = true;
-  memo->single_shift = shift;
-  /* In locals, as pooled_block_shift's. */
-  uint64_t *region_shift = memo->region_shift;
-  size_t regions = memo->region_count;
-  for (size_t r = 0; r < regions; r++) {
-    region_shift[r] = shift;
-  }
+  note_single_shift(memo, now->region_offset - now[-1].region_offset);
 }
 
 /* note_shift for every range of a page of whole-span ranges (binding.h)
@@ -689,16 +696,7 @@ static bool pooled_block_shift(const reshard__page_lowering *page,
   }
   memo->first_block = first;
   if (one) {
-    memo->single = true;
-    memo->single_shift = memo->block_shift[0];
-    /* In locals: the stores could alias the memo, whose fields the loop
-     * would then load again for every region. */
-    uint64_t shift = memo->single_shift;
-    uint64_t *region_shift = memo->region_shift;
-    size_t regions = memo->region_count;
-    for (size_t r = 0; r < regions; r++) {
-      region_shift[r] = shift;
-    }
+    note_single_shift(memo, memo->block_shift[0]);
     return true;
   }
   memo->uniform = false;
