@@ -416,10 +416,13 @@ static inline bool check_shaped_range(const reshard__binding_validation *v,
  * as it) and pass check_shaped_range's rules on where they lie: a paged
  * reader's blocks of one layer, listed one after another. Fills their
  * bound ranges and spans, widens the spans' bounds, clears *in_order when
- * a range's tokens come before the last's, and returns how many there
- * were; the range that ends the run is the caller's. The run's shape,
- * region and limits stay in locals, where check_shaped_range reads them
- * back from the range before, per range. */
+ * a range starts before the last one's end, and returns how many there
+ * were; the range that ends the run is the caller's. Two ranges of a run
+ * whose tokens meet bind the same heads of them twice: the sorted path's
+ * tiling proof names them, and a run kept in order has its ranges apart
+ * (tokens_apart in reshard_binding_validate). The run's shape, region and
+ * limits stay in locals, where check_shaped_range reads them back from the
+ * range before, per range. */
 static size_t check_run(reshard__binding_validation *v, uint64_t token_span,
                         size_t i, size_t count, reshard_bound_range *ranges,
                         bool *in_order) {
@@ -434,8 +437,8 @@ static size_t check_run(reshard__binding_validation *v, uint64_t token_span,
   uint64_t last_offset = region->nbytes - extent;
   uint64_t address = region->address;
   uint64_t low = v->span_low, high = v->span_high;
-  uint64_t before = bound.token_start;
-  bool ordered = true;
+  uint64_t before_end = bound.token_end;
+  bool apart = true;
   /* The shape's fields as values: the stores below could alias them. */
   const reshard_binding_range like = *shape;
   size_t j = i;
@@ -447,12 +450,12 @@ static size_t check_run(reshard__binding_validation *v, uint64_t token_span,
         offset > last_offset || !item_multiple(v, address + offset)) {
       break;
     }
-    ordered = ordered && before <= token_start;
-    before = token_start;
+    apart = apart && before_end <= token_start;
+    before_end = token_start + like.token_count;
     reshard_bound_range *out = &ranges[j];
     *out = bound;
     out->token_start = token_start;
-    out->token_end = token_start + like.token_count;
+    out->token_end = before_end;
     out->region_offset = offset;
     reshard__binding_span *span = &v->spans[j + 1];
     span->start = address + offset;
@@ -462,7 +465,7 @@ static size_t check_run(reshard__binding_validation *v, uint64_t token_span,
   }
   v->span_low = low;
   v->span_high = high;
-  *in_order = *in_order && ordered;
+  *in_order = *in_order && apart;
   return j - i;
 }
 
@@ -827,6 +830,12 @@ reshard_status reshard_binding_validate(
    * group's ranges share their region, so the differences are the
    * offsets'), the places noted while placing page blocks, else the
    * bound ranges themselves. */
+  /* Whether each of a group's ranges starts at or past the end of the one
+   * before, so that the tiling proof need not sweep page blocks. In
+   * order, a group of page blocks is its first range and one run shaped
+   * as it (a range shaped as the one before that fails check_run's rules
+   * fails check_range's), and check_run keeps a run in order only so. */
+  bool tokens_apart = in_order;
   const uint64_t *places = &v.spans[1].start;
   size_t place_stride = sizeof *v.spans / sizeof(uint64_t);
   if (in_order) {
@@ -848,6 +857,7 @@ reshard_status reshard_binding_validate(
         place_page_blocks(ranges, count, descriptor->page_size, group_start,
                           group_count, placed, v.source_index, page_places)) {
       ranges = placed;
+      tokens_apart = true; /* one range a page, each where its page is */
       places = page_places;
       place_stride = 1;
     } else {
@@ -855,15 +865,23 @@ reshard_status reshard_binding_validate(
                                 group_count))) {
         return status;
       }
+      tokens_apart = false; /* not known: the tiling proof looks */
       places = &ranges[0].region_offset;
       place_stride = sizeof *ranges / sizeof(uint64_t);
     }
   }
   if ((status = reshard__binding_check_tiling(
-           &v, ranges, group_start, group_count, token_span, active))) {
+           &v, ranges, group_start, group_count, token_span,
+           page_blocks ? descriptor->page_size : 0, tokens_apart, active))) {
     return status;
   }
-  if ((status = reshard__binding_check_disjoint(&v, ranges, count))) {
+  /* The bound on the spans makes the places' differences integers. */
+  bool aligned = page_blocks && v.span_high - v.span_low < UINT64_C(1) << 63 &&
+                 pages_aligned(places, place_stride, group_start, group_count);
+  const reshard__aligned_pages where = {places, place_stride, group_start,
+                                        group_count};
+  if ((status = reshard__binding_check_disjoint(&v, ranges, count,
+                                                aligned ? &where : NULL))) {
     return status;
   }
   *out = (reshard_bound_binding){
@@ -876,9 +894,7 @@ reshard_status reshard_binding_validate(
       .region_count = binding->region_count,
       /* Sorted and tiled, each group's ranges are its pages, one a page. */
       .page_blocks = page_blocks ? descriptor->page_size : 0,
-      .pages_aligned =
-          page_blocks && v.span_high - v.span_low < UINT64_C(1) << 63 &&
-          pages_aligned(places, place_stride, group_start, group_count),
+      .pages_aligned = aligned,
       .whole_span = whole_span,
       .validation_work = v.work,
   };

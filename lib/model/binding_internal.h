@@ -77,25 +77,38 @@ reshard_status reshard__binding_no_memory(reshard__binding_validation *v);
 /* Proves the sorted `ranges` tile each (layer, component) group's rectangle
  * [0, token_span) x the participant's heads exactly, after charging the
  * sweep's work: group g is ranges [group_start[g], group_start[g + 1]),
- * layer g / 2, component g % 2 + 1. `active` is scratch with room for
- * an index per sorted range. */
-reshard_status reshard__binding_check_tiling(reshard__binding_validation *v,
-                                             const reshard_bound_range *ranges,
-                                             const size_t *group_start,
-                                             size_t group_count,
-                                             uint64_t token_span,
-                                             size_t *active);
+ * layer g / 2, component g % 2 + 1. `page_blocks` is the page size when
+ * every range is shaped as its group's first, a page long, else 0; with
+ * `tokens_apart`, each of a group's ranges starts at or past the end of
+ * the one before, and page blocks are proved by their count. `active` is
+ * scratch with room for an index per sorted range. */
+reshard_status reshard__binding_check_tiling(
+    reshard__binding_validation *v, const reshard_bound_range *ranges,
+    const size_t *group_start, size_t group_count, uint64_t token_span,
+    uint64_t page_blocks, bool tokens_apart, size_t *active);
+
+/* Where sorted, tiled page blocks lie when every group's pages lie as the
+ * first non-empty group's do (reshard_bound_binding.pages_aligned): that
+ * group's page p at places[(group_start[first] + p) * stride], group g
+ * the sorted ranges [group_start[g], group_start[g + 1]). */
+typedef struct reshard__aligned_pages {
+  const uint64_t *places;
+  size_t stride;
+  const size_t *group_start;
+  size_t group_count;
+} reshard__aligned_pages;
 
 /* Proves no two of the `count` sorted ranges' values share a byte,
  * charging the work of each cluster of overlapping spans it compares.
- * When v->spans holds every range's span and they lie densely, proves
- * first that no two spans overlap, in linear time and at no charge (no
- * cluster has two members then); otherwise, and whenever spans overlap,
+ * Aligned pages (`aligned`, else NULL) are proved apart first from their
+ * first group's pages and every group's page 0; spans that lie densely in
+ * v->spans, from a table of them; both in linear time and at no charge (no
+ * cluster has two members then). Otherwise, and whenever spans overlap,
  * the sorted proof decides, so its result and messages are the only
  * ones. */
 reshard_status
 reshard__binding_check_disjoint(reshard__binding_validation *v,
-                                const reshard_bound_range *ranges,
-                                size_t count);
+                                const reshard_bound_range *ranges, size_t count,
+                                const reshard__aligned_pages *aligned);
 
 #endif

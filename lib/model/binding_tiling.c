@@ -107,21 +107,45 @@ static uint64_t whole_row_cells(const reshard_placement_part *part,
   return tokens * part->head_count;
 }
 
+/* whole_row_cells for page blocks, each shaped as its group's first and a
+ * page long (reshard_bound_binding.page_blocks): only the first range's
+ * heads are read, and every range's start unless each is known to start
+ * at or past the end of the one before (`apart`). */
+static uint64_t page_block_cells(const reshard_placement_part *part,
+                                 const reshard_bound_range *ranges,
+                                 size_t count, uint64_t page_size, bool apart) {
+  if (count == 0 || ranges[0].head_start != part->head_start ||
+      ranges[0].head_end != part->head_start + part->head_count) {
+    return 0;
+  }
+  uint64_t end = 0;
+  for (size_t r = 0; !apart && r < count; r++) {
+    if (ranges[r].token_start < end) {
+      return 0;
+    }
+    end = ranges[r].token_start + page_size;
+  }
+  /* Apart and inside the token span: no more tokens than it holds. */
+  return count * page_size * part->head_count;
+}
+
 /* Proves that the ranges of one (layer, component) tile the rectangle
  * [0, span) x [head_start, head_end) exactly: pairwise disjoint (a sweep
  * over tokens with the ranges still open, at most one per head) and of
  * equal total area. */
-static reshard_status check_group_tiling(reshard__binding_validation *v,
-                                         const reshard_bound_range *ranges,
-                                         size_t base, size_t count,
-                                         uint64_t layer_index,
-                                         unsigned component,
-                                         uint64_t token_span, size_t *active) {
+static reshard_status
+check_group_tiling(reshard__binding_validation *v,
+                   const reshard_bound_range *ranges, size_t base, size_t count,
+                   uint64_t layer_index, unsigned component,
+                   uint64_t token_span, uint64_t page_blocks, bool tokens_apart,
+                   size_t *active) {
   const reshard_placement_part *part = v->part;
   uint64_t layer = part->layer_ids[layer_index];
   const char *name = component_name((reshard_component)component);
   size_t active_count = 0;
-  uint64_t cells = whole_row_cells(part, ranges, count);
+  uint64_t cells = page_blocks ? page_block_cells(part, ranges, count,
+                                                  page_blocks, tokens_apart)
+                               : whole_row_cells(part, ranges, count);
   size_t swept = cells == 0 ? count : 0;
   for (size_t r = 0; r < swept; r++) {
     const reshard_bound_range *range = &ranges[r];
@@ -177,12 +201,10 @@ static reshard_status check_group_tiling(reshard__binding_validation *v,
 
 /* Charges the sweep's work bound, then proves each (layer, component)
  * group of the sorted ranges tiles its rectangle. */
-reshard_status reshard__binding_check_tiling(reshard__binding_validation *v,
-                                             const reshard_bound_range *ranges,
-                                             const size_t *group_start,
-                                             size_t group_count,
-                                             uint64_t token_span,
-                                             size_t *active) {
+reshard_status reshard__binding_check_tiling(
+    reshard__binding_validation *v, const reshard_bound_range *ranges,
+    const size_t *group_start, size_t group_count, uint64_t token_span,
+    uint64_t page_blocks, bool tokens_apart, size_t *active) {
   const reshard_placement_part *part = v->part;
   uint64_t sweep_work = 0;
   for (size_t g = 0; g < group_count; g++) {
@@ -203,7 +225,8 @@ reshard_status reshard__binding_check_tiling(reshard__binding_validation *v,
     }
     status = check_group_tiling(v, ranges + group_start[g], group_start[g],
                                 group_start[g + 1] - group_start[g], g / 2,
-                                component, token_span, active);
+                                component, token_span, page_blocks,
+                                tokens_apart, active);
     if (status) {
       return status;
     }
