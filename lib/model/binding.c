@@ -825,17 +825,17 @@ reshard_status reshard_binding_validate(
       }
     }
   }
-  /* Where each sorted range lies, for pages_aligned, in the densest array
-   * at hand: the spans while the ranges kept the client's order (a
-   * group's ranges share their region, so the differences are the
-   * offsets'), the places noted while placing page blocks, else the
-   * bound ranges themselves. */
   /* Whether each of a group's ranges starts at or past the end of the one
    * before, so that the tiling proof need not sweep page blocks. In
    * order, a group of page blocks is its first range and one run shaped
    * as it (a range shaped as the one before that fails check_run's rules
    * fails check_range's), and check_run keeps a run in order only so. */
   bool tokens_apart = in_order;
+  /* Where each sorted range lies, for pages_aligned, in the densest array
+   * at hand: the spans while the ranges kept the client's order (a
+   * group's ranges share their region, so the differences are the
+   * offsets'), the places noted while placing page blocks, else the
+   * bound ranges themselves. */
   const uint64_t *places = &v.spans[1].start;
   size_t place_stride = sizeof *v.spans / sizeof(uint64_t);
   if (in_order) {

@@ -530,7 +530,7 @@ Test(binding_decode, agrees_with_protobuf_c_on_canonical_and_mutated_bytes) {
  * varint length, zero (not written) among them, as a paged reader lists
  * a layer's blocks: binding_decode.c decodes a range alike the last one
  * it kept by comparing bytes. Now and then one other field differs by a
- * value of the same length (same_bytes must see it), or the bytes are
+ * value of the same length (same_stretch must see it), or the bytes are
  * mutated; protobuf-c decides every outcome. */
 static void alike_binding(wire *w) {
   enum { RANGES_MAX = 32 }; /* of up to 200 bytes: within the buffer */
