@@ -208,6 +208,37 @@ static inline uint8_t *put_mixed(uint8_t *out, const uint64_t *rows,
 #endif
 }
 
+/* BMI2's pdep spreads a value's seven-bit groups over a word's bytes in
+ * one instruction, where put_mixed takes three a byte. AMD's families 15h
+ * and 17h (up to Zen 2) run it in microcode, tens to hundreds of cycles
+ * a value, so they keep the shifts, as do other CPUs and compilers.
+ * RESHARD_PORTABLE_VARINTS builds without it (the encoder's tests run
+ * both). */
+#if defined(__x86_64__) && defined(__GNUC__) &&                                \
+    !defined(RESHARD_PORTABLE_VARINTS)
+#include <immintrin.h>
+#define RESHARD_DEPOSIT 1
+
+static bool deposit_is_fast(void) {
+  return __builtin_cpu_supports("bmi2") && !__builtin_cpu_is("amdfam15h") &&
+         !__builtin_cpu_is("amdfam17h");
+}
+
+/* put_mixed for values below 2^56, whatever their lengths. */
+__attribute__((target("bmi2"))) static uint8_t *
+put_deposited(uint8_t *out, const uint64_t *rows, size_t count,
+              unsigned width) {
+  for (size_t i = 0; i < count; i++, rows += width) {
+    uint64_t word = _pdep_u64(*rows, UINT64_C(0x7f7f7f7f7f7f7f7f));
+    unsigned empty = (unsigned)__builtin_clzll(word | 1) >> 3;
+    word |= continuation_below[empty];
+    memcpy(out, &word, sizeof word);
+    out += 8 - empty;
+  }
+  return out;
+}
+#endif
+
 /* Column `rows[0], rows[width], ...` of varints at most `longest` bytes
  * long (0: not known), all of that length unless `mixed`. Each case has
  * its loop inlined with the length constant; other columns take the
@@ -215,6 +246,11 @@ static inline uint8_t *put_mixed(uint8_t *out, const uint64_t *rows,
 static uint8_t *write_column(uint8_t *out, const uint64_t *rows, size_t count,
                              unsigned width, unsigned longest, bool mixed) {
   if (mixed) {
+#ifdef RESHARD_DEPOSIT
+    if (longest >= 2 && longest <= 8 && deposit_is_fast()) {
+      return put_deposited(out, rows, count, width);
+    }
+#endif
     switch (longest) {
     case 2:
       return put_mixed(out, rows, count, width, 2);
@@ -272,19 +308,22 @@ static uint8_t *put_repeated(uint8_t *out, uint64_t value, size_t count) {
   return out + total;
 }
 
-/* A run column from its values' OR (`any`) and least: one value
- * throughout when the OR is the least, since every value is at least the
- * least and holds no bit the OR lacks; else write_column, mixed when the
- * least is shorter than the longest. */
+/* A run column from its values' OR (`any`) and AND (`all`): one value
+ * throughout when the two agree, since a bit set in one value and clear
+ * in another would be in the OR alone; else write_column, of one length
+ * when the AND is as long as the OR (every value lies between them), and
+ * mixed otherwise. The AND stands in for the least value because it folds
+ * into the same vector pass as the OR; a column of one length whose AND
+ * is shorter is written mixed, which puts the same bytes. */
 static uint8_t *write_run_column(uint8_t *out, const uint64_t *rows,
                                  size_t count, unsigned width, uint64_t any,
-                                 uint64_t least) {
-  if (any == least) {
-    return put_repeated(out, least, count);
+                                 uint64_t all) {
+  if (any == all) {
+    return put_repeated(out, any, count);
   }
   unsigned longest = (unsigned)reshard_varint_length(any);
   return write_column(out, rows, count, width, longest,
-                      reshard_varint_length(least) != longest);
+                      reshard_varint_length(all) != longest);
 }
 
 /* ---- Run columns, written while measuring ---- */
@@ -296,25 +335,25 @@ static uint8_t *write_run_column(uint8_t *out, const uint64_t *rows,
 
 /* Columns `first`..width-1 of `count` (> 0) rows written into `arena`, one
  * after another, each column's size into sizes[c]; NULL when the arena
- * cannot grow. One pass over the rows finds each column's OR and least
- * value, whose lengths are its longest and shortest: a column of one
- * value is written once and repeated, one of one length a value at a
- * time, others a word a value (write_run_column).
- * Inlined with a constant width and first column, so the loops unroll. */
+ * cannot grow. One pass over the rows finds each column's OR and AND:
+ * a column of one value is written once and repeated, one of one length
+ * a value at a time, others a word a value (write_run_column).
+ * Inlined with a constant width and first column, so the loops unroll
+ * and the pass runs on vector registers. */
 static inline const uint8_t *write_run_columns(const uint64_t *rows,
                                                size_t count, unsigned width,
                                                unsigned first, size_t *sizes,
                                                reshard_arena *arena) {
   uint64_t any[RESHARD_RANGE_BATCH_COLUMNS] = {0};
-  uint64_t least[RESHARD_RANGE_BATCH_COLUMNS];
-  for (unsigned c = first; c < width; c++) {
-    least[c] = UINT64_MAX;
+  uint64_t all[RESHARD_RANGE_BATCH_COLUMNS];
+  for (unsigned c = 0; c < RESHARD_RANGE_BATCH_COLUMNS; c++) {
+    all[c] = UINT64_MAX;
   }
   const uint64_t *row = rows;
   for (size_t i = 0; i < count; i++, row += width) {
     for (unsigned c = first; c < width; c++) {
       any[c] |= row[c];
-      least[c] = row[c] < least[c] ? row[c] : least[c];
+      all[c] &= row[c];
     }
   }
   /* Room for every value at its column's longest, and for put_mixed's
@@ -333,7 +372,7 @@ static inline const uint8_t *write_run_columns(const uint64_t *rows,
   uint8_t *out = start;
   for (unsigned c = first; start != NULL && c < width; c++) {
     uint8_t *column = out;
-    out = write_run_column(out, rows + c, count, width, any[c], least[c]);
+    out = write_run_column(out, rows + c, count, width, any[c], all[c]);
     sizes[c] = (size_t)(out - column);
   }
   return start;
@@ -346,14 +385,22 @@ enum { RENAMED_LOOKBACK = 4 };
 /* Whether `count` runs at `a` and at `b` (RUN_WIDTH words each) agree in
  * columns `first`.. but the part and region indices (columns 1 and 3):
  * equal values are equal varints, so those columns' bytes are the same.
- * Stops at the first run that differs. */
-static bool runs_renamed(const uint64_t *a, const uint64_t *b, size_t count,
-                         unsigned first) {
+ * A run's words are compared all at once, the two indices masked out, so
+ * the compare runs on vector registers; it stops at the first run that
+ * differs. Inlined with a constant first column. */
+static inline bool runs_renamed(const uint64_t *a, const uint64_t *b,
+                                size_t count, unsigned first) {
+  uint64_t compared[RUN_WIDTH];
+  for (unsigned c = 0; c < RUN_WIDTH; c++) {
+    compared[c] = c < first || c == 1 || c == 3 ? 0 : UINT64_MAX;
+  }
   for (size_t i = 0; i < count; i++, a += RUN_WIDTH, b += RUN_WIDTH) {
-    for (unsigned c = first; c < RUN_WIDTH; c++) {
-      if (c != 1 && c != 3 && a[c] != b[c]) {
-        return false;
-      }
+    uint64_t differ = 0;
+    for (unsigned c = 0; c < RUN_WIDTH; c++) {
+      differ |= (a[c] ^ b[c]) & compared[c];
+    }
+    if (differ != 0) {
+      return false;
     }
   }
   return true;
@@ -372,7 +419,9 @@ static size_t renamed_runs_batch(const reshard_range_batches *batches, size_t b,
     size_t like_count;
     unsigned width;
     const uint64_t *like = batch_rows(batches, b - back, &like_count, &width);
-    if (like_count == count && runs_renamed(like, rows, count, first)) {
+    if (like_count == count &&
+        (first == 0 ? runs_renamed(like, rows, count, 0)
+                    : runs_renamed(like, rows, count, 1))) {
       return b - back;
     }
   }
@@ -388,7 +437,7 @@ static const uint8_t *renamed_run_columns(const reshard_range_batches *batches,
                                           size_t *sizes, reshard_arena *arena) {
   const size_t *like_sizes =
       batches->column_bytes + like * RESHARD_RANGE_BATCH_COLUMNS;
-  uint64_t any[4] = {0}, least[4] = {0};
+  uint64_t any[4] = {0}, all[4] = {0};
   size_t room = sizeof(uint64_t);
   for (unsigned c = first; c < RUN_WIDTH; c++) {
     if (c != 1 && c != 3) {
@@ -397,11 +446,11 @@ static const uint8_t *renamed_run_columns(const reshard_range_batches *batches,
       }
       continue;
     }
-    least[c] = UINT64_MAX;
+    all[c] = UINT64_MAX;
     for (size_t i = 0; i < count; i++) {
       uint64_t value = rows[i * RUN_WIDTH + c];
       any[c] |= value;
-      least[c] = value < least[c] ? value : least[c];
+      all[c] &= value;
     }
     uint64_t column;
     if (!reshard_mul(count, reshard_varint_length(any[c]), &column) ||
@@ -418,7 +467,7 @@ static const uint8_t *renamed_run_columns(const reshard_range_batches *batches,
   for (unsigned c = first; c < RUN_WIDTH; c++) {
     if (c == 1 || c == 3) {
       uint8_t *column = out;
-      out = write_run_column(out, rows + c, count, RUN_WIDTH, any[c], least[c]);
+      out = write_run_column(out, rows + c, count, RUN_WIDTH, any[c], all[c]);
       sizes[c] = (size_t)(out - column);
     } else {
       memcpy(out, from, like_sizes[c]);

@@ -349,15 +349,39 @@ static uint64_t of_bits(uint64_t *state, unsigned bits) {
   return top | (next_random(state) & (top - 1));
 }
 
-/* Column values: per column either one width (put_fixed's loop) or a width
- * drawn per value up to the column's (0 to 64 bits), zeros included. */
+/* Column values, drawn per column: of one width (put_fixed's loop); of
+ * one varint length but widths that differ, so that the column's AND is
+ * shorter than its OR (put_fixed's loop still, or put_mixed's for run
+ * columns, which tell the lengths apart by that AND); or of a width drawn
+ * per value up to the column's (0 to 64 bits), zeros included. */
+typedef enum { DRAW_WIDTH, DRAW_LENGTH, DRAW_ANY, DRAW_KINDS } draw_kind;
+
 typedef struct column_draw {
-  bool fixed;
+  draw_kind kind;
   unsigned bits;
 } column_draw;
 
+static column_draw random_draw(uint64_t *state) {
+  return (column_draw){(draw_kind)below(state, DRAW_KINDS),
+                       (unsigned)below(state, 65)};
+}
+
 static uint64_t draw(uint64_t *state, column_draw d) {
-  return of_bits(state, d.fixed ? d.bits : (unsigned)below(state, d.bits + 1));
+  switch (d.kind) {
+  case DRAW_WIDTH:
+    return of_bits(state, d.bits);
+  case DRAW_LENGTH: {
+    if (d.bits == 0) {
+      return 0;
+    }
+    /* Widths of d.bits's varint length: 7 (length - 1) + 1 .. 7 length. */
+    unsigned low = (d.bits - 1) / 7 * 7 + 1;
+    unsigned high = low + 6 < 64 ? low + 6 : 64;
+    return of_bits(state, low + (unsigned)below(state, high - low + 1));
+  }
+  default:
+    return of_bits(state, (unsigned)below(state, d.bits + 1));
+  }
 }
 
 static const char *draw_string(uint64_t *state, reshard_arena *arena,
@@ -483,7 +507,7 @@ static void draw_transfer(uint64_t seed, bool runs, reshard_arena *arena,
   for (size_t b = 0; b < plan->batch_count; b++) {
     column_draw d[RESHARD_COPY_COLUMNS];
     for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
-      d[c] = (column_draw){below(&state, 2) == 0, (unsigned)below(&state, 65)};
+      d[c] = random_draw(&state);
     }
     for (size_t i = 0; i < plan->batches[b].count; i++) {
       reshard_copy *copy = &plan->copies[plan->batches[b].first + i];
@@ -535,10 +559,8 @@ static void draw_transfer(uint64_t seed, bool runs, reshard_arena *arena,
       r->batch_first[b] = r->run_count;
       if (repeats[b] < b) {
         const reshard_run *like = &r->runs[r->batch_first[repeats[b]]];
-        column_draw index[2] = {
-            {below(&repeat_state, 2) == 0, (unsigned)below(&repeat_state, 65)},
-            {below(&repeat_state, 2) == 0, (unsigned)below(&repeat_state, 65)},
-        };
+        column_draw index[2] = {random_draw(&repeat_state),
+                                random_draw(&repeat_state)};
         for (size_t i = 0; i < counts[b]; i++) {
           reshard_run *run = &r->runs[r->run_count++];
           *run = like[i];
@@ -557,8 +579,7 @@ static void draw_transfer(uint64_t seed, bool runs, reshard_arena *arena,
       }
       column_draw d[9];
       for (unsigned c = 0; c < 9; c++) {
-        d[c] =
-            (column_draw){below(&state, 2) == 0, (unsigned)below(&state, 65)};
+        d[c] = random_draw(&state);
       }
       for (size_t i = 0; i < counts[b]; i++) {
         reshard_run *run = &r->runs[r->run_count++];
