@@ -662,15 +662,20 @@ reshard_status reshard__column_encoder_renamed_to(
   return renamed_batch(encoder, NULL, indices, count, like, err);
 }
 
-/* The end of the stretch of groups from group `g` (whose first sequence
- * is `first`) that are a single copy each: rows, consecutive in
- * `sequences`. `g` when group g is not one. */
-static size_t single_stretch(const reshard_run *sequences,
-                             const size_t *group_ends, size_t group_count,
-                             size_t g, size_t first) {
+/* The end of the stretch of `page`'s groups from group `g` (whose first
+ * sequence is `first`) that are a single copy each: rows, consecutive in
+ * its sequences. `g` when group g is not one. A page of as many groups
+ * as sequences and as many copies as sequences is all such groups (S5's
+ * pages: 62 whole blocks), known without walking them. */
+static size_t single_stretch(const reshard__page_sequences *page, size_t g,
+                             size_t first) {
+  if (page->group_count == page->count && page->copies == page->count) {
+    return page->group_count;
+  }
   size_t end = g;
-  while (end < group_count && group_ends[end] - first == end - g + 1 &&
-         sequences[group_ends[end] - 1].count == 1) {
+  while (end < page->group_count &&
+         page->group_ends[end] - first == end - g + 1 &&
+         page->sequences[page->group_ends[end] - 1].count == 1) {
     end++;
   }
   return end;
@@ -690,12 +695,14 @@ static uint8_t *repeated_value(uint8_t *out, uint64_t value, uint64_t rows) {
 
 /* Writes the region offset column of a page's groups: what
  * reshard__column_encoder_page writes to column 4. */
-static uint8_t *page_region_offsets(uint8_t *out, const reshard_run *sequences,
-                                    const size_t *group_ends,
-                                    size_t group_count) {
+static uint8_t *page_region_offsets(uint8_t *out,
+                                    const reshard__page_sequences *page) {
+  const reshard_run *sequences = page->sequences;
+  const size_t *group_ends = page->group_ends;
+  size_t group_count = page->group_count;
   size_t first = 0;
   for (size_t g = 0; g < group_count;) {
-    size_t end = single_stretch(sequences, group_ends, group_count, g, first);
+    size_t end = single_stretch(page, g, first);
     if (end > g) {
       out = plain_column(out, (const char *)&sequences[first].first,
                          sizeof(reshard_run), end - g, 4);
@@ -749,8 +756,7 @@ void reshard__column_encoder_page(reshard__column_encoder *encoder,
       memcpy(encoder->cursor[c], encoder->page_start[c], bytes);
       encoder->cursor[c] += bytes;
     }
-    encoder->cursor[4] = page_region_offsets(encoder->cursor[4], sequences,
-                                             group_ends, group_count);
+    encoder->cursor[4] = page_region_offsets(encoder->cursor[4], page);
     encoder->rows += (size_t)page->copies;
     encoder->template_pages++;
   } else {
@@ -758,7 +764,7 @@ void reshard__column_encoder_page(reshard__column_encoder *encoder,
      * group) are written column by column, as rows are. */
     size_t first = 0;
     for (size_t g = 0; g < group_count;) {
-      size_t end = single_stretch(sequences, group_ends, group_count, g, first);
+      size_t end = single_stretch(page, g, first);
       if (end > g) {
         size_t rows = end - g;
         if (rows >= PROGRESSION_ROWS_MIN) {
