@@ -175,17 +175,25 @@ static const uint64_t continuation_below[8] = {
     UINT64_C(0x0000000000808080), UINT64_C(0x0000000000008080),
     UINT64_C(0x0000000000000080), UINT64_C(0),
 };
+
+/* Stores a value whose seven-bit groups lie spread over the bytes of the
+ * little-endian `word` as its varint: the bytes below the one holding the
+ * highest set bit get their continuation bits, the whole word is stored
+ * (eight bytes at `out`: the caller leaves that room after the column)
+ * and the varint's end is returned, with no branch on the value. */
+static inline uint8_t *put_spread(uint8_t *out, uint64_t word) {
+  unsigned empty = (unsigned)__builtin_clzll(word | 1) >> 3;
+  word |= continuation_below[empty];
+  memcpy(out, &word, sizeof word);
+  return out + 8 - empty;
+}
 #endif
 
 /* Writes one column of values at most `longest` (2..8) bytes long, not all
  * of one length (a run column's offsets across a pool of gigabytes take 3
  * or 4 bytes): each value's seven-bit groups spread over the bytes of a
- * little-endian word, whose highest set bit then lies in the varint's last
- * byte; the bytes below that one get their continuation bits, the whole
- * word is stored and `out` moves on by the value's own length, so that no
- * branch depends on a value. Stores eight bytes at each value's start:
- * the caller leaves that room after the column. Big-endian builds take
- * the varint loop. */
+ * word by shifts, then put_spread. Big-endian builds take the varint
+ * loop. */
 static inline uint8_t *put_mixed(uint8_t *out, const uint64_t *rows,
                                  size_t count, unsigned width,
                                  unsigned longest) {
@@ -196,10 +204,7 @@ static inline uint8_t *put_mixed(uint8_t *out, const uint64_t *rows,
     for (unsigned k = 1; k < longest; k++) {
       word |= (value << k) & (UINT64_C(0x7f) << (8 * k));
     }
-    unsigned empty = (unsigned)__builtin_clzll(word | 1) >> 3;
-    word |= continuation_below[empty];
-    memcpy(out, &word, sizeof word);
-    out += 8 - empty;
+    out = put_spread(out, word);
   }
   return out;
 #else
@@ -211,7 +216,8 @@ static inline uint8_t *put_mixed(uint8_t *out, const uint64_t *rows,
 /* BMI2's pdep spreads a value's seven-bit groups over a word's bytes in
  * one instruction, where put_mixed takes three a byte. AMD's families 15h
  * and 17h (up to Zen 2) run it in microcode, tens to hundreds of cycles
- * a value, so they keep the shifts, as do other CPUs and compilers.
+ * a value, so they keep the shifts, as do CPUs without BMI2 and builds
+ * for other architectures or compilers.
  * RESHARD_PORTABLE_VARINTS builds without it (the encoder's tests run
  * both). */
 #if defined(__x86_64__) && defined(__GNUC__) &&                                \
@@ -229,11 +235,7 @@ __attribute__((target("bmi2"))) static uint8_t *
 put_deposited(uint8_t *out, const uint64_t *rows, size_t count,
               unsigned width) {
   for (size_t i = 0; i < count; i++, rows += width) {
-    uint64_t word = _pdep_u64(*rows, UINT64_C(0x7f7f7f7f7f7f7f7f));
-    unsigned empty = (unsigned)__builtin_clzll(word | 1) >> 3;
-    word |= continuation_below[empty];
-    memcpy(out, &word, sizeof word);
-    out += 8 - empty;
+    out = put_spread(out, _pdep_u64(*rows, UINT64_C(0x7f7f7f7f7f7f7f7f)));
   }
   return out;
 }
