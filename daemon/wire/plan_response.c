@@ -249,7 +249,7 @@ static uint8_t *write_column(uint8_t *out, const uint64_t *rows, size_t count,
                              unsigned width, unsigned longest, bool mixed) {
   if (mixed) {
 #ifdef RESHARD_DEPOSIT
-    if (longest >= 2 && longest <= 8 && deposit_is_fast()) {
+    if (longest <= 8 && deposit_is_fast()) {
       return put_deposited(out, rows, count, width);
     }
 #endif

@@ -112,21 +112,20 @@ static bool aligned_pages_apart(const reshard__binding_validation *v,
                                 const reshard_bound_range *ranges,
                                 const reshard__aligned_pages *aligned) {
   const size_t *group_start = aligned->group_start;
-  size_t first = SIZE_MAX, groups = 0;
-  for (size_t g = 0; g < aligned->group_count; g++) {
-    if (group_start[g + 1] > group_start[g]) {
-      first = first == SIZE_MAX ? g : first;
-      groups++;
-    }
+  size_t group_count = aligned->group_count;
+  size_t first = 0;
+  while (first < group_count && group_start[first + 1] == group_start[first]) {
+    first++;
   }
-  if (first == SIZE_MAX) {
+  if (first == group_count) {
     return false;
   }
+  /* Room for a key a page and one a group from the first on, empty or
+   * not. */
   size_t pages = group_start[first + 1] - group_start[first];
-  reshard__keyed *keys =
-      RESHARD_ARENA_ARRAY(v->arena, reshard__keyed, pages + groups);
-  reshard__keyed *spare =
-      RESHARD_ARENA_ARRAY(v->arena, reshard__keyed, pages + groups);
+  size_t room = pages + (group_count - first);
+  reshard__keyed *keys = RESHARD_ARENA_ARRAY(v->arena, reshard__keyed, room);
+  reshard__keyed *spare = RESHARD_ARENA_ARRAY(v->arena, reshard__keyed, room);
   if (keys == NULL || spare == NULL) {
     return false;
   }
@@ -146,11 +145,11 @@ static bool aligned_pages_apart(const reshard__binding_validation *v,
   uint64_t above = by_place[pages - 1].key - place[0];
   keys += pages;
   spare += pages;
-  size_t n = 0;
-  for (size_t g = first; g < aligned->group_count; g++) {
+  size_t groups = 0;
+  for (size_t g = first; g < group_count; g++) {
     if (group_start[g + 1] > group_start[g]) {
-      keys[n++] = (reshard__keyed){range_first_byte(v, &ranges[group_start[g]]),
-                                   group_start[g]};
+      keys[groups++] = (reshard__keyed){
+          range_first_byte(v, &ranges[group_start[g]]), group_start[g]};
     }
   }
   const reshard__keyed *by_start = reshard__sort_keyed(keys, spare, groups);
