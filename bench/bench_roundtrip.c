@@ -20,14 +20,17 @@
  * with the daemon's response bytes, stored (bench/replay_server.c), and
  * that floor's ratio to the planning: what a round trip would cost if
  * the daemon took no time at all; and SPEC §7's ratio, round trip / (planning
- * + replay). Then the T rows of §6 (SPEC §2.6): both placements and every
- * pool registered once, then PlanTransfer by ids and block tables, with
- * and without runs, beside the in-process transfer plan and the replay
- * floor. The client process keeps its heap
- * (mallopt in main), so neither figure pays for glibc returning and
- * refaulting the client's response buffers. Figures only: it fails (exit 1)
- * when a call fails or the daemon's plan differs from the in-process one, never
- * on time. */
+ * + replay). The same server runs a second time in a process of its own
+ * (reshard-replay, bench/replay_main.c), as the daemon does: over TCP
+ * loopback the in-process floor is the lower one, by up to 0.9 ms for a
+ * 4 MB response (docs/performance.md, Round 41), so both are printed, and
+ * the round trip's ratio to each. Then the T rows of §6 (SPEC §2.6): both
+ * placements and every pool registered once, then PlanTransfer by ids and block
+ * tables, with and without runs, beside the in-process transfer plan and the
+ * replay floor. The client process keeps its heap (mallopt in main), so neither
+ * figure pays for glibc returning and refaulting the client's response buffers.
+ * Figures only: it fails (exit 1) when a call fails or the daemon's plan
+ * differs from the in-process one, never on time. */
 #include <dirent.h>
 #include <errno.h>
 #include <malloc.h>
@@ -51,6 +54,9 @@
 
 #ifndef RESHARD_DAEMON_PATH
 #define RESHARD_DAEMON_PATH "reshardd"
+#endif
+#ifndef RESHARD_REPLAY_PATH
+#define RESHARD_REPLAY_PATH "reshard-replay"
 #endif
 
 /* The reader's memory: the paged binding of §6, one contiguous range per
@@ -150,6 +156,115 @@ static int daemon_stop(daemon_proc *d) {
   }
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
+
+/* ---- The replay servers ---- */
+
+/* reshard-replay (bench/replay_main.c) as a child: its address, and the
+ * pipe that hands it each row's response. */
+typedef struct replay_proc {
+  pid_t pid;
+  FILE *to;   /* its stdin */
+  FILE *from; /* its stdout */
+  char target[128];
+} replay_proc;
+
+/* Starts `path` listening on `listen` and reads the address it serves. */
+static int replay_proc_start(const char *path, const char *listen,
+                             replay_proc *rp) {
+  *rp = (replay_proc){.pid = -1};
+  int in[2], out[2];
+  if (pipe(in) != 0) {
+    perror("pipe");
+    return -1;
+  }
+  if (pipe(out) != 0) {
+    perror("pipe");
+    close(in[0]);
+    close(in[1]);
+    return -1;
+  }
+  rp->pid = fork();
+  if (rp->pid == 0) {
+    dup2(in[0], STDIN_FILENO);
+    dup2(out[1], STDOUT_FILENO);
+    close(in[0]);
+    close(in[1]);
+    close(out[0]);
+    close(out[1]);
+    execl(path, path, listen, (char *)NULL);
+    fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  if (rp->pid < 0) {
+    perror("fork");
+    close(in[1]);
+    close(out[0]);
+    return -1;
+  }
+  /* Without both streams the child's stdin is closed here, so that it
+   * stops and replay_proc_stop's wait returns. */
+  rp->to = fdopen(in[1], "w");
+  rp->from = fdopen(out[0], "r");
+  if (rp->to == NULL) {
+    close(in[1]);
+  }
+  if (rp->from == NULL) {
+    close(out[0]);
+  }
+  if (rp->to == NULL || rp->from == NULL ||
+      fgets(rp->target, sizeof rp->target, rp->from) == NULL) {
+    fprintf(stderr, "%s did not start\n", path);
+    return -1;
+  }
+  rp->target[strcspn(rp->target, "\n")] = '\0';
+  return 0;
+}
+
+/* Hands the child `bytes` as the response to every later call; returns
+ * once it has them. */
+static int replay_proc_set_response(replay_proc *rp, const uint8_t *bytes,
+                                    size_t length) {
+  uint8_t header[8];
+  for (int i = 0; i < 8; i++) {
+    header[i] = (uint8_t)((uint64_t)length >> (8 * i));
+  }
+  char answer[8];
+  if (fwrite(header, 1, sizeof header, rp->to) != sizeof header ||
+      fwrite(bytes, 1, length, rp->to) != length || fflush(rp->to) != 0 ||
+      fgets(answer, sizeof answer, rp->from) == NULL ||
+      strcmp(answer, "ok\n") != 0) {
+    fprintf(stderr, "reshard-replay did not take the response\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* Ends the child's input, which stops it, and waits for it. */
+static int replay_proc_stop(replay_proc *rp) {
+  int status = 0;
+  if (rp->to != NULL) {
+    fclose(rp->to);
+  }
+  if (rp->from != NULL) {
+    fclose(rp->from);
+  }
+  if (rp->pid > 0) {
+    waitpid(rp->pid, &status, 0);
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+/* The two floors of a row: the replay server in this process (SPEC §7's
+ * replay, `in_process`), and in a process of its own (`own`), where its
+ * calls cross processes as the daemon's do. */
+typedef struct replay_floors {
+  replay_server *in_process;
+  reshard_client *in_process_client;
+  replay_proc own;
+  reshard_client *own_client;
+} replay_floors;
 
 /* ---- Requests ---- */
 
@@ -332,11 +447,12 @@ typedef struct row {
   uint64_t copies;
   size_t request_bytes;
   size_t response_bytes;
-  double plan_ns;   /* median in-process planning as the daemon plans,
-                       warm join template (with the pooled reader: the
-                       block table bound, then the plan) */
-  double round_ns;  /* median round trip */
-  double replay_ns; /* median round trip of the replay server */
+  double plan_ns;       /* median in-process planning as the daemon plans,
+                           warm join template (with the pooled reader: the
+                           block table bound, then the plan) */
+  double round_ns;      /* median round trip */
+  double replay_ns;     /* median round trip of the replay server */
+  double own_replay_ns; /* the same, the server in a process of its own */
 } row;
 
 /* Median round trip of `runs` calls of `request` on `client` (after two
@@ -356,10 +472,11 @@ typedef struct daemon_usage {
 
 static pid_t stats_pid = -1; /* the daemon, with --daemon-stats */
 
-static void read_daemon_usage(daemon_usage *u) {
+/* `pid`'s usage so far: the daemon's, or the own replay server's. */
+static void read_usage(pid_t pid, daemon_usage *u) {
   *u = (daemon_usage){0};
   char path[64];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)stats_pid);
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   FILE *f = fopen(path, "r");
   char line[1024];
   if (f != NULL && fgets(line, sizeof line, f) != NULL) {
@@ -374,7 +491,7 @@ static void read_daemon_usage(daemon_usage *u) {
   if (f != NULL) {
     fclose(f);
   }
-  snprintf(path, sizeof path, "/proc/%d/task", (int)stats_pid);
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
   DIR *tasks = opendir(path);
   struct dirent *task;
   while (tasks != NULL && (task = readdir(tasks)) != NULL) {
@@ -412,16 +529,17 @@ static void read_daemon_usage(daemon_usage *u) {
   }
 }
 
-/* Prints the daemon's usage per call between `before` and now. Threads
- * that exited in between are not counted. */
-static void print_daemon_usage(const char *name, const char *reader,
-                               const daemon_usage *before, int calls) {
+/* Prints `who`'s (`pid`'s) usage per call between `before` and now.
+ * Threads that exited in between are not counted. */
+static void print_usage(pid_t pid, const char *who, const char *name,
+                        const char *reader, const daemon_usage *before,
+                        int calls) {
   daemon_usage after;
-  read_daemon_usage(&after);
+  read_usage(pid, &after);
   double n = calls > 0 ? calls : 1;
-  printf("  daemon per call (%s %s): cpu %.1f us, minor faults %.2f, "
+  printf("  %s per call (%s %s): cpu %.1f us, minor faults %.2f, "
          "context switches %.2f voluntary + %.2f involuntary\n",
-         name, reader, (after.cpu_us - before->cpu_us) / n,
+         who, name, reader, (after.cpu_us - before->cpu_us) / n,
          (after.minor_faults - before->minor_faults) / n,
          (after.voluntary - before->voluntary) / n,
          (after.involuntary - before->involuntary) / n);
@@ -453,9 +571,50 @@ static int time_calls(reshard_client *client, const char *name,
   return 0;
 }
 
-static int measure(reshard_client *client, reshard_client *replay_client,
-                   replay_server *replay, const scenario_spec *spec,
-                   uint64_t pages, reader_memory memory, int runs, row *out) {
+/* Times the replay of `request` (`runs` calls) with `response` as its
+ * answer on both replay servers, into out->replay_ns and
+ * out->own_replay_ns. Returns 0, or -1 after printing why. */
+static int time_replays(replay_floors *r, const char *name, const char *reader,
+                        const char *path, const uint8_t *request, size_t length,
+                        int runs, double *samples, const uint8_t *response,
+                        size_t response_length, row *out) {
+  replay_server_set_response(r->in_process, response, response_length);
+  if (replay_proc_set_response(&r->own, response, response_length) != 0) {
+    return -1;
+  }
+  reshard_client *clients[2] = {r->in_process_client, r->own_client};
+  double *medians[2] = {&out->replay_ns, &out->own_replay_ns};
+  for (int i = 0; i < 2; i++) {
+    uint8_t *answer = NULL;
+    size_t answer_length = 0;
+    /* With --daemon-stats, the own server's usage too: what a server
+     * that only sends the bytes spends per call, beside the daemon's. */
+    daemon_usage usage;
+    bool own_stats = stats_pid > 0 && i == 1;
+    if (own_stats) {
+      read_usage(r->own.pid, &usage);
+    }
+    int failed = time_calls(clients[i], name, path, request, length, runs,
+                            samples, medians[i], &answer, &answer_length);
+    if (own_stats && !failed) {
+      print_usage(r->own.pid, "own replay", name, reader, &usage, runs + 2);
+    }
+    free(answer);
+    if (failed) {
+      return -1;
+    }
+    if (answer_length != response_length) {
+      fprintf(stderr, "%s: the replay server answered %zu bytes, not %zu\n",
+              name, answer_length, response_length);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static int measure(reshard_client *client, replay_floors *floors,
+                   const scenario_spec *spec, uint64_t pages,
+                   reader_memory memory, int runs, row *out) {
   reshard_arena arena;
   reshard_arena_init(&arena, 0);
   reshard_error err;
@@ -562,7 +721,7 @@ static int measure(reshard_client *client, reshard_client *replay_client,
   size_t response_length = 0;
   daemon_usage usage;
   if (stats_pid > 0) {
-    read_daemon_usage(&usage);
+    read_usage(stats_pid, &usage);
   }
   if (time_calls(client, spec->name, PLAN_LOAD, bytes, length, runs, samples,
                  &out->round_ns, &response, &response_length) != 0) {
@@ -570,7 +729,8 @@ static int measure(reshard_client *client, reshard_client *replay_client,
     goto done;
   }
   if (stats_pid > 0) {
-    print_daemon_usage(spec->name, reader_names[memory], &usage, runs + 2);
+    print_usage(stats_pid, "daemon", spec->name, reader_names[memory], &usage,
+                runs + 2);
   }
   Reshard__V1__PlanLoadResponse *decoded =
       reshard__v1__plan_load_response__unpack(NULL, response_length, response);
@@ -586,18 +746,11 @@ static int measure(reshard_client *client, reshard_client *replay_client,
     goto done;
   }
   out->response_bytes = response_length;
-  replay_server_set_response(replay, response, response_length);
+  int replayed =
+      time_replays(floors, spec->name, reader_names[memory], PLAN_LOAD, bytes,
+                   length, runs, samples, response, response_length, out);
   free(response);
-  response = NULL;
-  if (time_calls(replay_client, spec->name, PLAN_LOAD, bytes, length, runs,
-                 samples, &out->replay_ns, &response, &response_length) != 0) {
-    free(response);
-    goto done;
-  }
-  free(response);
-  if (response_length != out->response_bytes) {
-    fprintf(stderr, "%s: the replay server answered %zu bytes, not %zu\n",
-            spec->name, response_length, out->response_bytes);
+  if (replayed != 0) {
     goto done;
   }
   result = 0;
@@ -765,10 +918,9 @@ static int plan_transfer_locally(transfer_scenario *t, bool runs, int count,
 
 /* The rows of one T scenario after one registration: explicit copies
  * (out[0]) and runs (out[1]), or only `form`'s (-1: both). */
-static int measure_transfer(reshard_client *client,
-                            reshard_client *replay_client,
-                            replay_server *replay, const transfer_spec *spec,
-                            uint64_t tokens, int form, int runs, row out[2]) {
+static int measure_transfer(reshard_client *client, replay_floors *floors,
+                            const transfer_spec *spec, uint64_t tokens,
+                            int form, int runs, row out[2]) {
   reshard_arena arena;
   reshard_arena_init(&arena, 0);
   reshard_error err;
@@ -807,7 +959,7 @@ static int measure_transfer(reshard_client *client,
     size_t response_length = 0;
     daemon_usage usage;
     if (stats_pid > 0) {
-      read_daemon_usage(&usage);
+      read_usage(stats_pid, &usage);
     }
     if (time_calls(client, spec->name, PLAN_TRANSFER, bytes, length, runs,
                    samples, &o->round_ns, &response, &response_length) != 0) {
@@ -815,8 +967,8 @@ static int measure_transfer(reshard_client *client,
       goto done;
     }
     if (stats_pid > 0) {
-      print_daemon_usage(spec->name, transfer_form_names[with_runs], &usage,
-                         runs + 2);
+      print_usage(stats_pid, "daemon", spec->name,
+                  transfer_form_names[with_runs], &usage, runs + 2);
     }
     Reshard__V1__PlanTransferResponse *decoded =
         reshard__v1__plan_transfer_response__unpack(NULL, response_length,
@@ -836,19 +988,11 @@ static int measure_transfer(reshard_client *client,
       goto done;
     }
     o->response_bytes = response_length;
-    replay_server_set_response(replay, response, response_length);
+    int replayed = time_replays(
+        floors, spec->name, transfer_form_names[with_runs], PLAN_TRANSFER,
+        bytes, length, runs, samples, response, response_length, o);
     free(response);
-    response = NULL;
-    if (time_calls(replay_client, spec->name, PLAN_TRANSFER, bytes, length,
-                   runs, samples, &o->replay_ns, &response,
-                   &response_length) != 0) {
-      free(response);
-      goto done;
-    }
-    free(response);
-    if (response_length != o->response_bytes) {
-      fprintf(stderr, "%s: the replay server answered %zu bytes, not %zu\n",
-              spec->name, response_length, o->response_bytes);
+    if (replayed != 0) {
       goto done;
     }
   }
@@ -862,12 +1006,13 @@ done:
 static void print_row(const char *name, const char *reader, const row *r) {
   double copies = r->copies ? (double)r->copies : 1.0;
   printf("%-16s %-10s %9llu %9.1fKB %9.1fKB | %8.1fus %8.1f | %8.1fus "
-         "%8.1f | %6.2f | %8.1fus %6.2f | %8.2f\n",
+         "%8.1f | %6.2f | %8.1fus %6.2f | %8.2f | %8.1fus %8.2f\n",
          name, reader, (unsigned long long)r->copies,
          (double)r->request_bytes / 1e3, (double)r->response_bytes / 1e3,
          r->plan_ns / 1e3, r->plan_ns / copies, r->round_ns / 1e3,
          r->round_ns / copies, r->round_ns / r->plan_ns, r->replay_ns / 1e3,
-         r->replay_ns / r->plan_ns, r->round_ns / (r->plan_ns + r->replay_ns));
+         r->replay_ns / r->plan_ns, r->round_ns / (r->plan_ns + r->replay_ns),
+         r->own_replay_ns / 1e3, r->round_ns / (r->plan_ns + r->own_replay_ns));
   fflush(stdout);
 }
 
@@ -875,15 +1020,19 @@ static void usage(void) {
   fprintf(stderr,
           "usage: reshard-roundtrip [--daemon PATH] [--runs N] [--pages N] "
           "[--scenario PREFIX] [--reader paged|contiguous|pooled] [--tokens N] "
-          "[--form explicit|runs] [--unix] [--short] [--daemon-stats]\n"
+          "[--form explicit|runs] [--unix] [--short] [--daemon-stats] "
+          "[--replay PATH]\n"
           "  --scenario: rows whose name starts with PREFIX (S1, T, T5...)\n"
           "  --reader: only the S rows of this reader's memory (to profile "
           "one)\n"
           "  --tokens: tokens of the T (PlanTransfer) rows\n"
           "  --form: only the T rows' explicit copies, or only their runs\n"
           "  --daemon-stats: after each row, the daemon's CPU, minor "
-          "faults\n    and context switches per call (/proc)\n"
-          "  --unix: the daemon and the replay server on Unix sockets\n"
+          "faults\n    and context switches per call (/proc), and the own "
+          "replay server's\n"
+          "  --unix: the daemon and the replay servers on Unix sockets\n"
+          "  --replay: the replay server run in a process of its own "
+          "(reshard-replay)\n"
           "  --short: 3 runs, 4 pages per scenario (CI keeps it running)\n");
 }
 
@@ -895,7 +1044,11 @@ int main(int argc, char **argv) {
    * (docs/performance.md, Round 9). The daemon, exec'd, keeps its own. */
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  /* A replay child that died is reported by the failed write, not by the
+   * signal. */
+  signal(SIGPIPE, SIG_IGN);
   const char *daemon_path = RESHARD_DAEMON_PATH;
+  const char *replay_path = RESHARD_REPLAY_PATH;
   const char *only = NULL;
   int runs = 30;
   uint64_t pages = 0;
@@ -912,6 +1065,8 @@ int main(int argc, char **argv) {
       pages = 4;
     } else if (i + 1 < argc && strcmp(argv[i], "--daemon") == 0) {
       daemon_path = argv[++i];
+    } else if (i + 1 < argc && strcmp(argv[i], "--replay") == 0) {
+      replay_path = argv[++i];
     } else if (i + 1 < argc && strcmp(argv[i], "--runs") == 0) {
       runs = atoi(argv[++i]);
     } else if (i + 1 < argc && strcmp(argv[i], "--pages") == 0) {
@@ -958,30 +1113,39 @@ int main(int argc, char **argv) {
     stats_pid = daemon.pid;
   }
   reshard_client *client = reshard_client_open(daemon.target, 60000);
-  char replay_listen[96] = "127.0.0.1:0", replay_target[96];
+  char listen[2][96] = {"127.0.0.1:0", "127.0.0.1:0"};
   if (unix_socket) {
-    snprintf(replay_listen, sizeof replay_listen, "unix:%s.replay",
+    snprintf(listen[0], sizeof listen[0], "unix:%s.replay", daemon.socket_path);
+    snprintf(listen[1], sizeof listen[1], "unix:%s.replay-own",
              daemon.socket_path);
   }
-  replay_server *replay =
-      replay_server_start(replay_listen, replay_target, sizeof replay_target);
-  reshard_client *replay_client =
-      replay == NULL ? NULL : reshard_client_open(replay_target, 60000);
+  replay_floors floors = {.own = {.pid = -1}};
+  char replay_target[96];
+  floors.in_process =
+      replay_server_start(listen[0], replay_target, sizeof replay_target);
+  if (floors.in_process != NULL) {
+    floors.in_process_client = reshard_client_open(replay_target, 60000);
+  }
+  if (replay_proc_start(replay_path, listen[1], &floors.own) == 0) {
+    floors.own_client = reshard_client_open(floors.own.target, 60000);
+  }
   printf("reshard-roundtrip: reshardd at %s, %d calls per row, one client, "
          "medians; replay: the same bytes from a server that stores the "
-         "response\n",
+         "response, in this process (SPEC §7's) and in its own (own)\n",
          daemon.target, runs);
   printf("ratio = round trip / plan; floor = replay / plan; vs floor = round "
          "trip / (plan + replay), SPEC §7's (goal: 1.5 explicit, 1.2 "
-         "pooled)\n");
+         "pooled); vs own = round trip / (plan + own replay)\n");
   printf("%-16s %-10s %9s %11s %11s | %10s %8s | %10s %8s | %6s | %10s %6s | "
-         "%8s\n",
+         "%8s | %10s %8s\n",
          "scenario", "reader", "copies", "request", "response", "plan", "ns/cp",
-         "round trip", "ns/cp", "ratio", "replay", "floor", "vs floor");
-  int failures = client == NULL || replay_client == NULL;
-  for (size_t i = 0; client != NULL && replay_client != NULL &&
-                     i < sizeof scenario_specs / sizeof scenario_specs[0];
-       i++) {
+         "round trip", "ns/cp", "ratio", "replay", "floor", "vs floor",
+         "own replay", "vs own");
+  bool ready = client != NULL && floors.in_process_client != NULL &&
+               floors.own_client != NULL;
+  int failures = !ready;
+  for (size_t i = 0;
+       ready && i < sizeof scenario_specs / sizeof scenario_specs[0]; i++) {
     const scenario_spec *spec = &scenario_specs[i];
     if (!scenario_selected(spec, only)) {
       continue;
@@ -991,17 +1155,16 @@ int main(int argc, char **argv) {
         continue;
       }
       row r = {0};
-      if (measure(client, replay_client, replay, spec, pages, (reader_memory)m,
-                  runs, &r) != 0) {
+      if (measure(client, &floors, spec, pages, (reader_memory)m, runs, &r) !=
+          0) {
         failures++;
         continue;
       }
       print_row(spec->name, reader_names[m], &r);
     }
   }
-  for (size_t i = 0; client != NULL && replay_client != NULL &&
-                     i < sizeof transfer_specs / sizeof transfer_specs[0];
-       i++) {
+  for (size_t i = 0;
+       ready && i < sizeof transfer_specs / sizeof transfer_specs[0]; i++) {
     const transfer_spec *spec = &transfer_specs[i];
     if (!transfer_selected(spec, only)) {
       continue;
@@ -1012,8 +1175,7 @@ int main(int argc, char **argv) {
       tokens = tokens_flag;
     }
     row r[2] = {{0}};
-    if (measure_transfer(client, replay_client, replay, spec, tokens, form,
-                         runs, r) != 0) {
+    if (measure_transfer(client, &floors, spec, tokens, form, runs, r) != 0) {
       failures++;
       continue;
     }
@@ -1023,10 +1185,17 @@ int main(int argc, char **argv) {
       }
     }
   }
-  reshard_client_close(replay_client);
-  replay_server_stop(replay);
+  reshard_client_close(floors.in_process_client);
+  replay_server_stop(floors.in_process);
+  reshard_client_close(floors.own_client);
+  if (replay_proc_stop(&floors.own) != 0) {
+    fprintf(stderr, "reshard-replay did not exit cleanly\n");
+    failures++;
+  }
   if (unix_socket) {
-    unlink(replay_listen + strlen("unix:"));
+    for (int i = 0; i < 2; i++) {
+      unlink(listen[i] + strlen("unix:"));
+    }
   }
   reshard_client_close(client);
   if (daemon_stop(&daemon) != 0) {
