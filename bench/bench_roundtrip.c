@@ -21,16 +21,17 @@
  * that floor's ratio to the planning: what a round trip would cost if
  * the daemon took no time at all; and SPEC §7's ratio, round trip / (planning
  * + replay). The same server runs a second time in a process of its own
- * (reshard-replay, bench/replay_main.c), as the daemon does: over TCP
- * loopback the in-process floor is the lower one, by up to 0.9 ms for a
- * 4 MB response (docs/performance.md, Round 41), so both are printed, and
- * the round trip's ratio to each. Then the T rows of §6 (SPEC §2.6): both
- * placements and every pool registered once, then PlanTransfer by ids and block
- * tables, with and without runs, beside the in-process transfer plan and the
- * replay floor. The client process keeps its heap (mallopt in main), so neither
- * figure pays for glibc returning and refaulting the client's response buffers.
- * Figures only: it fails (exit 1) when a call fails or the daemon's plan
- * differs from the in-process one, never on time. */
+ * (reshard-replay, bench/replay_main.c), as the daemon does: the
+ * in-process floor is mostly the lower one, by a median ×1.22 and up to
+ * 1.4 ms for a 4 MB response (docs/performance.md, Round 41), so both are
+ * printed, and the round trip's ratio to each. Then the T rows of §6 (SPEC
+ * §2.6): both placements and every pool registered once, then PlanTransfer by
+ * ids and block tables, with and without runs, beside the in-process transfer
+ * plan and the replay floor. The client process keeps its heap (mallopt in
+ * main), so neither figure pays for glibc returning and refaulting the client's
+ * response buffers. Figures only: it fails (exit 1) when a call fails, the
+ * daemon's plan differs from the in-process one or a replay server's answer
+ * from the daemon's, never on time. */
 #include <dirent.h>
 #include <errno.h>
 #include <malloc.h>
@@ -455,26 +456,23 @@ typedef struct row {
   double own_replay_ns; /* the same, the server in a process of its own */
 } row;
 
-/* Median round trip of `runs` calls of `request` on `client` (after two
- * unmeasured ones); the last response is left in `response` for the
- * caller to free. Returns 0, or -1 after printing why a call failed. */
-/* ---- The daemon's own cost per call (--daemon-stats) ---- */
+/* ---- What the daemon and the own replay server cost (--daemon-stats) ---- */
 
-/* What the daemon spent, summed over its threads: CPU (each thread's
- * run time in /proc/PID/task/TID/schedstat, in ns), minor faults
+/* What a process spent, summed over its threads: CPU (each thread's run
+ * time in /proc/PID/task/TID/schedstat, in ns), minor faults
  * (/proc/PID/stat) and context switches, voluntary and not (each thread's
  * status). */
-typedef struct daemon_usage {
+typedef struct process_usage {
   double cpu_us;
   double minor_faults;
   double voluntary, involuntary;
-} daemon_usage;
+} process_usage;
 
 static pid_t stats_pid = -1; /* the daemon, with --daemon-stats */
 
 /* `pid`'s usage so far: the daemon's, or the own replay server's. */
-static void read_usage(pid_t pid, daemon_usage *u) {
-  *u = (daemon_usage){0};
+static void read_usage(pid_t pid, process_usage *u) {
+  *u = (process_usage){0};
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   FILE *f = fopen(path, "r");
@@ -532,9 +530,9 @@ static void read_usage(pid_t pid, daemon_usage *u) {
 /* Prints `who`'s (`pid`'s) usage per call between `before` and now.
  * Threads that exited in between are not counted. */
 static void print_usage(pid_t pid, const char *who, const char *name,
-                        const char *reader, const daemon_usage *before,
+                        const char *reader, const process_usage *before,
                         int calls) {
-  daemon_usage after;
+  process_usage after;
   read_usage(pid, &after);
   double n = calls > 0 ? calls : 1;
   printf("  %s per call (%s %s): cpu %.1f us, minor faults %.2f, "
@@ -545,6 +543,9 @@ static void print_usage(pid_t pid, const char *who, const char *name,
          (after.involuntary - before->involuntary) / n);
 }
 
+/* Median round trip of `runs` calls of `request` on `client` (after two
+ * unmeasured ones); the last response is left in `response` for the
+ * caller to free. Returns 0, or -1 after printing why a call failed. */
 static int time_calls(reshard_client *client, const char *name,
                       const char *path, const uint8_t *request, size_t length,
                       int runs, double *samples, double *median,
@@ -589,7 +590,7 @@ static int time_replays(replay_floors *r, const char *name, const char *reader,
     size_t answer_length = 0;
     /* With --daemon-stats, the own server's usage too: what a server
      * that only sends the bytes spends per call, beside the daemon's. */
-    daemon_usage usage;
+    process_usage usage;
     bool own_stats = stats_pid > 0 && i == 1;
     if (own_stats) {
       read_usage(r->own.pid, &usage);
@@ -599,12 +600,17 @@ static int time_replays(replay_floors *r, const char *name, const char *reader,
     if (own_stats && !failed) {
       print_usage(r->own.pid, "own replay", name, reader, &usage, runs + 2);
     }
-    free(answer);
     if (failed) {
+      free(answer);
       return -1;
     }
-    if (answer_length != response_length) {
-      fprintf(stderr, "%s: the replay server answered %zu bytes, not %zu\n",
+    bool same = answer_length == response_length &&
+                memcmp(answer, response, response_length) == 0;
+    free(answer);
+    if (!same) {
+      fprintf(stderr,
+              "%s: the replay server's answer (%zu bytes) differs from the "
+              "daemon's response (%zu bytes)\n",
               name, answer_length, response_length);
       return -1;
     }
@@ -719,7 +725,7 @@ static int measure(reshard_client *client, replay_floors *floors,
    * the first request of a reader shape does. */
   uint8_t *response = NULL;
   size_t response_length = 0;
-  daemon_usage usage;
+  process_usage usage;
   if (stats_pid > 0) {
     read_usage(stats_pid, &usage);
   }
@@ -957,7 +963,7 @@ static int measure_transfer(reshard_client *client, replay_floors *floors,
     o->request_bytes = length;
     uint8_t *response = NULL;
     size_t response_length = 0;
-    daemon_usage usage;
+    process_usage usage;
     if (stats_pid > 0) {
       read_usage(stats_pid, &usage);
     }

@@ -9,6 +9,7 @@
  *                   later call gets them
  *
  * It stops at the end of stdin, so it never outlives its driver. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,7 @@
 #include "replay_server.h"
 
 /* Reads exactly `length` bytes; false at the end of the input. */
-static int read_exactly(FILE *in, uint8_t *bytes, size_t length) {
+static bool read_exactly(FILE *in, uint8_t *bytes, size_t length) {
   return fread(bytes, 1, length, in) == length;
 }
 
