@@ -357,6 +357,8 @@ typedef struct reshard__run_folder {
   size_t run_count;
   size_t *batch_first;     /* batch_count + 1 entries */
   size_t batch_count;      /* closed batches */
+  size_t *batch_like;      /* per closed batch (reshard_runs.batch_like) */
+  size_t open_like;        /* the open batch's, or SIZE_MAX: itself */
   struct fold_slot *slots; /* class table, mask + 1 slots */
   size_t mask;
   size_t live;        /* classes of the open batch in the table */

@@ -86,10 +86,12 @@ reshard_status reshard__run_folder_init(reshard__run_folder *folder,
   folder->arena = arena;
   folder->runs = RESHARD_ARENA_ARRAY(arena, reshard_run, max_copies + 1);
   folder->batch_first = RESHARD_ARENA_ARRAY(arena, size_t, max_batches + 1);
+  folder->batch_like = RESHARD_ARENA_ARRAY(arena, size_t, max_batches + 1);
+  folder->open_like = SIZE_MAX;
   folder->slots = RESHARD_ARENA_NEW(arena, fold_slot, INITIAL_SLOTS);
   folder->mask = INITIAL_SLOTS - 1;
   if (folder->runs == NULL || folder->batch_first == NULL ||
-      folder->slots == NULL) {
+      folder->batch_like == NULL || folder->slots == NULL) {
     return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
                              "runs: out of memory");
   }
@@ -616,6 +618,9 @@ void reshard__run_folder_renamed(reshard__run_folder *folder, size_t first,
 }
 
 void reshard__run_folder_close(reshard__run_folder *folder) {
+  folder->batch_like[folder->batch_count] =
+      folder->open_like != SIZE_MAX ? folder->open_like : folder->batch_count;
+  folder->open_like = SIZE_MAX;
   folder->batch_first[++folder->batch_count] = folder->run_count;
   folder->live = 0;
   folder->open_copies = 0;
@@ -629,6 +634,7 @@ void reshard__run_folder_finish(const reshard__run_folder *folder,
       .run_count = folder->run_count,
       .batch_first = folder->batch_first,
       .batch_count = folder->batch_count,
+      .batch_like = folder->batch_like,
   };
 }
 

@@ -28,12 +28,17 @@ typedef struct reshard_run {
 
 /* The runs of a batched plan. Batch b's runs are runs[batch_first[b] ..
  * batch_first[b + 1]); batch_first has batch_count + 1 entries. A run never
- * crosses a batch, so the batches' byte totals are the explicit plan's. */
+ * crosses a batch, so the batches' byte totals are the explicit plan's.
+ * batch_like, when the planner kept it (else NULL), names per batch an
+ * earlier batch whose runs are its own but for their part and region
+ * indices (a transfer's region written as one before it, renamed), or the
+ * batch itself: an encoder takes that batch's other columns as they are. */
 typedef struct reshard_runs {
   reshard_run *runs;
   size_t run_count;
   size_t *batch_first;
   size_t batch_count;
+  size_t *batch_like;
 } reshard_runs;
 
 /* Folds an explicit batched plan into runs: within each batch, copies of

@@ -933,11 +933,17 @@ Test(plan_response, repeated_run_columns_match_protobuf_c) {
     message_list[b] = &messages[b];
   }
   batch_first[BATCHES] = at;
-  reshard_runs plan_runs = {runs, at, batch_first, BATCHES};
-  reshard_range_batches measured;
-  cr_assert_eq(reshard_range_batches_measure(NULL, batches, BATCHES, &plan_runs,
-                                             NULL, &arena, &measured),
-               RESHARD_OK);
+  /* The batches alike found by comparing (no batch_like), named by the
+   * planner (each odd batch the one before it), and named where the
+   * counts differ, which the encoder must not take. */
+  size_t named[BATCHES], miscounted[BATCHES];
+  for (size_t b = 0; b < BATCHES; b++) {
+    named[b] = b % 2 == 1 ? b - 1 : b;
+    miscounted[b] =
+        b % 2 == 0 && b > 0 && batches[b - 1].count != batches[b].count ? b - 1
+                                                                        : b;
+  }
+  size_t *likes[] = {NULL, named, miscounted};
   Reshard__V1__PlanLoadResponse response =
       RESHARD__V1__PLAN_LOAD_RESPONSE__INIT;
   response.n_batches = BATCHES;
@@ -945,15 +951,25 @@ Test(plan_response, repeated_run_columns_match_protobuf_c) {
   size_t want_size = protobuf_c_message_get_packed_size(&response.base);
   uint8_t *want = malloc(want_size + 1);
   protobuf_c_message_pack(&response.base, want);
-  cr_assert_eq(measured.size, want_size, "size %zu, protobuf-c packs %zu",
-               measured.size, want_size);
-  uint8_t *got = malloc(want_size + 1);
-  uint8_t *end = reshard_range_batches_write(&measured, 4, got);
-  cr_assert_eq((size_t)(end - got), want_size);
-  for (size_t i = 0; i < want_size; i++) {
-    cr_assert_eq(got[i], want[i], "byte %zu of %zu differs", i, want_size);
+  for (size_t l = 0; l < sizeof likes / sizeof likes[0]; l++) {
+    reshard_runs plan_runs = {runs, at, batch_first, BATCHES, likes[l]};
+    reshard_range_batches measured;
+    cr_assert_eq(reshard_range_batches_measure(NULL, batches, BATCHES,
+                                               &plan_runs, NULL, &arena,
+                                               &measured),
+                 RESHARD_OK);
+    cr_assert_eq(measured.size, want_size,
+                 "likes %zu: size %zu, protobuf-c packs %zu", l, measured.size,
+                 want_size);
+    uint8_t *got = malloc(want_size + 1);
+    uint8_t *end = reshard_range_batches_write(&measured, 4, got);
+    cr_assert_eq((size_t)(end - got), want_size);
+    for (size_t i = 0; i < want_size; i++) {
+      cr_assert_eq(got[i], want[i], "likes %zu: byte %zu of %zu differs", l, i,
+                   want_size);
+    }
+    free(got);
   }
-  free(got);
   free(want);
   reshard_arena_destroy(&arena);
 }

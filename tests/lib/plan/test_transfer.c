@@ -543,6 +543,36 @@ static void columns_match_copies(const reshard_transfer_plan *plan,
   }
 }
 
+/* Every batch the planner names as like an earlier one (batch_like) is
+ * that batch's runs but for their part and region indices. Returns how
+ * many batches were named so. */
+static size_t runs_like_as_named(const reshard_runs *runs,
+                                 const char *description) {
+  size_t named = 0;
+  for (size_t b = 0; runs->batch_like != NULL && b < runs->batch_count; b++) {
+    size_t like = runs->batch_like[b];
+    cr_assert_leq(like, b, "batch %zu: %s", b, description);
+    if (like == b) {
+      continue;
+    }
+    named++;
+    size_t first = runs->batch_first[b],
+           count = runs->batch_first[b + 1] - first;
+    size_t like_first = runs->batch_first[like];
+    cr_assert_eq(runs->batch_first[like + 1] - like_first, count,
+                 "batch %zu like %zu: %s", b, like, description);
+    for (size_t r = 0; r < count; r++) {
+      reshard_run run = runs->runs[first + r];
+      const reshard_run *was = &runs->runs[like_first + r];
+      run.first.part_index = was->first.part_index;
+      run.first.region_index = was->first.region_index;
+      cr_assert(memcmp(&run, was, sizeof run) == 0,
+                "batch %zu like %zu, run %zu: %s", b, like, r, description);
+    }
+  }
+  return named;
+}
+
 /* The runs of a batched plan expand to `explicit_plan`'s batches: a
  * batch's entries, expanded and sorted by the explicit key, are exactly
  * its copies. */
@@ -570,6 +600,7 @@ static void runs_expand_to(const reshard_transfer_plan *plan,
                      n * sizeof *expanded) == 0,
               "batch %zu: %s", b, description);
   }
+  runs_like_as_named(&plan->runs, description);
 }
 
 /* A plan made for runs only (request.omit_copies) is `with_copies`, the
@@ -713,6 +744,7 @@ typedef struct batch_limit {
  * earlier region renamed. */
 typedef struct walk_tally {
   int direct, runs_only, repeated, repeated_runs_only, dropped, unwritten;
+  int named_runs; /* runs-only plans naming batches like earlier ones */
 } walk_tally;
 
 /* Plans one case every way and checks each, counting into `tally`. */
@@ -795,6 +827,8 @@ static void run_case(uint64_t seed, const oracle_topology *source,
                    RESHARD_OK, "%s: %s", c.description, err.message);
       runs_direct += runs_only_equal(&c, &runs_only, &direct);
       tally->repeated_runs_only += runs_only.regions_repeated > 0;
+      tally->named_runs +=
+          runs_like_as_named(&runs_only.runs, c.description) > 0;
       request.omit_copies = false;
     }
   }
@@ -879,6 +913,8 @@ static void run_case(uint64_t seed, const oracle_topology *source,
         RESHARD_OK, "%s: %s", c.description, err.message);
     runs_direct += runs_only_equal(&c, &small_runs_only, &small_runs);
     tally->repeated_runs_only += small_runs_only.regions_repeated > 0;
+    tally->named_runs +=
+        runs_like_as_named(&small_runs_only.runs, c.description) > 0;
     request.omit_copies = false;
   }
   request.runs = false;
@@ -940,6 +976,9 @@ Test(transfer, random_shapes_execute_exactly) {
   cr_assert_gt(tally.repeated, 20, "%d plans repeated regions", tally.repeated);
   cr_assert_gt(tally.repeated_runs_only, 20,
                "%d runs-only plans repeated regions", tally.repeated_runs_only);
+  cr_assert_gt(tally.named_runs, 20,
+               "%d runs-only plans named batches like earlier ones",
+               tally.named_runs);
   /* Columns-only plans that dropped copies between regions (held fewer
    * than they wrote): those of many regions, mostly with small batches. */
   cr_assert_gt(tally.dropped, 20, "%d columns-only plans dropped copies",
