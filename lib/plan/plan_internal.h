@@ -358,7 +358,8 @@ typedef struct reshard__run_folder {
   size_t *batch_first;     /* batch_count + 1 entries */
   size_t batch_count;      /* closed batches */
   size_t *batch_like;      /* per closed batch (reshard_runs.batch_like) */
-  size_t open_like;        /* the open batch's, or SIZE_MAX: itself */
+  size_t open_like;        /* the closed batch last renamed whole into the open
+                              one, or SIZE_MAX (see _renamed, _close) */
   struct fold_slot *slots; /* class table, mask + 1 slots */
   size_t mask;
   size_t live;        /* classes of the open batch in the table */
@@ -431,7 +432,9 @@ void reshard__run_folder_shifted(reshard__run_folder *folder, size_t first,
  * `region_index`: what folding a transfer region's copies does when they
  * are those runs' region's renamed (see transfer_direct.c). The caller
  * counts the copies (open_copies). Like reshard__run_folder_shifted, the
- * new classes stay out of the table: no later copy is of them. */
+ * new classes stay out of the table: no later copy is of them. A whole
+ * closed batch renamed into an empty open batch, and nothing else before
+ * it closes, makes that batch like it (reshard_runs.batch_like). */
 void reshard__run_folder_renamed(reshard__run_folder *folder, size_t first,
                                  size_t end, uint64_t part_index,
                                  uint64_t region_index);

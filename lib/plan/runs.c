@@ -604,9 +604,37 @@ void reshard__run_folder_shifted(reshard__run_folder *folder, size_t first,
   folder->open_copies += (size_t)copies;
 }
 
+/* The closed batch whose runs are exactly runs[first, end) (first < end),
+ * or SIZE_MAX. batch_first rises; equal entries are empty batches, and
+ * the batch a run starts is the last of those equal to its index. */
+static size_t closed_batch_of(const reshard__run_folder *folder, size_t first,
+                              size_t end) {
+  size_t low = 0, high = folder->batch_count; /* batches [low, high) */
+  while (low < high) {
+    size_t mid = low + (high - low) / 2;
+    if (folder->batch_first[mid] <= first) {
+      low = mid + 1;
+    } else {
+      high = mid;
+    }
+  }
+  /* low: the first batch starting past `first`; the one before it holds
+   * run `first`. */
+  if (low == 0 || folder->batch_first[low - 1] != first ||
+      folder->batch_first[low] != end) {
+    return SIZE_MAX;
+  }
+  return low - 1;
+}
+
 void reshard__run_folder_renamed(reshard__run_folder *folder, size_t first,
                                  size_t end, uint64_t part_index,
                                  uint64_t region_index) {
+  /* A whole closed batch renamed: the open batch is like it if it holds
+   * nothing else when it closes (checked there). */
+  if (first < end) {
+    folder->open_like = closed_batch_of(folder, first, end);
+  }
   reshard_run *runs = folder->runs;
   reshard_run *out = runs + folder->run_count;
   for (size_t r = first; r < end; r++, out++) {
@@ -618,8 +646,15 @@ void reshard__run_folder_renamed(reshard__run_folder *folder, size_t first,
 }
 
 void reshard__run_folder_close(reshard__run_folder *folder) {
-  folder->batch_like[folder->batch_count] =
-      folder->open_like != SIZE_MAX ? folder->open_like : folder->batch_count;
+  /* Like a batch renamed into it only if it holds that batch's runs and
+   * no other: as many as it. */
+  size_t like = folder->open_like, b = folder->batch_count;
+  size_t held = folder->run_count - folder->batch_first[b];
+  folder->batch_like[b] =
+      like != SIZE_MAX &&
+              folder->batch_first[like + 1] - folder->batch_first[like] == held
+          ? like
+          : b;
   folder->open_like = SIZE_MAX;
   folder->batch_first[++folder->batch_count] = folder->run_count;
   folder->live = 0;

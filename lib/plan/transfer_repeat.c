@@ -185,13 +185,6 @@ void reshard__walk_repeat_write(direct *d, const region_repeat *r,
     size_t from = r->first;
     for (size_t k = 1; k <= closed; k++) {
       size_t to = f->batch_first[first_closed + k];
-      /* A batch of nothing but batch first_closed + k - 1's runs renamed
-       * is that batch's but for the two indices: every one after the
-       * first, and the first when the region began its batch. */
-      if (from == f->batch_first[first_closed + k - 1] &&
-          f->run_count == f->batch_first[f->batch_count]) {
-        f->open_like = first_closed + k - 1;
-      }
       reshard__run_folder_renamed(f, from, to, part_index, region_index);
       d->batch_source[f->batch_count] = d->source;
       reshard__run_folder_close(f);

@@ -1060,3 +1060,55 @@ Test(runs, alone_pieces_equal_copy_by_copy_folds) {
   cr_assert_gt(by_pairs_yes, 1000);
   cr_assert_gt(by_pairs_no, 10);
 }
+
+/* A batch is named like a closed batch (reshard_runs.batch_like) when it
+ * holds that whole batch's runs renamed and nothing else; otherwise it is
+ * named as itself. */
+Test(runs, names_a_batch_like_the_whole_batch_renamed_into_it_alone) {
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_error err;
+  reshard__run_folder folder;
+  cr_assert_eq(reshard__run_folder_init(&folder, 64, 8, &arena, &err),
+               RESHARD_OK);
+  reshard_copy three[3];
+  for (uint64_t i = 0; i < 3; i++) {
+    three[i] = (reshard_copy){.page_index = 0,
+                              .part_index = 0,
+                              .part_offset = 4096 * i,
+                              .region_index = i,
+                              .region_offset = 0,
+                              .nbytes = 4096};
+  }
+  reshard_copy other = {.region_index = 9, .nbytes = 64};
+  /* Batch 0: three runs. Batch 1: empty. */
+  cr_assert_eq(reshard__run_folder_copies(&folder, three, 3, &err), RESHARD_OK);
+  reshard__run_folder_close(&folder);
+  cr_assert_eq(folder.batch_first[1], 3);
+  reshard__run_folder_close(&folder);
+  /* 2: batch 0 renamed, alone. 3: a run, then batch 0 renamed. 4: batch
+   * 0 renamed, then a run. 5: part of batch 0. 6: batch 2 renamed. */
+  reshard__run_folder_renamed(&folder, 0, 3, 1, 7);
+  reshard__run_folder_close(&folder);
+  cr_assert_eq(reshard__run_folder_copies(&folder, &other, 1, &err),
+               RESHARD_OK);
+  reshard__run_folder_renamed(&folder, 0, 3, 1, 7);
+  reshard__run_folder_close(&folder);
+  reshard__run_folder_renamed(&folder, 0, 3, 1, 7);
+  cr_assert_eq(reshard__run_folder_copies(&folder, &other, 1, &err),
+               RESHARD_OK);
+  reshard__run_folder_close(&folder);
+  reshard__run_folder_renamed(&folder, 0, 2, 1, 7);
+  reshard__run_folder_close(&folder);
+  reshard__run_folder_renamed(&folder, 3, 6, 2, 8);
+  reshard__run_folder_close(&folder);
+  reshard_runs runs;
+  reshard__run_folder_finish(&folder, &runs);
+  static const size_t want[] = {0, 1, 0, 3, 4, 5, 2};
+  cr_assert_eq(runs.batch_count, 7);
+  for (size_t b = 0; b < 7; b++) {
+    cr_assert_eq(runs.batch_like[b], want[b], "batch %zu named %zu, not %zu", b,
+                 runs.batch_like[b], want[b]);
+  }
+  reshard_arena_destroy(&arena);
+}
