@@ -355,11 +355,24 @@ struct reshard__region_mark {
 typedef struct reshard__run_folder {
   reshard_run *runs;
   size_t run_count;
-  size_t *batch_first;     /* batch_count + 1 entries */
-  size_t batch_count;      /* closed batches */
-  size_t *batch_like;      /* per closed batch (reshard_runs.batch_like) */
-  size_t open_like;        /* the closed batch last renamed whole into the open
-                              one, or SIZE_MAX (see _renamed, _close) */
+  size_t *batch_first; /* batch_count + 1 entries */
+  size_t batch_count;  /* closed batches */
+  size_t *batch_like;  /* per closed batch (reshard_runs.batch_like) */
+  size_t open_like;    /* the closed batch last renamed whole into the open
+                          one, or SIZE_MAX (see _renamed, _close) */
+  /* Where the runs came from, for naming batches alike: segments of runs
+   * [0, segments_end), in order, segment k starting at run
+   * segment_start[k] and holding the runs from segment_origin[k] on,
+   * renamed (reshard__run_folder_renamed) or the folder's own (origin:
+   * its own first run). Origins are runs of the second kind, so runs of
+   * equal origin are equal but for their part and region indices. Each
+   * batch starts a segment, batch b's first is batch_segment[b], and
+   * segments are as long as they can be, so two batches of equal origins
+   * hold the same segments. */
+  size_t *segment_start, *segment_origin;
+  size_t segment_count, segment_room, segments_end;
+  size_t *batch_segment;   /* batch_count + 1 entries */
+  bool segments_lost;      /* the arena could not grow them: none named so */
   struct fold_slot *slots; /* class table, mask + 1 slots */
   size_t mask;
   size_t live;        /* classes of the open batch in the table */
@@ -432,9 +445,11 @@ void reshard__run_folder_shifted(reshard__run_folder *folder, size_t first,
  * `region_index`: what folding a transfer region's copies does when they
  * are those runs' region's renamed (see transfer_direct.c). The caller
  * counts the copies (open_copies). Like reshard__run_folder_shifted, the
- * new classes stay out of the table: no later copy is of them. A whole
- * closed batch renamed into an empty open batch, and nothing else before
- * it closes, makes that batch like it (reshard_runs.batch_like). */
+ * new classes stay out of the table: no later copy is of them, so the
+ * runs renamed are final (a region is renamed once walked). A batch is
+ * named like an earlier one (reshard_runs.batch_like) when it holds a
+ * whole closed batch renamed and nothing else, or when its runs are of
+ * the same origins as one of the few batches before it (runs.c). */
 void reshard__run_folder_renamed(reshard__run_folder *folder, size_t first,
                                  size_t end, uint64_t part_index,
                                  uint64_t region_index);

@@ -87,16 +87,143 @@ reshard_status reshard__run_folder_init(reshard__run_folder *folder,
   folder->runs = RESHARD_ARENA_ARRAY(arena, reshard_run, max_copies + 1);
   folder->batch_first = RESHARD_ARENA_ARRAY(arena, size_t, max_batches + 1);
   folder->batch_like = RESHARD_ARENA_ARRAY(arena, size_t, max_batches + 1);
+  folder->batch_segment = RESHARD_ARENA_ARRAY(arena, size_t, max_batches + 1);
   folder->open_like = SIZE_MAX;
   folder->slots = RESHARD_ARENA_NEW(arena, fold_slot, INITIAL_SLOTS);
   folder->mask = INITIAL_SLOTS - 1;
   if (folder->runs == NULL || folder->batch_first == NULL ||
-      folder->batch_like == NULL || folder->slots == NULL) {
+      folder->batch_like == NULL || folder->batch_segment == NULL ||
+      folder->slots == NULL) {
     return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
                              "runs: out of memory");
   }
   folder->batch_first[0] = 0;
+  folder->batch_segment[0] = 0;
   return RESHARD_OK;
+}
+
+/* ---- Where runs came from (plan_internal.h, segment_start) ---- */
+
+/* Appends to the open batch's segments the one starting at run `start`
+ * with runs from `origin` on, or lengthens the last when it continues
+ * it. False when the arena cannot grow them. */
+static bool segment_push(reshard__run_folder *folder, size_t start,
+                         size_t origin) {
+  size_t count = folder->segment_count;
+  if (count > folder->batch_segment[folder->batch_count] &&
+      folder->segment_origin[count - 1] +
+              (start - folder->segment_start[count - 1]) ==
+          origin) {
+    return true;
+  }
+  if (count == folder->segment_room) {
+    /* The old arrays stay in the arena until the plan ends. */
+    size_t room = count < 32 ? 64 : 2 * count;
+    size_t *starts = RESHARD_ARENA_ARRAY(folder->arena, size_t, room);
+    size_t *origins = RESHARD_ARENA_ARRAY(folder->arena, size_t, room);
+    if (starts == NULL || origins == NULL) {
+      return false;
+    }
+    if (count > 0) {
+      memcpy(starts, folder->segment_start, count * sizeof *starts);
+      memcpy(origins, folder->segment_origin, count * sizeof *origins);
+    }
+    folder->segment_start = starts;
+    folder->segment_origin = origins;
+    folder->segment_room = room;
+  }
+  folder->segment_start[count] = start;
+  folder->segment_origin[count] = origin;
+  folder->segment_count = count + 1;
+  return true;
+}
+
+/* The runs appended since the segments last ended are the folder's own. */
+static void segments_catch_up(reshard__run_folder *folder) {
+  if (folder->segments_lost || folder->segments_end == folder->run_count) {
+    return;
+  }
+  folder->segments_lost =
+      !segment_push(folder, folder->segments_end, folder->segments_end);
+  folder->segments_end = folder->run_count;
+}
+
+/* The segments of runs [first, end) (< segments_end) appended for the
+ * same runs renamed at run_count. */
+static void segments_renamed(reshard__run_folder *folder, size_t first,
+                             size_t end) {
+  segments_catch_up(folder);
+  if (folder->segments_lost || first >= end) {
+    return;
+  }
+  /* The segment holding `first`: the last starting at or before it. */
+  size_t low = 0, high = folder->segment_count;
+  while (high - low > 1) {
+    size_t mid = low + (high - low) / 2;
+    if (folder->segment_start[mid] <= first) {
+      low = mid;
+    } else {
+      high = mid;
+    }
+  }
+  /* Read up to the segments there are now; those pushed start at `to`. */
+  size_t to = folder->run_count, count = folder->segment_count;
+  for (size_t k = low, r = first; r < end && !folder->segments_lost; k++) {
+    size_t stop = k + 1 < count ? folder->segment_start[k + 1] : to;
+    folder->segments_lost = !segment_push(folder, to + (r - first),
+                                          folder->segment_origin[k] +
+                                              (r - folder->segment_start[k]));
+    r = stop < end ? stop : end;
+  }
+  folder->segments_end = to + (end - first);
+}
+
+/* How many batches back a batch is looked for among those of the same
+ * origins: a transfer's batches repeat with its layers, and a layer holds
+ * one batch or a few. */
+enum { SAME_ORIGIN_LOOKBACK = 4 };
+
+/* Whether closed batch `a` and the open batch (its segments caught up)
+ * hold runs of the same origins. */
+static bool same_origins(const reshard__run_folder *folder, size_t a) {
+  size_t b = folder->batch_count;
+  size_t a_first = folder->batch_first[a], b_first = folder->batch_first[b];
+  size_t a_seg = folder->batch_segment[a], b_seg = folder->batch_segment[b];
+  size_t segments = folder->segment_count - b_seg;
+  if (folder->batch_first[a + 1] - a_first != folder->run_count - b_first ||
+      folder->batch_segment[a + 1] - a_seg != segments) {
+    return false;
+  }
+  for (size_t k = 0; k < segments; k++) {
+    if (folder->segment_origin[a_seg + k] !=
+            folder->segment_origin[b_seg + k] ||
+        folder->segment_start[a_seg + k] - a_first !=
+            folder->segment_start[b_seg + k] - b_first) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The open batch's name (reshard_runs.batch_like): an earlier batch of
+ * the same origins, looked for in the closed batch last renamed whole
+ * into it (however far back) and in the few just before it; else
+ * itself. */
+static size_t open_batch_like(reshard__run_folder *folder) {
+  size_t like = folder->open_like, b = folder->batch_count;
+  segments_catch_up(folder);
+  if (folder->run_count == folder->batch_first[b] || folder->segments_lost) {
+    return b;
+  }
+  if (like != SIZE_MAX && same_origins(folder, like)) {
+    return like;
+  }
+  for (size_t back = 1; back <= SAME_ORIGIN_LOOKBACK && back <= b; back++) {
+    if (same_origins(folder, b - back)) {
+      return b - back;
+    }
+  }
+  return b;
 }
 
 /* Stamps start at 1 so the zeroed table holds no live slot. */
@@ -630,11 +757,12 @@ static size_t closed_batch_of(const reshard__run_folder *folder, size_t first,
 void reshard__run_folder_renamed(reshard__run_folder *folder, size_t first,
                                  size_t end, uint64_t part_index,
                                  uint64_t region_index) {
-  /* A whole closed batch renamed: the open batch is like it if it holds
-   * nothing else when it closes (checked there). */
+  /* A whole closed batch renamed: the open batch may be like it, however
+   * far back (checked at close). */
   if (first < end) {
     folder->open_like = closed_batch_of(folder, first, end);
   }
+  segments_renamed(folder, first, end);
   reshard_run *runs = folder->runs;
   reshard_run *out = runs + folder->run_count;
   for (size_t r = first; r < end; r++, out++) {
@@ -646,17 +774,10 @@ void reshard__run_folder_renamed(reshard__run_folder *folder, size_t first,
 }
 
 void reshard__run_folder_close(reshard__run_folder *folder) {
-  /* Like a batch renamed into it only if it holds that batch's runs and
-   * no other: as many as it. */
-  size_t like = folder->open_like, b = folder->batch_count;
-  size_t held = folder->run_count - folder->batch_first[b];
-  folder->batch_like[b] =
-      like != SIZE_MAX &&
-              folder->batch_first[like + 1] - folder->batch_first[like] == held
-          ? like
-          : b;
+  folder->batch_like[folder->batch_count] = open_batch_like(folder);
   folder->open_like = SIZE_MAX;
   folder->batch_first[++folder->batch_count] = folder->run_count;
+  folder->batch_segment[folder->batch_count] = folder->segment_count;
   folder->live = 0;
   folder->open_copies = 0;
   memset(folder->recent, 0, sizeof folder->recent);

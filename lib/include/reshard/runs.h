@@ -31,8 +31,9 @@ typedef struct reshard_run {
  * crosses a batch, so the batches' byte totals are the explicit plan's.
  * batch_like, when the planner kept it (else NULL), names per batch an
  * earlier batch whose runs are its own but for their part and region
- * indices (a transfer's region written as one before it, renamed), or the
- * batch itself: an encoder takes that batch's other columns as they are. */
+ * indices (a transfer's regions written as ones before them, renamed), or
+ * the batch itself: an encoder takes that batch's other columns as they
+ * are. */
 typedef struct reshard_runs {
   reshard_run *runs;
   size_t run_count;

@@ -1112,3 +1112,93 @@ Test(runs, names_a_batch_like_the_whole_batch_renamed_into_it_alone) {
   }
   reshard_arena_destroy(&arena);
 }
+
+/* Batches of runs renamed from the same origins are named alike
+ * (reshard_runs.batch_like) across regions: a transfer's batch of several
+ * layers, each written as an earlier layer renamed, starting anywhere in
+ * the batch before. */
+Test(runs, names_a_batch_like_one_before_it_of_the_same_origins) {
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_error err;
+  reshard__run_folder folder;
+  cr_assert_eq(reshard__run_folder_init(&folder, 128, 16, &arena, &err),
+               RESHARD_OK);
+  /* A region's copies: three runs (three parts' tensors at one offset). */
+  reshard_copy layer[3], walked[3], more[3];
+  for (uint64_t i = 0; i < 3; i++) {
+    layer[i] = (reshard_copy){.part_index = i,
+                              .part_offset = 4096 * i,
+                              .region_index = 0,
+                              .region_offset = 512 * i,
+                              .nbytes = 512};
+    walked[i] = layer[i];
+    walked[i].region_index = 2;
+    more[i] = layer[i];
+    more[i].region_index = 5;
+  }
+  /* 0: region 0 walked [0, 3), renamed [3, 6), region 2 walked [6, 9). */
+  cr_assert_eq(reshard__run_folder_copies(&folder, layer, 3, &err), RESHARD_OK);
+  reshard__run_folder_renamed(&folder, 0, 3, 0, 1);
+  cr_assert_eq(reshard__run_folder_copies(&folder, walked, 3, &err),
+               RESHARD_OK);
+  reshard__run_folder_close(&folder);
+  cr_assert_eq(folder.batch_first[1], 9);
+  /* 1: batch 0's regions renamed, the last from the region walked. */
+  reshard__run_folder_renamed(&folder, 0, 3, 0, 3);
+  reshard__run_folder_renamed(&folder, 3, 6, 0, 4);
+  reshard__run_folder_renamed(&folder, 6, 9, 0, 5);
+  reshard__run_folder_close(&folder);
+  /* 2: batch 1's renamed again: its runs' origins are batch 0's. */
+  reshard__run_folder_renamed(&folder, 9, 18, 0, 6);
+  reshard__run_folder_close(&folder);
+  /* 3: the same runs in another order. 4: with runs of its own. */
+  reshard__run_folder_renamed(&folder, 0, 3, 0, 7);
+  reshard__run_folder_renamed(&folder, 6, 9, 0, 8);
+  reshard__run_folder_renamed(&folder, 3, 6, 0, 9);
+  reshard__run_folder_close(&folder);
+  reshard__run_folder_renamed(&folder, 0, 6, 0, 10);
+  cr_assert_eq(reshard__run_folder_copies(&folder, more, 3, &err), RESHARD_OK);
+  reshard__run_folder_close(&folder);
+  /* 5: batch 0's origins in pieces that continue one another. 6: empty,
+   * like the empty batch 7 after it is not named. */
+  reshard__run_folder_renamed(&folder, 0, 2, 0, 11);
+  reshard__run_folder_renamed(&folder, 2, 3, 0, 11);
+  reshard__run_folder_renamed(&folder, 12, 15, 0, 12);
+  reshard__run_folder_renamed(&folder, 15, 18, 0, 13);
+  reshard__run_folder_close(&folder);
+  reshard__run_folder_close(&folder);
+  reshard__run_folder_close(&folder);
+  /* 8 and 9: runs of the same origins, in the same order, as many, but
+   * cut elsewhere: not alike. */
+  reshard__run_folder_renamed(&folder, 0, 2, 0, 14);
+  reshard__run_folder_renamed(&folder, 6, 7, 0, 15);
+  reshard__run_folder_close(&folder);
+  reshard__run_folder_renamed(&folder, 0, 1, 0, 14);
+  reshard__run_folder_renamed(&folder, 6, 8, 0, 15);
+  reshard__run_folder_close(&folder);
+  /* 10: batch 3 renamed whole, farther back than the batches looked at. */
+  reshard__run_folder_renamed(&folder, folder.batch_first[3],
+                              folder.batch_first[4], 0, 16);
+  reshard__run_folder_close(&folder);
+  reshard_runs runs;
+  reshard__run_folder_finish(&folder, &runs);
+  static const size_t want[] = {0, 0, 1, 3, 4, 2, 6, 7, 8, 9, 3};
+  cr_assert_eq(runs.batch_count, 11);
+  for (size_t b = 0; b < runs.batch_count; b++) {
+    cr_assert_eq(runs.batch_like[b], want[b], "batch %zu named %zu, not %zu", b,
+                 runs.batch_like[b], want[b]);
+    /* A name holds: the runs are the named batch's but for the indices. */
+    size_t like = runs.batch_like[b], first = runs.batch_first[b];
+    size_t count = runs.batch_first[b + 1] - first;
+    cr_assert_eq(runs.batch_first[like + 1] - runs.batch_first[like], count);
+    for (size_t r = 0; r < count; r++) {
+      reshard_run run = runs.runs[first + r];
+      const reshard_run *was = &runs.runs[runs.batch_first[like] + r];
+      run.first.part_index = was->first.part_index;
+      run.first.region_index = was->first.region_index;
+      cr_assert(memcmp(&run, was, sizeof run) == 0, "batch %zu, run %zu", b, r);
+    }
+  }
+  reshard_arena_destroy(&arena);
+}
