@@ -761,21 +761,90 @@ static uint8_t *put_region_ids(uint8_t *out, unsigned field,
 
 /* ---- PlanLoadResponse ---- */
 
-/* A PageSource body: measured (checked) once, then recomputed as written. */
-static size_t page_body(const reshard_wire_plan_names *names, size_t source,
-                        size_t page) {
-  return string_size(names->page_keys[page], 0) +
-         string_size(names->manifest_keys[source], 0) +
-         string_size(names->sources[source].layout_id, 0);
+/* A PageSource is the page's key, then its source's manifest key and
+ * layout id: the same bytes for every page of one source, and pages of
+ * one writer come one source after another (S5: 256 pages, one source).
+ * So the key's length is measured once per page and kept, the source's
+ * two fields once per stretch of pages of one source, and the write
+ * copies those fields from where it wrote them for the stretch's first
+ * page: strlen of every string twice and a put_string each had been a
+ * tenth of an S5 pooled call's instructions (docs/performance.md, Round
+ * 42). */
+
+/* The source's two fields' bytes, checked. */
+static bool source_fields_size(const reshard_wire_plan_names *names,
+                               size_t source, size_t *size) {
+  *size = 0;
+  return add_string(size, names->manifest_keys[source], 0) &&
+         add_string(size, names->sources[source].layout_id, 0);
 }
 
-static bool add_page(size_t *size, const reshard_wire_plan_names *names,
-                     size_t source, size_t page) {
-  size_t body = 0;
-  return add_string(&body, names->page_keys[page], 0) &&
-         add_string(&body, names->manifest_keys[source], 0) &&
-         add_string(&body, names->sources[source].layout_id, 0) &&
-         add_nested(size, body);
+/* The page key's field: its bytes, given the key's length. */
+static size_t key_field_size(size_t key_length) {
+  return key_length ? 1 + reshard_varint_length(key_length) + key_length : 0;
+}
+
+/* Adds the PageSources to *size, keeping each key's length in
+ * out->page_key_bytes (in `arena`). */
+static bool add_pages(size_t *size, reshard_plan_response *out,
+                      reshard_arena *arena) {
+  const reshard_load_plan *plan = out->plan;
+  const reshard_wire_plan_names *names = out->names;
+  size_t pages = plan->hit_pages;
+  out->page_key_bytes = RESHARD_ARENA_NEW(arena, size_t, pages + 1);
+  if (out->page_key_bytes == NULL) {
+    return false;
+  }
+  size_t source = SIZE_MAX, fields = 0;
+  for (size_t p = 0; p < pages; p++) {
+    size_t key_length = strlen(text(names->page_keys[p]));
+    out->page_key_bytes[p] = key_length;
+    if (plan->page_source[p] != source) {
+      source = plan->page_source[p];
+      if (!source_fields_size(names, source, &fields)) {
+        return false;
+      }
+    }
+    size_t body = 0;
+    if ((key_length > 0 && !add_nested(&body, key_length)) ||
+        !add_size(&body, fields) || !add_nested(size, body)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Writes the PageSources add_pages measured. */
+static uint8_t *put_pages(const reshard_plan_response *response, uint8_t *out) {
+  const reshard_load_plan *plan = response->plan;
+  const reshard_wire_plan_names *names = response->names;
+  size_t source = SIZE_MAX, fields = 0;
+  const uint8_t *written = NULL; /* the source's fields, as last written */
+  for (size_t p = 0; p < plan->hit_pages; p++) {
+    if (plan->page_source[p] != source) {
+      source = plan->page_source[p];
+      (void)source_fields_size(names, source, &fields); /* measured */
+      written = NULL;
+    }
+    size_t key_length = response->page_key_bytes[p];
+    out = put_tag(out, 2, WIRE_LENGTH);
+    out = reshard_varint_put(out, key_field_size(key_length) + fields);
+    if (key_length > 0) {
+      out = put_tag(out, 1, WIRE_LENGTH);
+      out = reshard_varint_put(out, key_length);
+      memcpy(out, names->page_keys[p], key_length);
+      out += key_length;
+    }
+    if (written != NULL) {
+      memcpy(out, written, fields);
+      out += fields;
+      continue;
+    }
+    written = out;
+    out = put_string(out, 2, names->manifest_keys[source], 0);
+    out = put_string(out, 3, names->sources[source].layout_id, 0);
+  }
+  return out;
 }
 
 static size_t stats_body(const reshard_load_plan *plan) {
@@ -795,12 +864,7 @@ reshard_status reshard_plan_response_measure(
     return status;
   }
   size_t size = scalar_size(clamp_u32(plan->hit_pages));
-  for (size_t p = 0; p < plan->hit_pages; p++) {
-    if (!add_page(&size, names, plan->page_source[p], p)) {
-      return RESHARD_RESOURCE_EXHAUSTED;
-    }
-  }
-  if (!add_region_ids(&size, names->binding) ||
+  if (!add_pages(&size, out, arena) || !add_region_ids(&size, names->binding) ||
       !add_size(&size, out->batches.size) ||
       !add_nested(&size, stats_body(plan)) ||
       !add_string(&size, names->placement_id, 0)) {
@@ -816,14 +880,7 @@ static size_t write_response(const reshard_plan_response *response,
   const reshard_wire_plan_names *names = response->names;
   uint8_t *start = out;
   out = put_scalar(out, 1, clamp_u32(plan->hit_pages));
-  for (size_t p = 0; p < plan->hit_pages; p++) {
-    size_t source = plan->page_source[p];
-    out = put_tag(out, 2, WIRE_LENGTH);
-    out = reshard_varint_put(out, page_body(names, source, p));
-    out = put_string(out, 1, names->page_keys[p], 0);
-    out = put_string(out, 2, names->manifest_keys[source], 0);
-    out = put_string(out, 3, names->sources[source].layout_id, 0);
-  }
+  out = put_pages(response, out);
   out = put_region_ids(out, 3, names->binding);
   out = write_batches(&response->batches, 4, out, sink);
   out = reshard_plan_stats_write(out, 5, plan->operations, plan->bytes,

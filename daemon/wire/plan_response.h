@@ -101,7 +101,8 @@ typedef struct reshard_plan_response {
   const reshard_load_plan *plan;
   const reshard_wire_plan_names *names;
   reshard_range_batches batches;
-  size_t size; /* the whole encoded response */
+  size_t *page_key_bytes; /* strlen of each hit page's key, as measured */
+  size_t size;            /* the whole encoded response */
 } reshard_plan_response;
 
 /* Measures the response for `plan` and `names`; both must outlive `out`.

@@ -226,6 +226,45 @@ Test(plan_response, a_plan_with_no_hit_pages) {
   reshard_arena_destroy(&arena);
 }
 
+/* Pages of several sources, in stretches and back again, with empty keys,
+ * manifest keys and layout ids (proto3 leaves those out): each page's
+ * source fields are written for a stretch's first page and copied for the
+ * others. */
+Test(plan_response, pages_of_several_sources_and_empty_names) {
+  reshard_load_plan plan;
+  memset(&plan, 0, sizeof plan);
+  size_t page_source[] = {0, 0, 1, 1, 0, 2, 2, 1};
+  plan.hit_pages = sizeof page_source / sizeof page_source[0];
+  plan.page_source = page_source;
+  static const char *const page_keys[] = {
+      "page-0",
+      "",
+      "page-2",
+      "a page key longer than one hundred and "
+      "twenty-seven bytes, so that its length takes two "
+      "bytes of varint: page-3 ...............",
+      "page-4",
+      "page-5",
+      NULL,
+      "page-7"};
+  static const char *const manifest_keys[] = {"kv/m0", "", "kv/manifests/m2"};
+  reshard_plan_source sources[] = {
+      {.layout_id = "layout-0"}, {.layout_id = "layout-1"}, {.layout_id = ""}};
+  reshard_region regions[1] = {{"r0", 1, 1}};
+  reshard_binding binding = {.regions = regions, .region_count = 1};
+  reshard_wire_plan_names names = {
+      .page_keys = page_keys,
+      .manifest_keys = manifest_keys,
+      .sources = sources,
+      .binding = &binding,
+      .placement_id = "p",
+  };
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  assert_same_bytes(&plan, &names, &arena);
+  reshard_arena_destroy(&arena);
+}
+
 /* ---- PlanStoreResponse ---- */
 
 typedef struct store_case {
