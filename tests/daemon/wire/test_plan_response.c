@@ -242,7 +242,7 @@ Test(plan_response, pages_of_several_sources_and_empty_names) {
       "page-2",
       "a page key longer than one hundred and "
       "twenty-seven bytes, so that its length takes two "
-      "bytes of varint: page-3 ...............",
+      "bytes of varint: page-3 ....................",
       "page-4",
       "page-5",
       NULL,
