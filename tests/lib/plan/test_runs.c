@@ -1061,6 +1061,30 @@ Test(runs, alone_pieces_equal_copy_by_copy_folds) {
   cr_assert_gt(by_pairs_no, 10);
 }
 
+/* The folder's runs with the names `want` (batch_count of them), each
+ * name holding: a batch's runs are its named batch's but for their part
+ * and region indices. */
+static void assert_named(reshard__run_folder *folder, const size_t *want,
+                         size_t batch_count) {
+  reshard_runs runs;
+  reshard__run_folder_finish(folder, &runs);
+  cr_assert_eq(runs.batch_count, batch_count);
+  for (size_t b = 0; b < runs.batch_count; b++) {
+    cr_assert_eq(runs.batch_like[b], want[b], "batch %zu named %zu, not %zu", b,
+                 runs.batch_like[b], want[b]);
+    size_t like = runs.batch_like[b], first = runs.batch_first[b];
+    size_t count = runs.batch_first[b + 1] - first;
+    cr_assert_eq(runs.batch_first[like + 1] - runs.batch_first[like], count);
+    for (size_t r = 0; r < count; r++) {
+      reshard_run run = runs.runs[first + r];
+      const reshard_run *was = &runs.runs[runs.batch_first[like] + r];
+      run.first.part_index = was->first.part_index;
+      run.first.region_index = was->first.region_index;
+      cr_assert(memcmp(&run, was, sizeof run) == 0, "batch %zu, run %zu", b, r);
+    }
+  }
+}
+
 /* A batch is named like a closed batch (reshard_runs.batch_like) when it
  * holds that whole batch's runs renamed and nothing else; otherwise it is
  * named as itself. */
@@ -1102,14 +1126,8 @@ Test(runs, names_a_batch_like_the_whole_batch_renamed_into_it_alone) {
   reshard__run_folder_close(&folder);
   reshard__run_folder_renamed(&folder, 3, 6, 2, 8);
   reshard__run_folder_close(&folder);
-  reshard_runs runs;
-  reshard__run_folder_finish(&folder, &runs);
   static const size_t want[] = {0, 1, 0, 3, 4, 5, 2};
-  cr_assert_eq(runs.batch_count, 7);
-  for (size_t b = 0; b < 7; b++) {
-    cr_assert_eq(runs.batch_like[b], want[b], "batch %zu named %zu, not %zu", b,
-                 runs.batch_like[b], want[b]);
-  }
+  assert_named(&folder, want, 7);
   reshard_arena_destroy(&arena);
 }
 
@@ -1181,24 +1199,7 @@ Test(runs, names_a_batch_like_one_before_it_of_the_same_origins) {
   reshard__run_folder_renamed(&folder, folder.batch_first[3],
                               folder.batch_first[4], 0, 16);
   reshard__run_folder_close(&folder);
-  reshard_runs runs;
-  reshard__run_folder_finish(&folder, &runs);
   static const size_t want[] = {0, 0, 1, 3, 4, 2, 6, 7, 8, 9, 3};
-  cr_assert_eq(runs.batch_count, 11);
-  for (size_t b = 0; b < runs.batch_count; b++) {
-    cr_assert_eq(runs.batch_like[b], want[b], "batch %zu named %zu, not %zu", b,
-                 runs.batch_like[b], want[b]);
-    /* A name holds: the runs are the named batch's but for the indices. */
-    size_t like = runs.batch_like[b], first = runs.batch_first[b];
-    size_t count = runs.batch_first[b + 1] - first;
-    cr_assert_eq(runs.batch_first[like + 1] - runs.batch_first[like], count);
-    for (size_t r = 0; r < count; r++) {
-      reshard_run run = runs.runs[first + r];
-      const reshard_run *was = &runs.runs[runs.batch_first[like] + r];
-      run.first.part_index = was->first.part_index;
-      run.first.region_index = was->first.region_index;
-      cr_assert(memcmp(&run, was, sizeof run) == 0, "batch %zu, run %zu", b, r);
-    }
-  }
+  assert_named(&folder, want, 11);
   reshard_arena_destroy(&arena);
 }
