@@ -123,7 +123,7 @@ static void encode_transfer(transfer_ctx *ctx, reshard_arena *arena) {
   if (reshard_transfer_response_measure(
           &ctx->plan, ctx->source_pools, &ctx->binding, ctx->source.id,
           ctx->target.id,
-          ctx->plan.columns.bytes != NULL ? &ctx->plan.columns : NULL, arena,
+          ctx->plan.columns.columns != NULL ? &ctx->plan.columns : NULL, arena,
           &response) != RESHARD_OK ||
       reshard__planner_pack_response(
           call, ctx->response_memory, &response.batches, response.size,

@@ -665,18 +665,14 @@ static uint8_t *write_batches(const reshard_range_batches *batches,
      * columns a TransferBatch leaves out are skipped. */
     const uint8_t *lengths =
         batches->column_length + b * RESHARD_RANGE_BATCH_COLUMNS;
-    const uint8_t *encoded = NULL;
-    piece_sink *column_sink = sink;
+    const uint8_t *encoded = NULL; /* run columns, one after another */
+    const uint8_t *const *varint_columns = NULL;
     if (batches->run_columns != NULL) {
       /* Written by measure into its arena, which need not outlive the
        * send: copied. */
       encoded = batches->run_columns[b];
-      column_sink = NULL;
     } else if (batches->columns != NULL) {
-      encoded = batches->columns->bytes[b];
-      for (unsigned c = 0; c < first; c++) {
-        encoded += sizes[c];
-      }
+      varint_columns = batches->columns->columns + b * RESHARD_COPY_COLUMNS;
     }
     for (unsigned c = first; c < width; c++) {
       if (c == COPY_WIDTH) {
@@ -684,8 +680,10 @@ static uint8_t *write_batches(const reshard_range_batches *batches,
       }
       out = put_tag(out, column_field(c), WIRE_LENGTH);
       out = reshard_varint_put(out, sizes[c]);
-      if (encoded != NULL) {
-        out = put_payload(out, encoded, sizes[c], column_sink);
+      if (varint_columns != NULL) {
+        out = put_payload(out, varint_columns[c], sizes[c], sink);
+      } else if (encoded != NULL) {
+        out = put_payload(out, encoded, sizes[c], NULL);
         encoded += sizes[c];
       } else {
         out = write_column(out, rows + c, count, width, lengths[c], false);
@@ -737,7 +735,7 @@ measure_plan_batches(const reshard_copy *copies, const reshard_batch *batches,
                      reshard_arena *arena, reshard_range_batches *out) {
   return reshard_range_batches_measure(
       copies, batches, batch_count, runs->batch_first ? runs : NULL,
-      columns->bytes != NULL ? columns : NULL, arena, out);
+      columns->columns != NULL ? columns : NULL, arena, out);
 }
 
 /* Region ids: every binding region's, in order. */

@@ -15,11 +15,13 @@
 /* Fields of reshard_copy, in declaration order. */
 #define RESHARD_COPY_COLUMNS 6
 
-/* Batch b's columns start at bytes[b]; column c of it is
- * column_bytes[b * RESHARD_COPY_COLUMNS + c] bytes long and follows
- * columns 0..c-1. Everything lives in the plan's arena. */
+/* Column c of batch b starts at columns[b * RESHARD_COPY_COLUMNS + c]
+ * and is column_bytes[b * RESHARD_COPY_COLUMNS + c] bytes long. A batch
+ * encoded as an earlier one renamed (other part and region indices)
+ * points its other four columns at that batch's bytes, shared, not
+ * copied. Everything lives in the plan's arena. */
 typedef struct reshard_varint_batches {
-  const uint8_t **bytes;
+  const uint8_t **columns;
   size_t *column_bytes;
   size_t batch_count;
 } reshard_varint_batches;

@@ -157,7 +157,7 @@ static void run_case(const encoder_case *c, const char *placement_id,
   cr_assert_eq(reshard_plan_load(&s.request, &arena, &plan, &err), RESHARD_OK,
                "%s", err.message);
   cr_assert_gt(plan.copy_count, 0);
-  cr_assert_eq(plan.columns.bytes != NULL, varint_columns);
+  cr_assert_eq(plan.columns.columns != NULL, varint_columns);
   if (c->runs && c->max_batch_operations >= 100) {
     /* With room in the batches runs fold something on every scenario, so
      * the run columns differ from the copy columns. */
@@ -300,7 +300,7 @@ static void run_store_case(const store_case *c, bool varint_columns) {
                "%s", err.message);
   cr_assert_gt(plan.copy_count, 0);
   cr_assert_gt(plan.part_count, 0);
-  cr_assert_eq(plan.columns.bytes != NULL, varint_columns);
+  cr_assert_eq(plan.columns.columns != NULL, varint_columns);
   const char *layout_id = s.request.layout_id;
 
   Reshard__V1__PlanStoreResponse *message =
@@ -475,17 +475,17 @@ typedef struct random_transfer {
 static void encode_columns(random_transfer *t, reshard_arena *arena) {
   const reshard_transfer_plan *plan = &t->plan;
   t->columns.batch_count = plan->batch_count;
-  t->columns.bytes =
-      RESHARD_ARENA_NEW(arena, const uint8_t *, plan->batch_count + 1);
+  t->columns.columns = RESHARD_ARENA_NEW(
+      arena, const uint8_t *, (plan->batch_count + 1) * RESHARD_COPY_COLUMNS);
   t->columns.column_bytes = RESHARD_ARENA_NEW(
       arena, size_t, (plan->batch_count + 1) * RESHARD_COPY_COLUMNS);
   for (size_t b = 0; b < plan->batch_count; b++) {
     const reshard_batch *batch = &plan->batches[b];
     uint8_t *bytes = reshard_arena_alloc(
         arena, batch->count * RESHARD_COPY_COLUMNS * 10 + 1, 1);
-    t->columns.bytes[b] = bytes;
     for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
       uint8_t *start = bytes;
+      t->columns.columns[b * RESHARD_COPY_COLUMNS + c] = start;
       for (size_t i = 0; i < batch->count; i++) {
         const uint64_t *row = (const uint64_t *)&plan->copies[batch->first + i];
         bytes = reshard_varint_put(bytes, row[c]);

@@ -312,12 +312,12 @@ static uint64_t page_pairs(const reshard_load_plan *plan, bool same_batch,
 static void expect_columns(const reshard_load_plan *plan,
                            const reshard_load_plan *plain, const char *what) {
   const reshard_varint_batches *columns = &plan->columns;
-  cr_assert_not_null(columns->bytes, "%s: no columns", what);
+  cr_assert_not_null(columns->columns, "%s: no columns", what);
   cr_assert_eq(columns->batch_count, plain->batch_count, "%s", what);
   for (size_t b = 0; b < plain->batch_count; b++) {
     const reshard_batch *batch = &plain->batches[b];
-    const uint8_t *at = columns->bytes[b];
     for (unsigned c = 0; c < 6; c++) {
+      const uint8_t *at = columns->columns[b * 6 + c];
       const uint8_t *end = at + columns->column_bytes[b * 6 + c];
       for (size_t i = 0; i < batch->count; i++) {
         const reshard_copy *copy = &plain->copies[batch->first + i];

@@ -662,14 +662,14 @@ Test(store_request, columns_land_in_the_given_arena) {
   cr_assert_null(fx.plan.copies);
   cr_assert_eq(fx.plan.columns.batch_count, own.columns.batch_count);
   size_t total = 0;
-  for (size_t b = 0; b < own.columns.batch_count; b++) {
-    size_t length = 0;
-    for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
-      length += own.columns.column_bytes[b * RESHARD_COPY_COLUMNS + c];
-    }
-    cr_assert_neq(fx.plan.columns.bytes[b], own.columns.bytes[b]);
-    cr_assert_eq(memcmp(fx.plan.columns.bytes[b], own.columns.bytes[b], length),
-                 0, "batch %zu's columns differ", b);
+  for (size_t i = 0; i < own.columns.batch_count * RESHARD_COPY_COLUMNS; i++) {
+    size_t length = own.columns.column_bytes[i];
+    cr_assert_eq(fx.plan.columns.column_bytes[i], length);
+    cr_assert_neq(fx.plan.columns.columns[i], own.columns.columns[i]);
+    cr_assert_eq(
+        memcmp(fx.plan.columns.columns[i], own.columns.columns[i], length), 0,
+        "batch %zu's column %zu differs", i / RESHARD_COPY_COLUMNS,
+        i % RESHARD_COPY_COLUMNS);
     total += length;
   }
   cr_assert_gt(total, 0);

@@ -517,14 +517,14 @@ static void columns_match_copies(const reshard_transfer_plan *plan,
                                  reshard_arena *arena,
                                  const char *description) {
   const reshard_varint_batches *columns = &plan->columns;
-  cr_assert_not_null(columns->bytes, "%s", description);
+  cr_assert_not_null(columns->columns, "%s", description);
   cr_assert_eq(columns->batch_count, plan->batch_count, "%s", description);
   for (size_t b = 0; b < plan->batch_count; b++) {
     const reshard_batch *batch = &plan->batches[b];
     uint8_t *want = RESHARD_ARENA_ARRAY(
         arena, uint8_t, batch->count * 10 * RESHARD_COPY_COLUMNS + 1);
-    const uint8_t *got = columns->bytes[b];
     for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+      const uint8_t *got = columns->columns[b * RESHARD_COPY_COLUMNS + c];
       size_t n = 0;
       for (size_t i = batch->first; i < batch->first + batch->count; i++) {
         uint64_t v = copy_column(&plan->copies[i], c);
@@ -538,7 +538,6 @@ static void columns_match_copies(const reshard_transfer_plan *plan,
       cr_assert_eq(length, n, "batch %zu column %u: %s", b, c, description);
       cr_assert(memcmp(got, want, n) == 0, "batch %zu column %u: %s", b, c,
                 description);
-      got += length;
     }
   }
 }
@@ -698,19 +697,19 @@ static bool columns_only_equal(transfer_case *c,
   size_t n = 0;
   for (size_t batch = 0; batch < a->batch_count; batch++) {
     const size_t *sizes = a->column_bytes + batch * RESHARD_COPY_COLUMNS;
-    size_t length = 0;
+    const uint8_t *const *columns = a->columns + batch * RESHARD_COPY_COLUMNS;
     for (unsigned k = 0; k < RESHARD_COPY_COLUMNS; k++) {
-      cr_assert_eq(sizes[k], b->column_bytes[batch * RESHARD_COPY_COLUMNS + k],
-                   "batch %zu column %u: %s", batch, k, description);
-      length += sizes[k];
+      size_t i = batch * RESHARD_COPY_COLUMNS + k;
+      cr_assert_eq(sizes[k], b->column_bytes[i], "batch %zu column %u: %s",
+                   batch, k, description);
+      cr_assert(memcmp(columns[k], b->columns[i], sizes[k]) == 0,
+                "batch %zu column %u: %s", batch, k, description);
     }
-    cr_assert(memcmp(a->bytes[batch], b->bytes[batch], length) == 0,
-              "batch %zu: %s", batch, description);
     /* Decoded as a client would: column k of copy i is the i-th varint
      * of column k. */
     size_t count = columns_only->batches[batch].count;
-    const uint8_t *at = a->bytes[batch];
     for (unsigned k = 0; k < RESHARD_COPY_COLUMNS; k++) {
+      const uint8_t *at = columns[k];
       for (size_t i = 0; i < count; i++) {
         uint64_t value = 0;
         for (unsigned shift = 0;; shift += 7) {
@@ -795,7 +794,7 @@ static void run_case(uint64_t seed, const oracle_topology *source,
           columns_only_equal(&c, &columns_only, &direct, &tally->unwritten);
       request.omit_copies = false;
     } else {
-      cr_assert_null(direct.columns.bytes, "%s", c.description);
+      cr_assert_null(direct.columns.columns, "%s", c.description);
     }
     plans_equal(&pooled, &direct, runs, c.description);
     *direct_plans += direct.direct;

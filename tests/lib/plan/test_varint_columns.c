@@ -47,12 +47,12 @@ static uint64_t field(const reshard_copy *copy, unsigned c) {
 static void check_columns(const reshard_load_plan *plan,
                           const reshard_copy *copies, const char *what) {
   const reshard_varint_batches *columns = &plan->columns;
-  cr_assert_not_null(columns->bytes, "%s: no columns", what);
+  cr_assert_not_null(columns->columns, "%s: no columns", what);
   cr_assert_eq(columns->batch_count, plan->batch_count, "%s", what);
   for (size_t b = 0; b < plan->batch_count; b++) {
     const reshard_batch *batch = &plan->batches[b];
-    const uint8_t *at = columns->bytes[b];
     for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+      const uint8_t *at = columns->columns[b * RESHARD_COPY_COLUMNS + c];
       const uint8_t *end =
           at + columns->column_bytes[b * RESHARD_COPY_COLUMNS + c];
       for (size_t i = 0; i < batch->count; i++) {
@@ -79,7 +79,7 @@ static size_t run_case(oracle_case *c, const char *what) {
   c->request.varint_columns = false;
   cr_assert(oracle_case_run(c, &plain_arena, &plain, &stats, msg, sizeof msg),
             "%s: %s", what, msg);
-  cr_assert_null(plain.columns.bytes);
+  cr_assert_null(plain.columns.columns);
   c->request.varint_columns = true;
   reshard_arena_init(&columns_arena, 0);
   reshard_error err;
@@ -293,10 +293,10 @@ Test(varint_columns, group_encoder) {
     }
     reshard__stream_fence();
     cr_assert_eq(reshard__column_encoder_close(&encoder, &err), RESHARD_OK);
-    const uint8_t *at = encoder.out.bytes[0];
     char what[32];
     snprintf(what, sizeof what, "trial %u", trial);
     for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+      const uint8_t *at = encoder.out.columns[c];
       const uint8_t *end = at + encoder.out.column_bytes[c];
       for (size_t i = 0; i < count; i++) {
         uint64_t got = decode_varint(&at, end, what);
@@ -369,10 +369,10 @@ Test(varint_columns, small_groups_copy_by_copy) {
       cr_assert_eq(encoder.rows, count);
     }
     cr_assert_eq(reshard__column_encoder_close(&encoder, &err), RESHARD_OK);
-    const uint8_t *at = encoder.out.bytes[0];
     char what[32];
     snprintf(what, sizeof what, "trial %u", trial);
     for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+      const uint8_t *at = encoder.out.columns[c];
       const uint8_t *end = at + encoder.out.column_bytes[c];
       for (size_t i = 0; i < count; i++) {
         uint64_t got = decode_varint(&at, end, what);
@@ -417,7 +417,13 @@ Test(varint_columns, rows_of_nothing_leave_the_columns) {
     total += want_sizes[c];
   }
   cr_assert_eq(total, sizeof want);
-  cr_assert_arr_eq(encoder.out.bytes[0], want, sizeof want);
+  /* A batch written in the scratch is packed into one block. */
+  for (unsigned c = 1; c < RESHARD_COPY_COLUMNS; c++) {
+    cr_assert_eq(encoder.out.columns[c],
+                 encoder.out.columns[c - 1] + want_sizes[c - 1], "column %u",
+                 c);
+  }
+  cr_assert_arr_eq(encoder.out.columns[0], want, sizeof want);
   reshard_arena_destroy(&arena);
 }
 
@@ -425,7 +431,8 @@ Test(varint_columns, rows_of_nothing_leave_the_columns) {
  * renamed) decodes to its own copies; reshard__copies_renamed tells
  * batches that differ in anything but the part and region indices, at any
  * copy, from those that do not. Indices and offsets take every varint
- * length, so the renamed columns differ in length from the batch's. */
+ * length, so the renamed columns differ in length from the batch's. The
+ * columns the two batches agree on are stored once. */
 Test(varint_columns, renamed_batches) {
   oracle_rng rng;
   oracle_rng_seed(&rng, oracle_case_seed(oracle_base_seed(), 700, 0));
@@ -475,8 +482,8 @@ Test(varint_columns, renamed_batches) {
     snprintf(what, sizeof what, "trial %u", trial);
     for (size_t b = 0; b < 2; b++) {
       const reshard_copy *want = b == 0 ? like : copies;
-      const uint8_t *p = encoder.out.bytes[b];
       for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+        const uint8_t *p = encoder.out.columns[b * RESHARD_COPY_COLUMNS + c];
         const uint8_t *end =
             p + encoder.out.column_bytes[b * RESHARD_COPY_COLUMNS + c];
         for (size_t i = 0; i < count; i++) {
@@ -489,6 +496,14 @@ Test(varint_columns, renamed_batches) {
         cr_assert_eq(p, end, "%s: batch %zu column %u has %td bytes too many",
                      what, b, c, end - p);
       }
+    }
+    /* The renamed batch's other four columns are the first batch's bytes,
+     * shared, not copied; its two index columns are its own. */
+    for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+      bool index = c == 1 || c == 3;
+      cr_assert_eq(encoder.out.columns[RESHARD_COPY_COLUMNS + c] ==
+                       encoder.out.columns[c],
+                   !index, "%s: column %u", what, c);
     }
     reshard_arena_destroy(&arena);
   }
