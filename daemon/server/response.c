@@ -109,15 +109,7 @@ reshard_status reshard_call_pack_pieces(reshard_call *call,
   if (slices == NULL) {
     return RESHARD_RESOURCE_EXHAUSTED;
   }
-  for (size_t i = 0; i < count; i++) {
-    /* Bytes that fit inside a slice itself are copied there: no
-     * reference to count, nothing for gRPC to free. */
-    slices[i] = pieces[i].length <= GRPC_SLICE_INLINED_SIZE
-                    ? grpc_slice_from_copied_buffer(
-                          (const char *)pieces[i].bytes, pieces[i].length)
-                    : reshard_response_memory_slice(memory, pieces[i].bytes,
-                                                    pieces[i].length);
-  }
+  reshard_response_memory_slices(memory, pieces, count, slices);
   grpc_byte_buffer *buffer = grpc_raw_byte_buffer_create(slices, count);
   for (size_t i = 0; i < count; i++) {
     grpc_slice_unref(slices[i]);

@@ -37,10 +37,14 @@ reshard_response_memory_create(reshard_chunk_pool *pool);
  * made. */
 reshard_arena *reshard_response_memory_arena(reshard_response_memory *memory);
 
-/* A slice of the `length` bytes at `bytes`, which lie in the arena; the
- * slice holds a reference to the memory until gRPC drops it. */
-grpc_slice reshard_response_memory_slice(reshard_response_memory *memory,
-                                         const uint8_t *bytes, size_t length);
+/* Slices of the `count` pieces into `slices` (the caller's array, which
+ * the caller unrefs slice by slice). Pieces that fit inside a slice are
+ * copied there; the others lie in the arena and are views of one slice
+ * over the arena chunk they lie in, which holds a reference to the memory
+ * until gRPC drops the last view. */
+void reshard_response_memory_slices(reshard_response_memory *memory,
+                                    const reshard_response_piece *pieces,
+                                    size_t count, grpc_slice *slices);
 
 /* Drops the creator's reference; the memory goes once no slice holds it.
  * NULL is accepted. */

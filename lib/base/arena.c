@@ -153,6 +153,22 @@ char *reshard_arena_strdup(reshard_arena *arena, const char *text) {
   return reshard_arena_strndup(arena, text, strlen(text));
 }
 
+bool reshard_arena_chunk_of(const reshard_arena *arena, const void *pointer,
+                            const unsigned char **start, size_t *size) {
+  /* Compared as integers: pointers into different objects may not be. */
+  uintptr_t at = (uintptr_t)pointer;
+  for (const reshard_arena_chunk *chunk = arena->head; chunk != NULL;
+       chunk = chunk->next) {
+    uintptr_t data = (uintptr_t)chunk->data;
+    if (at >= data && at - data < chunk->capacity) {
+      *start = chunk->data;
+      *size = chunk->capacity;
+      return true;
+    }
+  }
+  return false;
+}
+
 void reshard_arena_destroy(reshard_arena *arena) {
   reshard_arena_chunk *chunk = arena->head;
   while (chunk != NULL) {

@@ -3,6 +3,7 @@
 #ifndef RESHARD_ARENA_H
 #define RESHARD_ARENA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct reshard_arena_chunk reshard_arena_chunk;
@@ -51,6 +52,13 @@ void *reshard_arena_calloc(reshard_arena *arena, size_t count, size_t size);
 char *reshard_arena_strdup(reshard_arena *arena, const char *text);
 char *reshard_arena_strndup(reshard_arena *arena, const char *text,
                             size_t length);
+
+/* The chunk of `arena` that holds `pointer`: *start and *size cover its
+ * bytes, everything allocated from it and the room after. False when no
+ * chunk holds `pointer`. Walks the chunks, newest first; the caller owns
+ * nothing new. */
+bool reshard_arena_chunk_of(const reshard_arena *arena, const void *pointer,
+                            const unsigned char **start, size_t *size);
 
 /* Frees every chunk (to its source, if any); the arena may be reused after
  * reshard_arena_init. */

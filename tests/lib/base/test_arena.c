@@ -76,3 +76,39 @@ Test(arena, draws_every_chunk_from_the_source_and_gives_it_back) {
   cr_assert_eq(counts.bytes_out, 0);
   cr_assert_eq(arena.total_bytes, 0);
 }
+
+/* reshard_arena_chunk_of names the chunk each allocation lies in (a
+ * response's slices are made over whole chunks): small ones share the
+ * first chunk, a large one has its own, and a pointer from elsewhere lies
+ * in none. */
+Test(arena, names_the_chunk_an_allocation_lies_in) {
+  reshard_arena arena;
+  reshard_arena_init(&arena, 1024);
+  unsigned char *small[2], *big;
+  small[0] = reshard_arena_alloc(&arena, 100, 1);
+  small[1] = reshard_arena_alloc(&arena, 100, 1);
+  big = reshard_arena_alloc(&arena, 5000, 1);
+  unsigned char *after = reshard_arena_alloc(&arena, 100, 1);
+  cr_assert(small[0] && small[1] && big && after);
+  const unsigned char *start[4];
+  size_t size[4];
+  unsigned char *const in[4] = {small[0], small[1] + 99, big + 4999, after};
+  for (int i = 0; i < 4; i++) {
+    cr_assert(reshard_arena_chunk_of(&arena, in[i], &start[i], &size[i]),
+              "allocation %d", i);
+    cr_assert(in[i] >= start[i] && in[i] < start[i] + size[i],
+              "allocation %d lies outside the chunk named", i);
+  }
+  cr_assert_eq(start[0], start[1]);
+  cr_assert_eq(start[0], start[3], "the first chunk still takes small ones");
+  cr_assert_neq(start[2], start[0], "a large allocation has its own chunk");
+  cr_assert_geq(size[2], 5000);
+  cr_assert(big + 5000 <= start[2] + size[2]);
+  unsigned char elsewhere[16];
+  const unsigned char *unused = NULL;
+  size_t unused_size = 0;
+  cr_assert_not(
+      reshard_arena_chunk_of(&arena, elsewhere, &unused, &unused_size));
+  cr_assert_null(unused);
+  reshard_arena_destroy(&arena);
+}
