@@ -630,7 +630,8 @@ static reshard_status renamed_batch(reshard__column_encoder *encoder,
   /* Varints are canonical: equal values, equal bytes. So only the part
    * and region index columns are encoded (into the scratch); the others
    * are the closed batch's, shared: T2's plan renames 156 of its 160
-   * batches, and copying their columns was a fifth of its planning. */
+   * batches, and copying their columns was a third of its planning
+   * (docs/performance.md, Round 43). */
   static const bool shared[RESHARD_COPY_COLUMNS] = {true,  false, true,
                                                     false, true,  true};
   const size_t *like_sizes =

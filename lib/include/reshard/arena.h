@@ -55,8 +55,8 @@ char *reshard_arena_strndup(reshard_arena *arena, const char *text,
 
 /* The chunk of `arena` that holds `pointer`: *start and *size cover its
  * bytes, everything allocated from it and the room after. False when no
- * chunk holds `pointer`. Walks the chunks, newest first; the caller owns
- * nothing new. */
+ * chunk holds `pointer`. Walks the chunks from the one small allocations
+ * go to; the caller owns nothing new. */
 bool reshard_arena_chunk_of(const reshard_arena *arena, const void *pointer,
                             const unsigned char **start, size_t *size);
 
