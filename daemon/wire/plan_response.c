@@ -65,9 +65,10 @@ static uint8_t *put_scalar(uint8_t *out, unsigned field, uint64_t value) {
   return reshard_varint_put(out, value);
 }
 
-static uint8_t *put_string(uint8_t *out, unsigned field, const char *value,
-                           int always) {
-  size_t length = strlen(text(value));
+/* A string field of `length` bytes at `value`; proto3 leaves an empty
+ * one out unless `always`. */
+static uint8_t *put_text(uint8_t *out, unsigned field, const char *value,
+                         size_t length, int always) {
   if (length == 0 && !always) {
     return out;
   }
@@ -75,6 +76,11 @@ static uint8_t *put_string(uint8_t *out, unsigned field, const char *value,
   out = reshard_varint_put(out, length);
   memcpy(out, text(value), length);
   return out + length;
+}
+
+static uint8_t *put_string(uint8_t *out, unsigned field, const char *value,
+                           int always) {
+  return put_text(out, field, value, strlen(text(value)), always);
 }
 
 static uint32_t clamp_u32(uint64_t value) {
@@ -778,11 +784,6 @@ static bool source_fields_size(const reshard_wire_plan_names *names,
          add_string(size, names->sources[source].layout_id, 0);
 }
 
-/* The page key's field: its bytes, given the key's length. */
-static size_t key_field_size(size_t key_length) {
-  return key_length ? 1 + reshard_varint_length(key_length) + key_length : 0;
-}
-
 /* Adds the PageSources to *size, keeping each key's length in
  * out->page_key_bytes (in `arena`). */
 static bool add_pages(size_t *size, reshard_plan_response *out,
@@ -827,13 +828,9 @@ static uint8_t *put_pages(const reshard_plan_response *response, uint8_t *out) {
     }
     size_t key_length = response->page_key_bytes[p];
     out = put_tag(out, 2, WIRE_LENGTH);
-    out = reshard_varint_put(out, key_field_size(key_length) + fields);
-    if (key_length > 0) {
-      out = put_tag(out, 1, WIRE_LENGTH);
-      out = reshard_varint_put(out, key_length);
-      memcpy(out, names->page_keys[p], key_length);
-      out += key_length;
-    }
+    out = reshard_varint_put(out, (key_length ? nested_size(key_length) : 0) +
+                                      fields);
+    out = put_text(out, 1, names->page_keys[p], key_length, 0);
     if (written != NULL) {
       memcpy(out, written, fields);
       out += fields;
