@@ -369,7 +369,8 @@ def decompose(args, result, raw):
     split = {}
     for name, prof, per_call in (("main", prof_main, cpu),
                                  ("check", prof_check, check)):
-        if prof and "error" not in prof and _finite(per_call):
+        if (prof and "error" not in prof and prof.get("samples")
+                and _finite(per_call)):
             n = float(prof["samples"])
             split[name] = {k: per_call * prof[k] / n
                            for k in ("send", "kernel_other", "user")}

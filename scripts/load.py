@@ -377,6 +377,15 @@ def run(args):
     return result
 
 
+def percent(part, whole):
+    """`part` as a percentage of `whole`. The daemon's CPU is read in clock
+    ticks (10 ms), so a short run can measure none at all; that is said,
+    not divided by."""
+    if whole <= 0:
+        return "n/a (under one clock tick)"
+    return "%.1f %%" % (100.0 * part / whole)
+
+
 def report(r, out=sys.stdout):
     mib = 1024.0 * 1024.0
     lat = r["latency_ms"]
@@ -410,10 +419,10 @@ def report(r, out=sys.stdout):
         line = "  daemon CPU   %.1f us per %s" % (r["cpu_us_per_call"],
                                                 r["method"])
         if "ceiling_cpu_us_per_call" in r:
-            line += (", %.1f us per Check: CPU share %.1f %%"
+            line += (", %.1f us per Check: CPU share %s"
                      % (r["ceiling_cpu_us_per_call"],
-                        100.0 * r["ceiling_cpu_us_per_call"]
-                        / r["cpu_us_per_call"]))
+                        percent(r["ceiling_cpu_us_per_call"],
+                                r["cpu_us_per_call"])))
         print(line, file=out)
     line = "  client CPU   %.1f us per %s" % (r["client_cpu_us_per_call"],
                                             r["method"])
@@ -426,12 +435,12 @@ def report(r, out=sys.stdout):
             # side cost nothing would still cost h2load its share.
             check = (r["ceiling_cpu_us_per_call"]
                      + r["ceiling_client_cpu_us_per_call"])
-            line += ("\n               both: CPU share %.1f %%; with a "
-                     "daemon costing nothing per %s at most %.1f %%"
-                     % (100.0 * check / (r["cpu_us_per_call"]
-                                         + r["client_cpu_us_per_call"]),
+            line += ("\n               both: CPU share %s; with a "
+                     "daemon costing nothing per %s at most %s"
+                     % (percent(check, r["cpu_us_per_call"]
+                                + r["client_cpu_us_per_call"]),
                         r["method"],
-                        100.0 * check / r["client_cpu_us_per_call"]))
+                        percent(check, r["client_cpu_us_per_call"])))
     print(line, file=out)
     print("  latency      p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  max %.2f ms"
           "  (%d samples)" % (lat["p50"], lat["p90"], lat["p99"], lat["max"],

@@ -359,6 +359,13 @@ class LoadSmokeTests(unittest.TestCase):
     """scripts/load.py with h2load: thousands of requests at 64 concurrent
     streams, zero failures, memory flat (plain build)."""
 
+    def test_cpu_share_under_one_clock_tick(self):
+        # The daemon's CPU is read in 10 ms ticks: 500 fast calls can read
+        # as none, and the report must say so rather than divide by it.
+        import load
+        self.assertEqual(load.percent(10.0, 0.0), "n/a (under one clock tick)")
+        self.assertEqual(load.percent(10.0, 40.0), "25.0 %")
+
     def test_h2load_smoke(self):
         import load
         requests = 2000 if SANITIZED else 5000
