@@ -161,31 +161,38 @@ static uint64_t copy_field(const reshard_copy *copy, size_t field) {
   }
 }
 
-/* Writes a column whose value depends on the sequence only: one row (a
- * value per sequence), then that row again for every later row, doubling
- * what is copied each time. */
-static uint8_t *repeated_column(uint8_t *out, const reshard_run *group,
-                                size_t width, uint64_t rows, size_t field) {
-  uint8_t *end = out;
-  for (size_t s = 0; s < width; s++) {
-    end = reshard_varint_put(end, copy_field(&group[s].first, field));
-  }
-  size_t row_bytes = (size_t)(end - out);
-  size_t total = row_bytes * (size_t)rows;
+/* Rows of at most a word that do not tile one, repeated in fewer bytes
+ * than this, are written a word at a time; longer ones by doubling
+ * memcpy, whose wide stores pay for its calls. */
+enum { REPEAT_WORDS_MAX = 512 };
+
+/* Fills `total` bytes from `out` with the `row_bytes`-byte row written at
+ * its start, repeated. A row of at most 8 bytes is tiled into a word (its
+ * first 8 bytes, the row repeating), stored every `step` bytes, the
+ * largest multiple of the row that fits a word, so that each store starts
+ * a row and overwrites what the last one spilled with the same bytes:
+ * S5's pages repeat a 3-byte value 62 times, once a page in every column
+ * that holds one value, and a memcpy call per doubling cost more than the
+ * bytes. */
+static uint8_t *repeat_row(uint8_t *out, size_t row_bytes, size_t total) {
   if (row_bytes == 1) {
     memset(out, out[0], total); /* a small index: one byte a copy */
     return out + total;
   }
-  if (sizeof(uint64_t) % row_bytes == 0) {
-    /* A row that tiles a word (S2's 2-byte sizes, one sequence a group):
-     * word stores, not a memcpy call per doubling for a few hundred
-     * bytes. */
-    uint64_t word;
-    for (size_t at = 0; at < sizeof word; at += row_bytes) {
-      memcpy((uint8_t *)&word + at, out, row_bytes);
+  if (row_bytes <= sizeof(uint64_t) &&
+      (sizeof(uint64_t) % row_bytes == 0 || total <= REPEAT_WORDS_MAX)) {
+    static const uint8_t step_of[sizeof(uint64_t) + 1] = {0, 8, 8, 6, 8,
+                                                          5, 6, 7, 8};
+    size_t step = step_of[row_bytes];
+    uint8_t tile[sizeof(uint64_t)];
+    memcpy(tile, out, row_bytes);
+    for (size_t at = row_bytes; at < sizeof tile; at++) {
+      tile[at] = tile[at - row_bytes];
     }
+    uint64_t word;
+    memcpy(&word, tile, sizeof word);
     size_t done = 0;
-    for (; done + sizeof word <= total; done += sizeof word) {
+    for (; done + sizeof word <= total; done += step) {
       memcpy(out + done, &word, sizeof word);
     }
     memcpy(out + done, &word, total - done);
@@ -197,6 +204,27 @@ static uint8_t *repeated_column(uint8_t *out, const reshard_run *group,
     done += chunk;
   }
   return out + total;
+}
+
+/* Writes a column whose value depends on the sequence only: one row (a
+ * value per sequence), then that row again for every later row. */
+static uint8_t *repeated_column(uint8_t *out, const reshard_run *group,
+                                size_t width, uint64_t rows, size_t field) {
+  uint8_t *end = out;
+  for (size_t s = 0; s < width; s++) {
+    end = reshard_varint_put(end, copy_field(&group[s].first, field));
+  }
+  size_t row_bytes = (size_t)(end - out);
+  return repeat_row(out, row_bytes, row_bytes * (size_t)rows);
+}
+
+/* Writes `rows` copies of `value` to a column. */
+static uint8_t *repeated_value(uint8_t *out, uint64_t value, uint64_t rows) {
+  if (rows == 0) {
+    return out;
+  }
+  size_t length = (size_t)(reshard_varint_put(out, value) - out);
+  return repeat_row(out, length, length * (size_t)rows);
 }
 
 /* The low 7 * length bits of `value` spread over `length` bytes, 7 to a
@@ -261,6 +289,11 @@ static inline uint64_t row_field(const char *base, size_t pitch, size_t i,
   return value;
 }
 
+/* The largest value whose varint is `length` bytes long. */
+static inline uint64_t varint_top(size_t length) {
+  return length * 7 >= 64 ? UINT64_MAX : (UINT64_C(1) << (7 * length)) - 1;
+}
+
 /* Writes field `field` of `count` rows (copies `pitch` bytes apart from
  * `base`) as one column. Consecutive rows whose values form an arithmetic
  * progression of stride >= 0 and one varint length (S5's pages of single
@@ -272,52 +305,61 @@ static uint8_t *plain_column(uint8_t *out, const char *base, size_t pitch,
                              size_t count, size_t field) {
   for (size_t i = 0; i < count;) {
     uint64_t first = row_field(base, pitch, i, field);
+    size_t length = reshard_varint_length(first);
     size_t end = i + 1;
     uint64_t stride = 0;
     if (end < count) {
+      /* A stretch keeps the first value's length while its values stay
+       * at or below `top`; strides are never negative, so bounding each
+       * next value by it is the whole check, and nothing wraps. A stride
+       * of 0 (S5's repeated page, size and region offset) needs no bound:
+       * a loop of a load and a compare a row. */
+      uint64_t top = varint_top(length);
       uint64_t next = row_field(base, pitch, end, field);
-      if (next >= first) {
+      if (next >= first && next <= top) {
         stride = next - first;
-        uint64_t last = next;
-        /* No wrap, so the stretch is non-decreasing and its varint
-         * lengths too: it keeps the first value's length up to the first
-         * row that does not. */
-        for (end++; end < count && last <= UINT64_MAX - stride &&
-                    row_field(base, pitch, end, field) == last + stride;
-             end++) {
-          last += stride;
-        }
-        size_t length = reshard_varint_length(first);
-        while (reshard_varint_length(last) != length) {
-          last -= stride;
-          end--;
+        end++;
+        if (stride == 0) {
+          while (end < count && row_field(base, pitch, end, field) == first) {
+            end++;
+          }
+        } else {
+          uint64_t last = next;
+          while (end < count && last <= top - stride &&
+                 row_field(base, pitch, end, field) == last + stride) {
+            last += stride;
+            end++;
+          }
         }
       }
     }
-    size_t length = reshard_varint_length(first);
-    if (end - i >= PROGRESSION_ROWS_MIN && length == 1 && stride == 0) {
-      memset(out, (int)first, end - i);
-      out += end - i;
+    if (end - i >= PROGRESSION_ROWS_MIN && stride == 0) {
+      out = repeated_value(out, first, end - i);
     } else if (end - i >= PROGRESSION_ROWS_MIN && length <= sizeof(uint64_t)) {
       put_progression(out, first, stride, end - i, length, (unsigned)length,
                       true);
       out += length * (end - i);
     } else {
       /* Too short to pay: value by value, and on past it while no three
-       * values in a row step alike (scattered offsets: T3's blocks),
-       * since looking for a stretch at every value costs several times
-       * writing it. Any split gives the same bytes. */
+       * values in a row step alike (scattered offsets: T3's and T4's
+       * blocks), since looking for a stretch at every value costs several
+       * times writing it. The window of three moves one load a value. Any
+       * split gives the same bytes. */
       for (size_t k = i; k < end; k++) {
         out = put_varint_word(out, row_field(base, pitch, k, field));
       }
-      for (; end + 2 < count; end++) {
+      if (end + 2 < count) {
         uint64_t a = row_field(base, pitch, end, field);
         uint64_t b = row_field(base, pitch, end + 1, field);
-        uint64_t c = row_field(base, pitch, end + 2, field);
-        if (b >= a && c - b == b - a) {
-          break;
+        for (; end + 2 < count; end++) {
+          uint64_t c = row_field(base, pitch, end + 2, field);
+          if (b >= a && c - b == b - a) {
+            break;
+          }
+          out = put_varint_word(out, a);
+          a = b;
+          b = c;
         }
-        out = put_varint_word(out, a);
       }
     }
     i = end;
@@ -617,8 +659,6 @@ bool reshard__copies_renamed(const reshard_copy *a, const reshard_copy *b,
   return true;
 }
 
-static uint8_t *repeated_value(uint8_t *out, uint64_t value, uint64_t rows);
-
 /* reshard__column_encoder_renamed and _renamed_to: the part and region
  * index columns encoded from `copies`, or, without them, each one value
  * repeated (`indices`); the other columns copied from closed batch
@@ -690,18 +730,6 @@ static size_t single_stretch(const reshard__page_sequences *page, size_t g,
     end++;
   }
   return end;
-}
-
-/* Writes `rows` copies of `value` to a column. */
-static uint8_t *repeated_value(uint8_t *out, uint64_t value, uint64_t rows) {
-  size_t length = reshard_varint_length(value);
-  if (length == 1) {
-    memset(out, (int)value, (size_t)rows);
-  } else {
-    put_progression(out, value, 0, rows, length, (unsigned)length,
-                    length <= sizeof(uint64_t));
-  }
-  return out + length * (size_t)rows;
 }
 
 /* Writes the region offset column of a page's groups: what

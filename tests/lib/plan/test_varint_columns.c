@@ -5,9 +5,11 @@
  * batch's copies, field by field, with no byte left over. Cases: the
  * oracle suite's random cases, tiny batches that split pages and copies
  * (so batches close in the middle of a page's copies), and the SPEC §6
- * scenarios; and the group encoder alone on random groups whose offsets
+ * scenarios; the group encoder alone on random groups whose offsets
  * are one byte long (a word written for one would reach the next row),
- * cross a varint length inside a sequence, or reach eight bytes. */
+ * cross a varint length inside a sequence, or reach eight bytes; and rows
+ * written column by column in stretches of every shape plain_column
+ * tells apart. */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -66,6 +68,27 @@ static void check_columns(const reshard_load_plan *plan,
       cr_assert_eq(at, end, "%s: batch %zu column %u has %td bytes too many",
                    what, b, c, end - at);
     }
+  }
+}
+
+/* The encoder's first closed batch must decode to `copies`, column by
+ * column, with no byte left over. */
+static void check_first_batch(const reshard__column_encoder *encoder,
+                              const reshard_copy *copies, size_t count,
+                              unsigned trial) {
+  char what[32];
+  snprintf(what, sizeof what, "trial %u", trial);
+  for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+    const uint8_t *at = encoder->out.columns[c];
+    const uint8_t *end = at + encoder->out.column_bytes[c];
+    for (size_t i = 0; i < count; i++) {
+      uint64_t got = decode_varint(&at, end, what);
+      cr_assert_eq(got, field(&copies[i], c),
+                   "%s: column %u row %zu is %" PRIu64 ", want %" PRIu64, what,
+                   c, i, got, field(&copies[i], c));
+    }
+    cr_assert_eq(at, end, "%s: column %u has %td bytes too many", what, c,
+                 end - at);
   }
 }
 
@@ -293,20 +316,7 @@ Test(varint_columns, group_encoder) {
     }
     reshard__stream_fence();
     cr_assert_eq(reshard__column_encoder_close(&encoder, &err), RESHARD_OK);
-    char what[32];
-    snprintf(what, sizeof what, "trial %u", trial);
-    for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
-      const uint8_t *at = encoder.out.columns[c];
-      const uint8_t *end = at + encoder.out.column_bytes[c];
-      for (size_t i = 0; i < count; i++) {
-        uint64_t got = decode_varint(&at, end, what);
-        cr_assert_eq(got, field(&copies[i], c),
-                     "%s: column %u row %zu is %" PRIu64 ", want %" PRIu64,
-                     what, c, i, got, field(&copies[i], c));
-      }
-      cr_assert_eq(at, end, "%s: column %u has %td bytes too many", what, c,
-                   end - at);
-    }
+    check_first_batch(&encoder, copies, count, trial);
     reshard_arena_destroy(&arena);
   }
 }
@@ -369,20 +379,7 @@ Test(varint_columns, small_groups_copy_by_copy) {
       cr_assert_eq(encoder.rows, count);
     }
     cr_assert_eq(reshard__column_encoder_close(&encoder, &err), RESHARD_OK);
-    char what[32];
-    snprintf(what, sizeof what, "trial %u", trial);
-    for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
-      const uint8_t *at = encoder.out.columns[c];
-      const uint8_t *end = at + encoder.out.column_bytes[c];
-      for (size_t i = 0; i < count; i++) {
-        uint64_t got = decode_varint(&at, end, what);
-        cr_assert_eq(got, field(&copies[i], c),
-                     "%s: column %u row %zu is %" PRIu64 ", want %" PRIu64,
-                     what, c, i, got, field(&copies[i], c));
-      }
-      cr_assert_eq(at, end, "%s: column %u has %td bytes too many", what, c,
-                   end - at);
-    }
+    check_first_batch(&encoder, copies, count, trial);
     reshard_arena_destroy(&arena);
   }
   /* Both encoders took part. */
@@ -505,6 +502,72 @@ Test(varint_columns, renamed_batches) {
                        encoder.out.columns[c],
                    !index, "%s: column %u", what, c);
     }
+    reshard_arena_destroy(&arena);
+  }
+}
+
+/* Fills `count` values of field `f` of `rows` with stretches of the shapes
+ * plain_column tells apart: one value repeated (up to 600 times, so a
+ * 2- or 3-byte value repeats past 512 bytes), progressions that cross a
+ * varint length or end at UINT64_MAX, and scattered values. */
+static void fill_stretches(oracle_rng *rng, reshard_copy *rows, size_t count,
+                           unsigned f) {
+  for (size_t i = 0; i < count;) {
+    size_t n = (size_t)oracle_rng_between(rng, 1, 600);
+    n = n < count - i ? n : count - i;
+    unsigned length = (unsigned)oracle_rng_between(rng, 1, 9);
+    uint64_t boundary = UINT64_C(1) << (7 * length);
+    uint64_t value = 0, stride = 0;
+    bool scattered = false;
+    switch (oracle_rng_between(rng, 0, 3)) {
+    case 0: /* repeated */
+      value = random_offset(rng);
+      break;
+    case 1: /* a progression up to and past a varint length */
+      stride = oracle_rng_between(rng, 1, 200);
+      value = boundary - stride * oracle_rng_between(rng, 1, 8) -
+              oracle_rng_between(rng, 0, stride - 1);
+      n = n < 20 ? n : (size_t)oracle_rng_between(rng, 1, 20);
+      break;
+    case 2: /* a progression that ends at the largest value */
+      stride = oracle_rng_between(rng, 1, 3);
+      value = UINT64_MAX - stride * (n < 20 ? n - 1 : 19);
+      n = n < 20 ? n : 20;
+      break;
+    default:
+      scattered = true;
+      n = n < 20 ? n : (size_t)oracle_rng_between(rng, 1, 20);
+      break;
+    }
+    for (size_t k = 0; k < n; k++, i++) {
+      uint64_t *word = (uint64_t *)&rows[i] + f;
+      *word = scattered ? random_offset(rng) : value + stride * k;
+    }
+  }
+}
+
+/* Rows written column by column (four or more pushed at once), each column
+ * a random mix of stretches, decode to their values. */
+Test(varint_columns, rows_in_stretches) {
+  oracle_rng rng;
+  oracle_rng_seed(&rng, oracle_case_seed(oracle_base_seed(), 800, 0));
+  enum { MAX_COPIES = 1500 };
+  static reshard_copy rows[MAX_COPIES];
+  for (unsigned trial = 0; trial < 300; trial++) {
+    reshard_arena arena;
+    reshard_arena_init(&arena, 0);
+    reshard__column_encoder encoder;
+    reshard_error err;
+    cr_assert_eq(reshard__column_encoder_init(&encoder, MAX_COPIES, 1, &arena,
+                                              &arena, &err),
+                 RESHARD_OK);
+    size_t count = (size_t)oracle_rng_between(&rng, 4, MAX_COPIES);
+    for (unsigned c = 0; c < RESHARD_COPY_COLUMNS; c++) {
+      fill_stretches(&rng, rows, count, c);
+    }
+    reshard__column_encoder_rows(&encoder, rows, count);
+    cr_assert_eq(reshard__column_encoder_close(&encoder, &err), RESHARD_OK);
+    check_first_batch(&encoder, rows, count, trial);
     reshard_arena_destroy(&arena);
   }
 }
