@@ -8,6 +8,8 @@
   the transfer sets (T1-128, T5) register their placements and pools and
   their PlanTransfers plan what the explicit target binding plans.
 * ScenarioCommandTests — scripts/scenario.py prints a plan and its figures.
+* LoadReportTests — scripts/load.py's report: a CPU share whose daemon
+  CPU read as no clock tick is said, not divided by.
 * LoadSmokeTests — scripts/load.py: thousands of h2load requests at 64
   concurrent streams, zero failures by the daemon's own counters, flat
   memory; the pooled reader (--pooled) and PlanTransfer of T1-128
@@ -355,9 +357,8 @@ class ScenarioCommandTests(unittest.TestCase):
                                         re.M)), 5)
 
 
-class LoadSmokeTests(unittest.TestCase):
-    """scripts/load.py with h2load: thousands of requests at 64 concurrent
-    streams, zero failures, memory flat (plain build)."""
+class LoadReportTests(unittest.TestCase):
+    """scripts/load.py's report, without a daemon or h2load."""
 
     def test_cpu_share_under_one_clock_tick(self):
         # The daemon's CPU is read in 10 ms ticks: 500 fast calls can read
@@ -365,6 +366,11 @@ class LoadSmokeTests(unittest.TestCase):
         import load
         self.assertEqual(load.percent(10.0, 0.0), "n/a (under one clock tick)")
         self.assertEqual(load.percent(10.0, 40.0), "25.0 %")
+
+
+class LoadSmokeTests(unittest.TestCase):
+    """scripts/load.py with h2load: thousands of requests at 64 concurrent
+    streams, zero failures, memory flat (plain build)."""
 
     def test_h2load_smoke(self):
         import load
