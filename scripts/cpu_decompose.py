@@ -11,9 +11,10 @@ and to say whether what is left, the remainder, is at most 5 us.
 
 How each figure is had:
 
-* Daemon CPU and Check CPU per call: load.py's own figures (utime + stime
-  of every daemon thread from /proc/PID/stat around the run, over the
-  calls), the medians over --repeat pairs. Not profiled: perf runs apart.
+* Daemon CPU and Check CPU per call: load.py's own figures (the CPU of
+  every daemon thread around the run, from the process's CPU clock in
+  nanoseconds: load_daemon.cpu_seconds; over the calls), the medians over
+  --repeat pairs. Not profiled: perf runs apart.
 * Planning: reshard-bench, the scenario of the same name and size
   (``reshard-bench RUNS S1 8`` for load.py's S1-8; T1 with the tokens for
   T1-128). It builds the request with bench/scenario.c, which lays out the
@@ -45,9 +46,16 @@ How each figure is had:
   to the sender) is a send sample. Share of samples x the measured CPU per
   call is the send per call. The Check's own send is inside the Check's
   CPU already, so the decomposition subtracts the send beyond the Check's.
-  The same profiles split each call into send, other kernel and user
-  space, so the remainder splits too: (other kernel, PlanLoad - Check) +
-  (user space, PlanLoad - Check - planning).
+  The same profiles split each call into send, planning (a sample with
+  the planner or the response's encoding among its callers: reshardd keeps
+  its frame pointers for this), other kernel and user space, so the
+  remainder splits exactly into three: planning in the daemon under the
+  load beyond reshard-bench's figure for it alone (profile - bench), other
+  kernel (PlanLoad - Check) and user space beside the planner (PlanLoad -
+  Check). The other kernel work splits by what the thread was doing
+  (KERNEL_PATHS): the futex, epoll and eventfd calls of the hand-offs
+  between the daemon's threads, socket reads, rescheduling on the way
+  back to user space, and the rest; user space by object.
 
 Anything missing (perf absent or refused, reshard-bench not found, a table
 not parsed) is printed as skipped with the reason and leaves the remainder
@@ -62,6 +70,8 @@ import signal
 import subprocess
 import time
 
+from call_instructions import ENCODING, PLANNING
+
 GOAL_US = 5.0
 # Kernel functions of the send path; a sample under any of them is a send.
 SEND_FRAMES = frozenset([
@@ -70,6 +80,26 @@ SEND_FRAMES = frozenset([
     "__sys_sendmmsg", "__x64_sys_sendmmsg", "__sys_sendto",
     "__x64_sys_sendto", "tcp_sendmsg", "tcp_sendmsg_locked",
     "unix_stream_sendmsg", "inet_sendmsg"])
+# The kernel's other work, by what the thread was doing: the hand-offs
+# between the daemon's threads (futex waits and wakes, epoll, the eventfd
+# writes and reads that wake the loop), reading sockets, and being
+# rescheduled on the way back to user space. First match wins; the rest
+# (page faults, timers) is "other".
+KERNEL_PATHS = (
+    ("futex", frozenset(["__x64_sys_futex", "do_futex"])),
+    ("epoll", frozenset(["do_epoll_wait", "__x64_sys_epoll_wait",
+                         "__x64_sys_epoll_pwait"])),
+    ("eventfd", frozenset(["eventfd_write", "eventfd_read"])),
+    ("recv", frozenset(["__sys_recvmsg", "sock_recvmsg", "tcp_recvmsg",
+                        "unix_stream_recvmsg", "__sys_recvfrom"])),
+    ("rescheduled", frozenset(["exit_to_user_mode_loop",
+                               "irqentry_exit_to_user_mode"])),
+)
+# The planner and the response's encoding, as call_instructions.py counts
+# them: a sample with one of these among its callers is planning. perf's
+# frame-pointer walk finds them because reshardd keeps its frame pointers
+# (RESHARD_FRAME_POINTERS, on by default).
+PLANNING_FRAMES = frozenset(PLANNING + ENCODING)
 KERNEL_BASE = 0xffff800000000000
 PLAN_SUM_RE = r'^reshard_plan_duration_seconds_(sum|count)\{method="%s"\} (\S+)$'
 VARIANT_RE = re.compile(r"^([ST]\d)(?:-(\d+))?$", re.I)
@@ -123,7 +153,7 @@ def profile(perf, pid, directory, label, run):
     with open(log, "wb") as logf:
         try:
             proc = subprocess.Popen(
-                [perf, "record", "-q", "-e", "cpu-clock", "-F", "2000", "-g",
+                [perf, "record", "-q", "-e", "cpu-clock", "-F", "10000", "-g",
                  "-p", str(pid), "-o", data], stdin=subprocess.DEVNULL,
                 stdout=logf, stderr=subprocess.STDOUT)
         except OSError as exc:
@@ -155,7 +185,8 @@ def profile(perf, pid, directory, label, run):
 
 def parse_profile(perf, data):
     """Samples of a `perf record -g` file: total, under the send path,
-    elsewhere in the kernel, in user space; the top leaf symbols."""
+    under the planner (user space or the kernel, a page fault), elsewhere
+    in the kernel, elsewhere in user space; the top leaf symbols."""
     try:
         proc = subprocess.run([perf, "script", "-i", data, "-F",
                                "ip,sym,dso"],
@@ -166,11 +197,14 @@ def parse_profile(perf, data):
     if proc.returncode != 0:
         return {"error": "perf script exited %d: %s" % (
             proc.returncode, proc.stderr.decode("utf-8", "replace")[-300:])}
-    counts = {"samples": 0, "send": 0, "kernel_other": 0, "user": 0}
-    # User space by the leaf's object: reshardd's own code (planner, wire,
-    # handlers: linked in), libc (memmove, malloc), the other libraries
-    # (gRPC, absl, protobuf-c, libuv) and what perf could not name.
+    counts = {"samples": 0, "send": 0, "planning": 0, "kernel_other": 0,
+              "user": 0}
+    # User space beside the planner by the leaf's object: reshardd's own
+    # code (wire, handlers: linked in), libc (memmove, malloc), the other
+    # libraries (gRPC, absl, protobuf-c, libuv) and what perf could not
+    # name.
     libs = {"reshardd": 0, "libc": 0, "libraries": 0}
+    paths = dict.fromkeys([name for name, _ in KERNEL_PATHS] + ["other"], 0)
     leaves = {}
 
     def flush(frames):
@@ -180,8 +214,14 @@ def parse_profile(perf, data):
         ip, sym, dso = frames[0]
         if any(s in SEND_FRAMES for a, s, _ in frames if a >= KERNEL_BASE):
             kind = "send"
+        elif any(s in PLANNING_FRAMES for a, s, _ in frames
+                 if a < KERNEL_BASE):
+            kind = "planning"
         elif ip >= KERNEL_BASE:
             kind = "kernel_other"
+            names = set(s for a, s, _ in frames if a >= KERNEL_BASE)
+            paths[next((path for path, frame_names in KERNEL_PATHS
+                        if names & frame_names), "other")] += 1
         else:
             kind = "user"
             name = os.path.basename(dso)
@@ -212,6 +252,7 @@ def parse_profile(perf, data):
         return {"error": "perf recorded no samples of the daemon"}
     top = sorted(leaves.items(), key=lambda kv: -kv[1])[:15]
     counts["user_by_object"] = libs
+    counts["kernel_by_path"] = paths
     counts["top"] = [{"kind": k, "symbol": s, "samples": n}
                      for (k, s), n in top]
     return counts
@@ -373,10 +414,14 @@ def decompose(args, result, raw):
                 and _finite(per_call)):
             n = float(prof["samples"])
             split[name] = {k: per_call * prof[k] / n
-                           for k in ("send", "kernel_other", "user")}
+                           for k in ("send", "planning", "kernel_other",
+                                     "user")}
             split[name + "_user"] = {
                 k: per_call * v / n
                 for k, v in prof.get("user_by_object", {}).items()}
+            split[name + "_kernel"] = {
+                k: per_call * v / n
+                for k, v in prof.get("kernel_by_path", {}).items()}
     d["split_us"] = split
     if "main" in split and "check" in split:
         d["send_us"] = split["main"]["send"]
@@ -391,15 +436,21 @@ def decompose(args, result, raw):
         d["remainder_us"] = (cpu - check - plan["us"]
                              - d["send_beyond_check_us"])
         d["remainder_ok"] = d["remainder_us"] <= GOAL_US
+        # What planning cost in the daemon under the load, from the
+        # profile, beyond what reshard-bench measured of it alone.
+        d["daemon_planning_us"] = (split["main"]["planning"]
+                                   - split["check"]["planning"])
+        d["remainder_planning_us"] = d["daemon_planning_us"] - plan["us"]
         d["remainder_kernel_us"] = (split["main"]["kernel_other"]
                                     - split["check"]["kernel_other"])
         d["remainder_user_us"] = (split["main"]["user"]
-                                  - split["check"]["user"] - plan["us"])
+                                  - split["check"]["user"])
+        mk, ck = split.get("main_kernel", {}), split.get("check_kernel", {})
+        if mk and ck:
+            d["remainder_kernel_by_path_us"] = {k: mk[k] - ck[k] for k in mk}
         mu, cu = split.get("main_user", {}), split.get("check_user", {})
         if mu and cu:
-            d["remainder_user_by_object_us"] = {
-                k: mu[k] - cu[k] - (plan["us"] if k == "reshardd" else 0.0)
-                for k in mu}
+            d["remainder_user_by_object_us"] = {k: mu[k] - cu[k] for k in mu}
         if "daemon_plan_timer_us" in d:
             d["remainder_with_timer_us"] = (
                 d["remainder_us"] + plan["us"] - d["daemon_plan_timer_us"])
@@ -420,7 +471,7 @@ def report(r, out):
                                      "  " + note if note else ""), file=out)
 
     row(" ", "daemon CPU per %s" % method, d["cpu_us"],
-        "(measured, /proc/PID/stat)")
+        "(measured, the process's CPU clock)")
     row("-", "empty Check", d["check_us"], "(measured, the ceiling run)")
     plan = d["planning"]
     if "error" in plan:
@@ -445,16 +496,21 @@ def report(r, out):
             "%s %.0f us: %s" % ("<=" if d["remainder_ok"] else ">",
                                 d["goal_us"],
                                 "yes" if d["remainder_ok"] else "NO"))
-        print("      of which other kernel %+.1f us (recv, epoll, futex, "
-              "scheduling: %s - Check), user space %+.1f us (%s - Check - "
-              "planning), from the same profiles"
-              % (d["remainder_kernel_us"], method, d["remainder_user_us"],
+        print("      of which planning under the load beyond reshard-bench's "
+              "%+.1f us (the profile: %.1f us under the planner), other "
+              "kernel %+.1f us (%s - Check), user space beside the planner "
+              "%+.1f us (%s - Check), from the same profiles"
+              % (d["remainder_planning_us"], d["daemon_planning_us"],
+                 d["remainder_kernel_us"], method, d["remainder_user_us"],
                  method), file=out)
+        paths = d.get("remainder_kernel_by_path_us")
+        if paths:
+            print("      other kernel by path: %s" % ", ".join(
+                "%s %+.1f us" % kv for kv in paths.items()), file=out)
         by = d.get("remainder_user_by_object_us")
         if by:
-            print("      user space by object: reshardd's own code %+.1f us "
-                  "(beyond the Check's and the planning), libc %+.1f us, "
-                  "gRPC and other libraries %+.1f us"
+            print("      user space by object: reshardd's own code %+.1f us, "
+                  "libc %+.1f us, gRPC and other libraries %+.1f us"
                   % (by["reshardd"], by["libc"], by["libraries"]), file=out)
     else:
         row("=", "remainder", None, "(a figure above is missing)")

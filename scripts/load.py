@@ -39,9 +39,9 @@ counters decide: reshard_requests_total is read from the metrics endpoint
 before and after, and only code="OK" of PlanLoad and Check may grow, by
 exactly the number of requests sent.
 
-CPU: with --daemon, the daemon's CPU time (/proc/PID/stat) is read around
-each run and printed per call; unlike rates it barely moves when other
-work shares the machine.
+CPU: with --daemon, the daemon's CPU time (its CPU clock, in nanoseconds:
+load_daemon.cpu_seconds) is read around each run and printed per call;
+unlike rates it barely moves when other work shares the machine.
 
 Memory: the daemon's resident set is read after the set-up, after a
 warm-up run and again after the measured runs, and sampled every 10 ms
@@ -378,9 +378,9 @@ def run(args):
 
 
 def percent(part, whole):
-    """`part` as a percentage of `whole`. The daemon's CPU is read in clock
-    ticks (10 ms), so a short run can measure none at all; that is said,
-    not divided by."""
+    """`part` as a percentage of `whole`. Where the daemon's CPU can only
+    be read in /proc's clock ticks (10 ms; load_daemon.cpu_seconds), a
+    short run can measure none at all; that is said, not divided by."""
     if whole <= 0:
         return "n/a (under one clock tick)"
     return "%.1f %%" % (100.0 * part / whole)

@@ -9,7 +9,8 @@
   their PlanTransfers plan what the explicit target binding plans.
 * ScenarioCommandTests — scripts/scenario.py prints a plan and its figures.
 * LoadReportTests — scripts/load.py's report: a CPU share whose daemon
-  CPU read as no clock tick is said, not divided by.
+  CPU read as no clock tick is said, not divided by; a process's CPU is
+  read to below a clock tick.
 * LoadSmokeTests — scripts/load.py: thousands of h2load requests at 64
   concurrent streams, zero failures by the daemon's own counters, flat
   memory; the pooled reader (--pooled) and PlanTransfer of T1-128
@@ -29,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 from google.protobuf import json_format
@@ -361,11 +363,24 @@ class LoadReportTests(unittest.TestCase):
     """scripts/load.py's report, without a daemon or h2load."""
 
     def test_cpu_share_under_one_clock_tick(self):
-        # The daemon's CPU is read in 10 ms ticks: 500 fast calls can read
-        # as none, and the report must say so rather than divide by it.
+        # Where the daemon's CPU is read in 10 ms ticks, 500 fast calls can
+        # read as none, and the report must say so rather than divide by it.
         import load
         self.assertEqual(load.percent(10.0, 0.0), "n/a (under one clock tick)")
         self.assertEqual(load.percent(10.0, 40.0), "25.0 %")
+
+    def test_process_cpu_read_below_one_clock_tick(self):
+        # A process's CPU is read to the nanosecond, not in /proc's 10 ms
+        # ticks: 3 ms of work reads as 3 ms, where ticks read 0 or 10.
+        import load_daemon
+        pid = os.getpid()
+        before, own = load_daemon.cpu_seconds(pid), time.process_time()
+        while time.process_time() - own < 0.003:
+            pass
+        spent = load_daemon.cpu_seconds(pid) - before
+        self.assertGreaterEqual(spent, 0.003)
+        self.assertLess(spent, 0.009)
+        self.assertIsNone(load_daemon.cpu_seconds(None))
 
 
 class LoadSmokeTests(unittest.TestCase):

@@ -86,25 +86,37 @@ class LoadDecomposeTests(unittest.TestCase):
         # why in send_error: say that rather than a missing key.
         self.assertNotIn("send_error", d, d.get("send_error"))
         for key in ("send_us", "check_send_us", "send_beyond_check_us",
-                    "remainder_us", "remainder_kernel_us",
+                    "remainder_us", "remainder_planning_us",
+                    "daemon_planning_us", "remainder_kernel_us",
                     "remainder_user_us"):
             self.assertTrue(finite(d[key]), key)
         self.assertAlmostEqual(
             d["check_us"] + d["planning"]["us"] + d["send_beyond_check_us"]
             + d["remainder_us"], d["cpu_us"], places=6)
         self.assertAlmostEqual(
-            d["remainder_kernel_us"] + d["remainder_user_us"],
-            d["remainder_us"], places=6)
+            d["remainder_planning_us"] + d["remainder_kernel_us"]
+            + d["remainder_user_us"], d["remainder_us"], places=6)
+        # reshardd keeps its frame pointers, so perf finds the planner
+        # under the PlanLoads and never under the Checks.
+        self.assertGreater(d["profile"]["main"]["planning"], 0)
+        self.assertEqual(d["profile"]["check"]["planning"], 0)
         for name, per_call in (("main", d["cpu_us"]),
                                ("check", d["check_us"])):
             split = d["split_us"][name]
             self.assertAlmostEqual(sum(split.values()), per_call, places=6)
             prof = d["profile"][name]
             self.assertGreater(prof["samples"], 0)
-            self.assertEqual(prof["send"] + prof["kernel_other"]
-                             + prof["user"], prof["samples"])
+            self.assertEqual(prof["send"] + prof["planning"]
+                             + prof["kernel_other"] + prof["user"],
+                             prof["samples"])
         self.assertAlmostEqual(sum(d["remainder_user_by_object_us"].values()),
                                d["remainder_user_us"], places=6)
+        self.assertAlmostEqual(sum(d["remainder_kernel_by_path_us"].values()),
+                               d["remainder_kernel_us"], places=6)
+        for name in ("main", "check"):
+            prof = d["profile"][name]
+            self.assertEqual(sum(prof["kernel_by_path"].values()),
+                             prof["kernel_other"])
         self.assertIsInstance(d["remainder_ok"], bool)
 
     def test_decompose_without_perf(self):
