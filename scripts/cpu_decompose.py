@@ -100,6 +100,12 @@ KERNEL_PATHS = (
 # frame-pointer walk finds them because reshardd keeps its frame pointers
 # (RESHARD_FRAME_POINTERS, on by default).
 PLANNING_FRAMES = frozenset(PLANNING + ENCODING)
+# reshard__planner_pack_response ends in a tail call (a jmp, its frame
+# gone) to reshard_call_pack_encoded, which writes a whole response (with
+# runs, or without response memory); the same function packs the Check's
+# reply too. Under a plan's work function it is encoding.
+PACK_FRAME = "reshard_call_pack_encoded"
+WORK_FRAMES = frozenset(["load_work", "store_work", "transfer_work"])
 KERNEL_BASE = 0xffff800000000000
 PLAN_SUM_RE = r'^reshard_plan_duration_seconds_(sum|count)\{method="%s"\} (\S+)$'
 VARIANT_RE = re.compile(r"^([ST]\d)(?:-(\d+))?$", re.I)
@@ -214,8 +220,9 @@ def parse_profile(perf, data):
         ip, sym, dso = frames[0]
         if any(s in SEND_FRAMES for a, s, _ in frames if a >= KERNEL_BASE):
             kind = "send"
-        elif any(s in PLANNING_FRAMES for a, s, _ in frames
-                 if a < KERNEL_BASE):
+        elif any(s in PLANNING_FRAMES or (s == PACK_FRAME and any(
+                w in WORK_FRAMES for _, w, _ in frames))
+                 for a, s, _ in frames if a < KERNEL_BASE):
             kind = "planning"
         elif ip >= KERNEL_BASE:
             kind = "kernel_other"

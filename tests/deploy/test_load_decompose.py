@@ -3,7 +3,8 @@
 The daemon's CPU per call split into an empty Check, in-process planning
 (reshard-bench), the kernel's send (perf) and the remainder: the lines are
 printed, the figures are finite and add up. Figures only: no assertion on
-any time, which a shared machine would make flaky.
+any time, which a shared machine would make flaky. ProfileTests feed the
+profile classifier a canned `perf script` instead (no daemon, no perf).
 
 Environment (tests/deploy/CMakeLists.txt): RESHARD_E2E_DAEMON,
 RESHARD_E2E_PYGEN, RESHARD_BENCH (reshard-bench; load.py finds it beside
@@ -127,6 +128,86 @@ class LoadDecomposeTests(unittest.TestCase):
         self.assertNotIn("remainder_us", d)
         self.assertRegex(printed, r"kernel send beyond the Check's\s+skipped")
         self.assertRegex(printed, r"= remainder\s+skipped")
+
+
+# `perf script -F ip,sym,dso` as perf prints it: one frame a line, leaf
+# first, a blank line after each sample.
+K, U = "[kernel.kallsyms]", "/work/build/daemon/reshardd"
+SAMPLES = {
+    # the send of a response: the kernel under sendmsg
+    "send": [("ffffffff81000001", "_copy_from_iter", K),
+             ("ffffffff81000002", "tcp_sendmsg_locked", K),
+             ("ffffffff81000003", "__sys_sendmsg", K),
+             ("7f0000000001", "__libc_sendmsg", "/lib/libc.so.6")],
+    # a fault in the planner is planning, kernel or not
+    "planning": [("ffffffff81000004", "clear_page_erms", K),
+                 ("55000000001", "pack_batch", U),
+                 ("55000000002", "reshard_plan_load", U),
+                 ("55000000003", "load_work", U)],
+    # a response with runs written after the tail call (no frame of
+    # reshard__planner_pack_response): encoding, under a work function
+    "tail call": [("7f0000000002", "__memmove_avx_unaligned_erms",
+                   "/lib/libc.so.6"),
+                  ("55000000004", "reshard_plan_response_write", U),
+                  ("55000000005", "reshard_call_pack_encoded", U),
+                  ("55000000003", "load_work", U)],
+    # the same function packing the Check's reply is not planning
+    "check reply": [("55000000005", "reshard_call_pack_encoded", U),
+                    ("55000000006", "reshard_call_reply", U),
+                    ("55000000007", "reshard__on_events", U)],
+    # the hand-offs, by the syscall under way
+    "futex": [("ffffffff81000005", "finish_task_switch", K),
+              ("ffffffff81000006", "futex_wait", K),
+              ("ffffffff81000007", "__x64_sys_futex", K),
+              ("7f0000000003", "syscall", "/lib/libc.so.6")],
+    "eventfd": [("ffffffff81000008", "_raw_spin_unlock_irq", K),
+                ("ffffffff81000009", "eventfd_write", K),
+                ("ffffffff8100000a", "ksys_write", K),
+                ("55000000008", "worker", U)],
+    "other": [("ffffffff8100000b", "clear_page_erms", K),
+              ("ffffffff8100000c", "asm_exc_page_fault", K),
+              ("7f0000000004", "_int_malloc", "/lib/libc.so.6")],
+}
+
+
+class ProfileTests(unittest.TestCase):
+    """cpu_decompose.parse_profile on a canned `perf script` (no daemon,
+    no perf): each sample lands where the decomposition says."""
+
+    def parse(self, samples):
+        sys.path.insert(0, os.path.join(REPO, "scripts"))
+        import cpu_decompose
+        with tempfile.TemporaryDirectory() as tmp:
+            text = os.path.join(tmp, "script.txt")
+            with open(text, "w") as f:
+                for frames in samples:
+                    for ip, sym, dso in frames:
+                        f.write("\t%16s %s+0x10 (%s)\n" % (ip, sym, dso))
+                    f.write("\n")
+            perf = os.path.join(tmp, "perf")
+            with open(perf, "w") as f:
+                f.write("#!/bin/sh\ncat %s\n" % text)
+            os.chmod(perf, 0o755)
+            return cpu_decompose.parse_profile(perf, "perf.data")
+
+    def test_each_sample_where_it_belongs(self):
+        prof = self.parse(SAMPLES.values())
+        self.assertEqual(prof["samples"], len(SAMPLES))
+        self.assertEqual(prof["send"], 1)
+        self.assertEqual(prof["planning"], 2)  # the fault, the tail call
+        self.assertEqual(prof["kernel_other"], 3)
+        self.assertEqual(prof["kernel_by_path"]["futex"], 1)
+        self.assertEqual(prof["kernel_by_path"]["eventfd"], 1)
+        self.assertEqual(prof["kernel_by_path"]["other"], 1)
+        self.assertEqual(prof["user"], 1)  # the Check's reply
+        self.assertEqual(prof["user_by_object"]["reshardd"], 1)
+
+    def test_tail_called_packing_alone(self):
+        # Under a work function the packer is encoding; under the
+        # generic reply it is the daemon's own code.
+        self.assertEqual(self.parse([SAMPLES["tail call"]])["planning"], 1)
+        prof = self.parse([SAMPLES["check reply"]])
+        self.assertEqual((prof["planning"], prof["user"]), (0, 1))
 
 
 if __name__ == "__main__":
