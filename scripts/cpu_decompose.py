@@ -218,17 +218,17 @@ def parse_profile(perf, data):
             return
         counts["samples"] += 1
         ip, sym, dso = frames[0]
-        if any(s in SEND_FRAMES for a, s, _ in frames if a >= KERNEL_BASE):
+        kernel = set(s for a, s, _ in frames if a >= KERNEL_BASE)
+        user = set(s for a, s, _ in frames if a < KERNEL_BASE)
+        if kernel & SEND_FRAMES:
             kind = "send"
-        elif any(s in PLANNING_FRAMES or (s == PACK_FRAME and any(
-                w in WORK_FRAMES for _, w, _ in frames))
-                 for a, s, _ in frames if a < KERNEL_BASE):
+        elif user & PLANNING_FRAMES or (PACK_FRAME in user
+                                        and user & WORK_FRAMES):
             kind = "planning"
         elif ip >= KERNEL_BASE:
             kind = "kernel_other"
-            names = set(s for a, s, _ in frames if a >= KERNEL_BASE)
-            paths[next((path for path, frame_names in KERNEL_PATHS
-                        if names & frame_names), "other")] += 1
+            paths[next((path for path, names in KERNEL_PATHS
+                        if kernel & names), "other")] += 1
         else:
             kind = "user"
             name = os.path.basename(dso)

@@ -175,8 +175,7 @@ class ProfileTests(unittest.TestCase):
     no perf): each sample lands where the decomposition says."""
 
     def parse(self, samples):
-        sys.path.insert(0, os.path.join(REPO, "scripts"))
-        import cpu_decompose
+        import cpu_decompose  # scripts/, on the path by deploy_support
         with tempfile.TemporaryDirectory() as tmp:
             text = os.path.join(tmp, "script.txt")
             with open(text, "w") as f:
