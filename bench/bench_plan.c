@@ -30,6 +30,7 @@
 #include "wire/binding_decode.h"
 #include "wire/decode.h"
 #include "wire/plan_response.h"
+#include "wire/transfer_response.h"
 #include "wire/wire.h"
 #endif
 

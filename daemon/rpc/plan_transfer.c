@@ -20,6 +20,7 @@
 #include "rpc/planner_internal.h"
 #include "wire/decode.h"
 #include "wire/plan_response.h"
+#include "wire/transfer_response.h"
 #include "wire/wire.h"
 
 typedef struct transfer_ctx {
@@ -104,7 +105,7 @@ static size_t write_transfer_response(void *context, uint8_t *out) {
 }
 
 /* Worker thread (or the loop, for small plans): the plan into the
- * response, written straight into the send buffer (plan_response.h)
+ * response, written straight into the send buffer (transfer_response.h)
  * without a protobuf-c message; fills ctx->status and ctx->err on
  * failure. `arena` holds the plan and what measuring keeps. */
 static void encode_transfer(transfer_ctx *ctx, reshard_arena *arena) {
