@@ -335,6 +335,9 @@ typedef struct pooled_figures {
   double explicit_decode, explicit_validate, explicit_plan;
   double pooled_decode, pooled_check, pooled_plan, pooled_runs;
   double pooled_columns; /* varint columns, no copies: the daemon's plan */
+  /* Each of the daemon's two pooled plans' own response, encoded as the
+   * daemon encodes it (time_daemon_encoding). */
+  double pooled_columns_encode, pooled_runs_encode;
   uint64_t reused_pages; /* pooled pages planned as the page before them */
   uint64_t hash;
   bool same;
@@ -457,6 +460,48 @@ bench_plan_pooled_columns(const reshard_load_request *request,
   return reshard_plan_load(&columns, arena, plan, err);
 }
 
+/* Times encoding `plan`'s PlanLoadResponse as the daemon encodes it
+ * (reshard__planner_pack_response) into *ns: measured, then with runs
+ * written whole, without them its varint columns as pieces, each payload
+ * of RESHARD_RESPONSE_REFERENCE_MIN_BYTES or more referenced where the
+ * plan wrote it. What the daemon then hands gRPC is not timed. Everything
+ * goes into `arena`; false, with `err` set, when it cannot grow. */
+static bool time_daemon_encoding(const reshard_load_plan *plan,
+                                 const reshard_wire_plan_names *names,
+                                 reshard_arena *arena, double *ns,
+                                 reshard_error *err) {
+  double start = bench_now_ns();
+  reshard_plan_response response;
+  bool ok = reshard_plan_response_measure(plan, names, arena, &response) ==
+            RESHARD_OK;
+  if (ok && plan->runs.batch_first != NULL) {
+    uint8_t *out = RESHARD_ARENA_ARRAY(arena, uint8_t, response.size);
+    ok = out != NULL;
+    if (ok) {
+      reshard_plan_response_write(&response, out);
+    }
+  } else if (ok) {
+    size_t frame_size, piece_room;
+    reshard_response_measure_pieces(&response.batches, response.size,
+                                    RESHARD_RESPONSE_REFERENCE_MIN_BYTES,
+                                    &frame_size, &piece_room);
+    uint8_t *frame = RESHARD_ARENA_ARRAY(arena, uint8_t, frame_size);
+    reshard_response_piece *pieces =
+        RESHARD_ARENA_ARRAY(arena, reshard_response_piece, piece_room);
+    ok = frame != NULL && pieces != NULL;
+    if (ok) {
+      reshard_plan_response_write_pieces(
+          &response, RESHARD_RESPONSE_REFERENCE_MIN_BYTES, frame, pieces);
+    }
+  }
+  *ns = bench_now_ns() - start;
+  if (!ok) {
+    reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                      "encoding the response: out of memory");
+  }
+  return ok;
+}
+
 /* Pooled and explicit forms of one scenario's reader memory, the same
  * bytes: built, checked to plan the same copies, measured over `count`
  * runs with arena chunks from a pool (as the daemon's calls have them). */
@@ -470,9 +515,10 @@ static int pooled_measure(const scenario_spec *spec, size_t index,
   scenario_pool sp;
   reshard_join *template_join = NULL;
   reshard_chunk_pool *chunks = reshard_chunk_pool_create(16u << 20);
-  double *samples[10] = {0};
+  enum { SAMPLE_KINDS = 12 };
+  double *samples[SAMPLE_KINDS] = {0};
   int failed = chunks == NULL;
-  for (int i = 0; i < 10; i++) {
+  for (int i = 0; i < SAMPLE_KINDS; i++) {
     samples[i] = malloc(sizeof(double) * (size_t)count);
     failed |= samples[i] == NULL;
   }
@@ -728,6 +774,10 @@ static int pooled_measure(const scenario_spec *spec, size_t index,
     }
     samples[8][r] = bench_now_ns() - t0;
     out->runs = plan.runs.run_count;
+    if (!time_daemon_encoding(&plan, &names, &a, &samples[10][r], &err)) {
+      failed = 1;
+      break;
+    }
     reshard_load_plan_free_joins(&plan, 1);
     reshard_arena_destroy(&a);
 
@@ -740,6 +790,10 @@ static int pooled_measure(const scenario_spec *spec, size_t index,
       break;
     }
     samples[9][r] = bench_now_ns() - t0;
+    if (!time_daemon_encoding(&plan, &names, &a, &samples[11][r], &err)) {
+      failed = 1;
+      break;
+    }
     reshard_load_plan_free_joins(&plan, 1);
     reshard_arena_destroy(&a);
   }
@@ -747,16 +801,18 @@ static int pooled_measure(const scenario_spec *spec, size_t index,
     fprintf(stderr, "%s: pooled: %s\n", spec->name, err.message);
     goto done;
   }
-  double *medians[10] = {&out->register_decode, &out->register_validate,
-                         &out->explicit_decode, &out->explicit_validate,
-                         &out->explicit_plan,   &out->pooled_decode,
-                         &out->pooled_check,    &out->pooled_plan,
-                         &out->pooled_runs,     &out->pooled_columns};
-  for (int i = 0; i < 10; i++) {
+  double *medians[SAMPLE_KINDS] = {
+      &out->register_decode,    &out->register_validate,
+      &out->explicit_decode,    &out->explicit_validate,
+      &out->explicit_plan,      &out->pooled_decode,
+      &out->pooled_check,       &out->pooled_plan,
+      &out->pooled_runs,        &out->pooled_columns,
+      &out->pooled_runs_encode, &out->pooled_columns_encode};
+  for (int i = 0; i < SAMPLE_KINDS; i++) {
     *medians[i] = median_of(samples[i], count);
   }
 done:
-  for (int i = 0; i < 10; i++) {
+  for (int i = 0; i < SAMPLE_KINDS; i++) {
     free(samples[i]);
   }
   reshard_join_free(template_join);
@@ -817,13 +873,15 @@ static int pooled_tables(const char *only, uint64_t pages, int count) {
       "chunks from a pool): registration once | explicit per call | "
       "pooled per call (its plan checks the block table, timed alone in "
       "check) | pooled as the daemon answers without runs (varint columns, "
-      "no copies) | pooled with runs | copies, and pages planned as the page "
+      "no copies), then its response encoded as the daemon sends it | pooled "
+      "with runs, then its response | copies, and pages planned as the page "
       "before them with other blocks\n");
   printf("%-16s %8s %8s | %8s %8s %8s %7s %8s | %8s %8s %6s %8s %7s %8s %6s "
-         "| %8s %7s | %8s %6s %7s | %s\n",
+         "| %8s %7s %8s | %8s %6s %7s %8s | %s\n",
          "scenario", "decode", "validate", "decode", "validate", "plan",
          "ns/cp", "total", "decode", "check", "ns/id", "plan", "ns/cp", "total",
-         "fewer", "columns", "ns/cp", "plan", "runs", "ns/run", "copies");
+         "fewer", "columns", "ns/cp", "encode", "plan", "runs", "ns/run",
+         "encode", "copies");
   for (size_t i = 0; i < n; i++) {
     if (!ok[i]) {
       continue;
@@ -834,21 +892,22 @@ static int pooled_tables(const char *only, uint64_t pages, int count) {
         f->explicit_decode + f->explicit_validate + f->explicit_plan;
     /* The plan includes the table check. */
     double pooled_total = f->pooled_decode + f->pooled_plan;
-    printf("%-16s %6.1fus %6.1fus | %6.1fus %6.1fus %6.1fus %7.2f %6.1fus | "
-           "%6.1fus %6.1fus %6.2f %6.1fus %7.2f %6.1fus %5.1fx | %6.1fus %7.2f "
-           "| %6.1fus %6zu %7.2f | %s %zu (%016llx) %llu\n",
-           scenario_specs[i].name, f->register_decode / 1e3,
-           f->register_validate / 1e3, f->explicit_decode / 1e3,
-           f->explicit_validate / 1e3, f->explicit_plan / 1e3,
-           f->explicit_plan / copies, explicit_total / 1e3,
-           f->pooled_decode / 1e3, f->pooled_check / 1e3,
-           f->pooled_check / (double)f->blocks, f->pooled_plan / 1e3,
-           f->pooled_plan / copies, pooled_total / 1e3,
-           explicit_total / pooled_total, f->pooled_columns / 1e3,
-           f->pooled_columns / copies, f->pooled_runs / 1e3, f->runs,
-           f->pooled_runs / (double)(f->runs ? f->runs : 1),
-           f->same ? "same" : "MISMATCH", f->copies,
-           (unsigned long long)f->hash, (unsigned long long)f->reused_pages);
+    printf(
+        "%-16s %6.1fus %6.1fus | %6.1fus %6.1fus %6.1fus %7.2f %6.1fus | "
+        "%6.1fus %6.1fus %6.2f %6.1fus %7.2f %6.1fus %5.1fx | %6.1fus %7.2f "
+        "%6.1fus | %6.1fus %6zu %7.2f %6.1fus | %s %zu (%016llx) %llu\n",
+        scenario_specs[i].name, f->register_decode / 1e3,
+        f->register_validate / 1e3, f->explicit_decode / 1e3,
+        f->explicit_validate / 1e3, f->explicit_plan / 1e3,
+        f->explicit_plan / copies, explicit_total / 1e3, f->pooled_decode / 1e3,
+        f->pooled_check / 1e3, f->pooled_check / (double)f->blocks,
+        f->pooled_plan / 1e3, f->pooled_plan / copies, pooled_total / 1e3,
+        explicit_total / pooled_total, f->pooled_columns / 1e3,
+        f->pooled_columns / copies, f->pooled_columns_encode / 1e3,
+        f->pooled_runs / 1e3, f->runs,
+        f->pooled_runs / (double)(f->runs ? f->runs : 1),
+        f->pooled_runs_encode / 1e3, f->same ? "same" : "MISMATCH", f->copies,
+        (unsigned long long)f->hash, (unsigned long long)f->reused_pages);
   }
   free(rows);
   free(ok);

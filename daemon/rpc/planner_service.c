@@ -204,10 +204,6 @@ reshard__planner_column_memory(reshard_call *call, bool varint_columns,
   return memory;
 }
 
-/* Column payloads at least this long are sent where the planner wrote
- * them; shorter ones cost less to copy than a slice of their own. */
-enum { RESPONSE_REFERENCE_MIN_BYTES = 4096 };
-
 reshard_status reshard__planner_pack_response(
     reshard_call *call, reshard_response_memory *memory,
     const reshard_range_batches *batches, size_t size, void *response,
@@ -217,7 +213,8 @@ reshard_status reshard__planner_pack_response(
     return reshard_call_pack_encoded(call, size, write_whole, response);
   }
   size_t frame_size, piece_room;
-  reshard_response_measure_pieces(batches, size, RESPONSE_REFERENCE_MIN_BYTES,
+  reshard_response_measure_pieces(batches, size,
+                                  RESHARD_RESPONSE_REFERENCE_MIN_BYTES,
                                   &frame_size, &piece_room);
   uint8_t *frame = RESHARD_ARENA_ARRAY(reshard_response_memory_arena(memory),
                                        uint8_t, frame_size);
@@ -226,7 +223,8 @@ reshard_status reshard__planner_pack_response(
   if (frame == NULL || pieces == NULL) {
     return RESHARD_RESOURCE_EXHAUSTED;
   }
-  size_t count = write(response, RESPONSE_REFERENCE_MIN_BYTES, frame, pieces);
+  size_t count =
+      write(response, RESHARD_RESPONSE_REFERENCE_MIN_BYTES, frame, pieces);
   return reshard_call_pack_pieces(call, memory, pieces, count);
 }
 

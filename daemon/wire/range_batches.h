@@ -96,6 +96,11 @@ uint8_t *reshard_range_batches_write(const reshard_range_batches *batches,
                                      unsigned field, uint8_t *out,
                                      reshard_piece_sink *sink);
 
+/* Column payloads at least this long are sent where the planner wrote
+ * them (the daemon's minimum reference); shorter ones cost less to copy
+ * than a slice of their own. */
+#define RESHARD_RESPONSE_REFERENCE_MIN_BYTES 4096
+
 /* A measured response of `size` bytes whose batches are `batches`, as
  * pieces, to send without copying the plan's varint columns: each column
  * payload of at least `min_reference` bytes is a piece of its own, and
