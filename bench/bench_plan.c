@@ -122,12 +122,62 @@ typedef struct encoding {
   size_t copies;
 } encoding;
 
-/* Plans once per run and encodes the plan as the daemon does, timing the
- * two apart: the plan's arena takes its chunks from a pool as the daemon's
- * calls do (16 MiB kept, as reshardd keeps), so neither side pays for
- * faulting in fresh pages. `columns`: the planner encodes varint columns as it
- * batches (what the daemon asks without runs), else the encoder reads the
- * copies. */
+/* Times encoding `plan`'s PlanLoadResponse as the daemon encodes it
+ * (reshard__planner_pack_response) into *ns: measured, then with runs
+ * written whole into a buffer of its own, without them its varint columns
+ * as pieces into the plan's arena, each payload
+ * of RESHARD_RESPONSE_REFERENCE_MIN_BYTES or more referenced where the
+ * plan wrote it. What the daemon then hands gRPC is not timed. *bytes is
+ * the response's size. Everything goes into `arena`; false, with `err`
+ * set, when it cannot grow. */
+static bool time_daemon_encoding(const reshard_load_plan *plan,
+                                 const reshard_wire_plan_names *names,
+                                 reshard_arena *arena, double *ns,
+                                 size_t *bytes, reshard_error *err) {
+  double start = bench_now_ns();
+  reshard_plan_response response;
+  bool ok = reshard_plan_response_measure(plan, names, arena, &response) ==
+            RESHARD_OK;
+  uint8_t *whole = NULL;
+  if (ok && plan->runs.batch_first != NULL) {
+    /* Into a buffer of its own, as the daemon's slice (malloc'd past 128
+     * KiB, pooled below; both warm after the first call). */
+    whole = malloc(response.size + 1);
+    ok = whole != NULL;
+    if (ok) {
+      reshard_plan_response_write(&response, whole);
+    }
+  } else if (ok) {
+    size_t frame_size, piece_room;
+    reshard_response_measure_pieces(&response.batches, response.size,
+                                    RESHARD_RESPONSE_REFERENCE_MIN_BYTES,
+                                    &frame_size, &piece_room);
+    uint8_t *frame = RESHARD_ARENA_ARRAY(arena, uint8_t, frame_size);
+    reshard_response_piece *pieces =
+        RESHARD_ARENA_ARRAY(arena, reshard_response_piece, piece_room);
+    ok = frame != NULL && pieces != NULL;
+    if (ok) {
+      reshard_plan_response_write_pieces(
+          &response, RESHARD_RESPONSE_REFERENCE_MIN_BYTES, frame, pieces);
+    }
+  }
+  *ns = bench_now_ns() - start;
+  free(whole);
+  *bytes = ok ? response.size : 0;
+  if (!ok) {
+    reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                      "encoding the response: out of memory");
+  }
+  return ok;
+}
+
+/* Plans once per run and encodes the plan as the daemon does
+ * (time_daemon_encoding), timing the two apart: the plan's arena takes its
+ * chunks from a pool as the daemon's calls do (16 MiB kept, as reshardd
+ * keeps), so neither side pays for faulting in fresh pages. `columns`: the
+ * planner encodes varint columns as it batches (what the daemon asks
+ * without runs) and the response sends the long ones as pieces, else the
+ * encoder reads the copies. */
 static int time_encoding(scenario *s, const reshard_join *template_join,
                          bool runs, bool columns, int count, encoding *out) {
   double *plan_ns = malloc(sizeof(double) * (size_t)count);
@@ -150,20 +200,14 @@ static int time_encoding(scenario *s, const reshard_join *template_join,
       fprintf(stderr, "plan failed: %s\n", err.message);
       failed = 1;
     } else {
-      double planned = bench_now_ns();
+      plan_ns[r] = bench_now_ns() - start;
       reshard_wire_plan_names names = bench_names(s, &arena);
-      reshard_plan_response response;
-      uint8_t *buffer = NULL;
       if (names.page_keys == NULL ||
-          reshard_plan_response_measure(&plan, &names, &arena, &response) ||
-          (buffer = malloc(response.size + 1)) == NULL) {
+          !time_daemon_encoding(&plan, &names, &arena, &encode_ns[r],
+                                &out->bytes, &err)) {
+        fprintf(stderr, "encoding failed: out of memory\n");
         failed = 1;
-      } else {
-        out->bytes = reshard_plan_response_write(&response, buffer);
-        encode_ns[r] = bench_now_ns() - planned;
-        plan_ns[r] = planned - start;
       }
-      free(buffer);
       out->copies = plan.copy_count;
       out->entries = runs ? plan.runs.run_count : plan.copy_count;
       reshard_load_plan_free_joins(&plan, 1);
@@ -460,48 +504,6 @@ bench_plan_pooled_columns(const reshard_load_request *request,
   return reshard_plan_load(&columns, arena, plan, err);
 }
 
-/* Times encoding `plan`'s PlanLoadResponse as the daemon encodes it
- * (reshard__planner_pack_response) into *ns: measured, then with runs
- * written whole, without them its varint columns as pieces, each payload
- * of RESHARD_RESPONSE_REFERENCE_MIN_BYTES or more referenced where the
- * plan wrote it. What the daemon then hands gRPC is not timed. Everything
- * goes into `arena`; false, with `err` set, when it cannot grow. */
-static bool time_daemon_encoding(const reshard_load_plan *plan,
-                                 const reshard_wire_plan_names *names,
-                                 reshard_arena *arena, double *ns,
-                                 reshard_error *err) {
-  double start = bench_now_ns();
-  reshard_plan_response response;
-  bool ok = reshard_plan_response_measure(plan, names, arena, &response) ==
-            RESHARD_OK;
-  if (ok && plan->runs.batch_first != NULL) {
-    uint8_t *out = RESHARD_ARENA_ARRAY(arena, uint8_t, response.size);
-    ok = out != NULL;
-    if (ok) {
-      reshard_plan_response_write(&response, out);
-    }
-  } else if (ok) {
-    size_t frame_size, piece_room;
-    reshard_response_measure_pieces(&response.batches, response.size,
-                                    RESHARD_RESPONSE_REFERENCE_MIN_BYTES,
-                                    &frame_size, &piece_room);
-    uint8_t *frame = RESHARD_ARENA_ARRAY(arena, uint8_t, frame_size);
-    reshard_response_piece *pieces =
-        RESHARD_ARENA_ARRAY(arena, reshard_response_piece, piece_room);
-    ok = frame != NULL && pieces != NULL;
-    if (ok) {
-      reshard_plan_response_write_pieces(
-          &response, RESHARD_RESPONSE_REFERENCE_MIN_BYTES, frame, pieces);
-    }
-  }
-  *ns = bench_now_ns() - start;
-  if (!ok) {
-    reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
-                      "encoding the response: out of memory");
-  }
-  return ok;
-}
-
 /* Pooled and explicit forms of one scenario's reader memory, the same
  * bytes: built, checked to plan the same copies, measured over `count`
  * runs with arena chunks from a pool (as the daemon's calls have them). */
@@ -774,7 +776,9 @@ static int pooled_measure(const scenario_spec *spec, size_t index,
     }
     samples[8][r] = bench_now_ns() - t0;
     out->runs = plan.runs.run_count;
-    if (!time_daemon_encoding(&plan, &names, &a, &samples[10][r], &err)) {
+    size_t bytes;
+    if (!time_daemon_encoding(&plan, &names, &a, &samples[10][r], &bytes,
+                              &err)) {
       failed = 1;
       break;
     }
@@ -790,7 +794,8 @@ static int pooled_measure(const scenario_spec *spec, size_t index,
       break;
     }
     samples[9][r] = bench_now_ns() - t0;
-    if (!time_daemon_encoding(&plan, &names, &a, &samples[11][r], &err)) {
+    if (!time_daemon_encoding(&plan, &names, &a, &samples[11][r], &bytes,
+                              &err)) {
       failed = 1;
       break;
     }

@@ -30,8 +30,9 @@ How each figure is had:
     where the plan wrote them and the rest copied). Without runs the plan
     is the pooled table's "columns" one: varint columns written while
     batching and no copies, as the daemon plans. (Until Round 46 the
-    encoding was the encoding table's "layer" row: another plan's, and
-    without runs copied whole, 1.6 µs more than the daemon's for S1-8.)
+    encoding was the encoding table's "layer" row: another plan's, timed
+    with the page keys' names built and, without runs, the columns copied
+    whole; for S1-8 1.5 µs more than the daemon's without runs, 0.8 with.)
   - PlanLoad with an explicit binding: the "pool" row's binding decode +
     validation, then its plan + encoding (columns, or runs).
   - PlanTransfer: the transfer table's warm plan (explicit or runs); the
