@@ -19,7 +19,6 @@
 #include "reshard/transfer.h"
 #include "rpc/planner_internal.h"
 #include "wire/decode.h"
-#include "wire/plan_response.h"
 #include "wire/transfer_response.h"
 #include "wire/wire.h"
 
