@@ -124,10 +124,9 @@ typedef struct encoding {
 
 /* Times encoding `plan`'s PlanLoadResponse as the daemon encodes it
  * (reshard__planner_pack_response) into *ns: measured, then with runs
- * written whole into a buffer of its own, without them its varint columns
- * as pieces into the plan's arena, each payload
- * of RESHARD_RESPONSE_REFERENCE_MIN_BYTES or more referenced where the
- * plan wrote it. What the daemon then hands gRPC is not timed. *bytes is
+ * written whole into a buffer of its own, without them as pieces
+ * (reshard_response_pack_pieces, the daemon's own call) into the plan's
+ * arena. What the daemon then hands gRPC is not timed. *bytes is
  * the response's size. Everything goes into `arena`; false, with `err`
  * set, when it cannot grow. */
 static bool time_daemon_encoding(const reshard_load_plan *plan,
@@ -148,18 +147,12 @@ static bool time_daemon_encoding(const reshard_load_plan *plan,
       reshard_plan_response_write(&response, whole);
     }
   } else if (ok) {
-    size_t frame_size, piece_room;
-    reshard_response_measure_pieces(&response.batches, response.size,
-                                    RESHARD_RESPONSE_REFERENCE_MIN_BYTES,
-                                    &frame_size, &piece_room);
-    uint8_t *frame = RESHARD_ARENA_ARRAY(arena, uint8_t, frame_size);
-    reshard_response_piece *pieces =
-        RESHARD_ARENA_ARRAY(arena, reshard_response_piece, piece_room);
-    ok = frame != NULL && pieces != NULL;
-    if (ok) {
-      reshard_plan_response_write_pieces(
-          &response, RESHARD_RESPONSE_REFERENCE_MIN_BYTES, frame, pieces);
-    }
+    reshard_response_piece *pieces;
+    size_t count;
+    ok = reshard_response_pack_pieces(&response.batches, response.size,
+                                      &response,
+                                      reshard_plan_response_write_pieces, arena,
+                                      arena, &pieces, &count) == RESHARD_OK;
   }
   *ns = bench_now_ns() - start;
   free(whole);
@@ -205,7 +198,8 @@ static int time_encoding(scenario *s, const reshard_join *template_join,
       if (names.page_keys == NULL ||
           !time_daemon_encoding(&plan, &names, &arena, &encode_ns[r],
                                 &out->bytes, &err)) {
-        fprintf(stderr, "encoding failed: out of memory\n");
+        fprintf(stderr, "encoding failed: %s\n",
+                names.page_keys == NULL ? "out of memory" : err.message);
         failed = 1;
       }
       out->copies = plan.copy_count;

@@ -212,19 +212,13 @@ reshard_status reshard__planner_pack_response(
   if (memory == NULL) {
     return reshard_call_pack_encoded(call, size, write_whole, response);
   }
-  size_t frame_size, piece_room;
-  reshard_response_measure_pieces(batches, size,
-                                  RESHARD_RESPONSE_REFERENCE_MIN_BYTES,
-                                  &frame_size, &piece_room);
-  uint8_t *frame = RESHARD_ARENA_ARRAY(reshard_response_memory_arena(memory),
-                                       uint8_t, frame_size);
-  reshard_response_piece *pieces = RESHARD_ARENA_ARRAY(
-      reshard_call_arena(call), reshard_response_piece, piece_room);
-  if (frame == NULL || pieces == NULL) {
+  reshard_response_piece *pieces;
+  size_t count;
+  if (reshard_response_pack_pieces(
+          batches, size, response, write, reshard_response_memory_arena(memory),
+          reshard_call_arena(call), &pieces, &count) != RESHARD_OK) {
     return RESHARD_RESOURCE_EXHAUSTED;
   }
-  size_t count =
-      write(response, RESHARD_RESPONSE_REFERENCE_MIN_BYTES, frame, pieces);
   return reshard_call_pack_pieces(call, memory, pieces, count);
 }
 

@@ -619,3 +619,23 @@ void reshard_response_measure_pieces(const reshard_range_batches *batches,
   /* A frame piece before each reference, and one after the last. */
   *piece_room = 2 * references + 1;
 }
+
+reshard_status reshard_response_pack_pieces(
+    const reshard_range_batches *batches, size_t size, const void *response,
+    reshard_response_pieces_fn *write, reshard_arena *frame_arena,
+    reshard_arena *piece_arena, reshard_response_piece **pieces,
+    size_t *count) {
+  size_t frame_size, piece_room;
+  reshard_response_measure_pieces(batches, size,
+                                  RESHARD_RESPONSE_REFERENCE_MIN_BYTES,
+                                  &frame_size, &piece_room);
+  uint8_t *frame = RESHARD_ARENA_ARRAY(frame_arena, uint8_t, frame_size);
+  *pieces =
+      RESHARD_ARENA_ARRAY(piece_arena, reshard_response_piece, piece_room);
+  if (frame == NULL || *pieces == NULL) {
+    return RESHARD_RESOURCE_EXHAUSTED;
+  }
+  *count =
+      write(response, RESHARD_RESPONSE_REFERENCE_MIN_BYTES, frame, *pieces);
+  return RESHARD_OK;
+}

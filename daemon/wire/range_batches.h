@@ -119,4 +119,16 @@ typedef size_t reshard_response_pieces_fn(const void *response,
                                           size_t min_reference, uint8_t *frame,
                                           reshard_response_piece *pieces);
 
+/* Writes a measured response of `size` bytes (its `batches`, written by
+ * `write`) as the daemon sends it: each column payload of
+ * RESHARD_RESPONSE_REFERENCE_MIN_BYTES or more referenced where the
+ * planner wrote it, the frame in `frame_arena` (the planner's column arena,
+ * so that what holds the columns holds the frame too), the piece list in
+ * `piece_arena`. Sets *pieces and *count; RESHARD_RESOURCE_EXHAUSTED when
+ * an arena cannot grow. */
+reshard_status reshard_response_pack_pieces(
+    const reshard_range_batches *batches, size_t size, const void *response,
+    reshard_response_pieces_fn *write, reshard_arena *frame_arena,
+    reshard_arena *piece_arena, reshard_response_piece **pieces, size_t *count);
+
 #endif

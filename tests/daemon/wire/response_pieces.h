@@ -62,7 +62,8 @@ static void assert_same_pieces(const reshard_range_batches *batches,
 }
 
 /* assert_same_pieces with every column, some, one in a thousand, none
- * referenced. */
+ * referenced; and the pieces the daemon packs (reshard_response_pack_pieces,
+ * its minimum reference) are the bytes `want` in order. */
 static void assert_same_pieces_at_every_minimum(
     const reshard_range_batches *batches, const void *response,
     reshard_response_pieces_fn *write, const uint8_t *want, size_t want_size) {
@@ -70,6 +71,21 @@ static void assert_same_pieces_at_every_minimum(
   for (size_t m = 0; m < sizeof minimums / sizeof minimums[0]; m++) {
     assert_same_pieces(batches, response, write, want, want_size, minimums[m]);
   }
+  reshard_arena arena;
+  reshard_arena_init(&arena, 0);
+  reshard_response_piece *pieces;
+  size_t count, at = 0;
+  cr_assert_eq(reshard_response_pack_pieces(batches, want_size, response, write,
+                                            &arena, &arena, &pieces, &count),
+               RESHARD_OK);
+  for (size_t i = 0; i < count; i++) {
+    cr_assert_leq(at + pieces[i].length, want_size);
+    cr_assert(memcmp(pieces[i].bytes, want + at, pieces[i].length) == 0,
+              "packed piece %zu of %zu differs", i, count);
+    at += pieces[i].length;
+  }
+  cr_assert_eq(at, want_size);
+  reshard_arena_destroy(&arena);
 }
 
 #endif
