@@ -197,6 +197,7 @@ def measure(args):
         figures["planning"] = per_call(PLANNING)
         figures["encoding"] = per_call(ENCODING)
         figures["what"] = summary.splitlines()[0] if summary else ""
+        figures["functions"] = {n: per_call((n,)) for n in args.function}
         return figures
     finally:
         daemon.terminate()
@@ -220,6 +221,9 @@ def report(args, f, out=sys.stdout):
                                  "beyond a Check's")]
     for label, value, note in rows:
         print("  %-22s %9.0f  %s" % (label, value, note), file=out)
+    for name, value in f["functions"].items():
+        print("  %-22s %9.0f  inclusive, --function" % (name, value),
+              file=out)
 
 
 def main(argv=None):
@@ -234,6 +238,10 @@ def main(argv=None):
     parser.add_argument("--runs", action="store_true", help="ask for runs")
     parser.add_argument("--requests", type=int, default=2000,
                         help="counted calls of each kind")
+    parser.add_argument("--function", action="append", default=[],
+                        help="also print this function's inclusive "
+                        "instructions per call (repeatable; callgrind's "
+                        "names, e.g. decode_request)")
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--pygen", default=os.path.join(
         ROOT, "build", "tests", "e2e", "pygen"),

@@ -17,6 +17,7 @@
 #include "rpc/planner_internal.h"
 #include "wire/binding_decode.h"
 #include "wire/decode.h"
+#include "wire/load_request.h"
 #include "wire/plan_response.h"
 #include "wire/wire.h"
 
@@ -477,10 +478,14 @@ static void resolve_target(load_ctx *ctx) {
 static void decode_request(load_ctx *ctx) {
   reshard_planner *planner = ctx->planner;
   reshard_arena *arena = reshard_call_arena(ctx->call);
-  Reshard__V1__PlanLoadRequest *request =
-      (Reshard__V1__PlanLoadRequest *)reshard_wire_unpack(
-          &reshard__v1__plan_load_request__descriptor, ctx->payload,
-          ctx->payload_length, arena, &ctx->err);
+  /* An engine's every call, pooled, skips protobuf-c (load_request.h). */
+  Reshard__V1__PlanLoadRequest *request = reshard_load_request_decode(
+      ctx->payload, ctx->payload_length, reshard_decode_caps(), arena);
+  if (request == NULL) {
+    request = (Reshard__V1__PlanLoadRequest *)reshard_wire_unpack(
+        &reshard__v1__plan_load_request__descriptor, ctx->payload,
+        ctx->payload_length, arena, &ctx->err);
+  }
   if (request == NULL) {
     ctx->status = ctx->err.code;
     return;

@@ -26,6 +26,7 @@
 #include "binding_compare.h"
 #include "cache/inline_cache.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "load_request_compare.h"
 #include "reshard/arena.h"
 #include "reshard/identity.h"
 #include "reshard/join.h"
@@ -35,6 +36,7 @@
 #include "reshard/upload.h"
 #include "wire/binding_decode.h"
 #include "wire/decode.h"
+#include "wire/load_request.h"
 #include "wire/wire.h"
 
 /* Planning limits small enough that one input runs in milliseconds; the
@@ -96,6 +98,37 @@ static void binding_paths_agree(const uint8_t *data, size_t size,
             "\"%s\"\n",
             direct_status, direct_status ? direct_err.message : "",
             decoded_status, decoded_status ? decoded_err.message : "");
+    abort();
+  }
+}
+
+/* The daemon decodes a PlanLoad request of the engines' shape with
+ * reshard_load_request_decode and everything else through protobuf-c
+ * (rpc/plan_load.c): wherever the direct decoder returns a request,
+ * protobuf-c must decode the same bytes under the same caps to the same
+ * values. */
+static void load_request_paths_agree(const uint8_t *data, size_t size,
+                                     reshard_arena *arena) {
+  reshard_limits caps = fuzz_caps();
+  const Reshard__V1__PlanLoadRequest *direct =
+      reshard_load_request_decode(data, size, &caps, arena);
+  if (direct == NULL) {
+    return;
+  }
+  reshard_error err;
+  const Reshard__V1__PlanLoadRequest *decoded = (const void *)reshard_decode(
+      &reshard__v1__plan_load_request__descriptor, data, size,
+      reshard_decode_budget(size), &caps, arena, &err);
+  char why[256];
+  if (decoded == NULL) {
+    fprintf(stderr,
+            "load request paths differ: direct decoded, protobuf-c "
+            "\"%s\"\n",
+            err.message);
+    abort();
+  }
+  if (!reshard_test_load_requests_equal(direct, decoded, why, sizeof why)) {
+    fprintf(stderr, "load request paths differ: %s\n", why);
     abort();
   }
 }
@@ -669,6 +702,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         protobuf_c_message_descriptor_get_field_by_name(rpcs[which].request,
                                                         "binding");
     binding_paths_agree(data + 1, size - 1, binding->id, &arena);
+  }
+  if (rpcs[which].request == &reshard__v1__plan_load_request__descriptor) {
+    load_request_paths_agree(data + 1, size - 1, &arena);
   }
   ProtobufCMessage *m =
       decode_request(rpcs[which].request, data + 1, size - 1, &arena);
