@@ -144,10 +144,8 @@ static void load_work(reshard_work *work) {
 /* Worker thread (or loop, for small plans): the plan into the response. */
 static void encode_plan(load_ctx *ctx) {
   reshard_call *call = ctx->call;
-  if (reshard_call_expired(call)) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
-                                    "deadline exceeded while planning; the "
-                                    "plan was discarded");
+  if ((ctx->status = reshard__planner_check_planned(call, &ctx->err)) !=
+      RESHARD_OK) {
     return;
   }
   reshard_wire_plan_names names = {
@@ -161,17 +159,14 @@ static void encode_plan(load_ctx *ctx) {
   /* Measured in the plan's arena, as PlanStore and PlanTransfer are: with
    * runs measuring writes their columns there, which must not stay with
    * the call while its response goes out. */
-  if (reshard_plan_response_measure(&ctx->plan, &names, &ctx->scratch,
-                                    &response) != RESHARD_OK ||
-      reshard__planner_pack_response(
-          call, ctx->response_memory, &response.batches, response.size,
-          &response, reshard_plan_response_write_pieces,
-          write_plan_response) != RESHARD_OK) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
-                                    "out of memory building the response");
-    return;
+  reshard_status measured = reshard_plan_response_measure(
+      &ctx->plan, &names, &ctx->scratch, &response);
+  if ((ctx->status = reshard__planner_pack_response(
+           call, measured, ctx->response_memory, &response.batches,
+           response.size, &response, reshard_plan_response_write_pieces,
+           write_plan_response, &ctx->err)) == RESHARD_OK) {
+    ctx->response_bytes = response.size;
   }
-  ctx->response_bytes = response.size;
 }
 
 /* Loop: keep the join templates the planner built, then answer. */

@@ -109,25 +109,19 @@ static size_t write_response(void *response, uint8_t *out) {
 /* Packs the response of a plan that lives in `scratch`. */
 static void encode_plan(store_ctx *ctx, reshard_arena *scratch) {
   reshard_call *call = ctx->call;
-  if (reshard_call_expired(call)) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
-                                    "deadline exceeded while planning; the "
-                                    "plan was discarded");
+  if ((ctx->status = reshard__planner_check_planned(call, &ctx->err)) !=
+      RESHARD_OK) {
     return;
   }
   reshard_store_response response;
-  if (reshard_store_response_measure(&ctx->plan, &ctx->binding,
-                                     ctx->manifest->layout_id, scratch,
-                                     &response) != RESHARD_OK ||
-      reshard__planner_pack_response(
-          call, ctx->response_memory, &response.batches, response.size,
-          &response, reshard_store_response_write_pieces,
-          write_response) != RESHARD_OK) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
-                                    "out of memory building the response");
-    return;
+  reshard_status measured = reshard_store_response_measure(
+      &ctx->plan, &ctx->binding, ctx->manifest->layout_id, scratch, &response);
+  if ((ctx->status = reshard__planner_pack_response(
+           call, measured, ctx->response_memory, &response.batches,
+           response.size, &response, reshard_store_response_write_pieces,
+           write_response, &ctx->err)) == RESHARD_OK) {
+    ctx->response_bytes = response.size;
   }
-  ctx->response_bytes = response.size;
 }
 
 /* Worker thread (or the loop for small plans): plan and pack. Touches only

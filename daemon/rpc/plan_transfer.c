@@ -109,10 +109,8 @@ static size_t write_transfer_response(void *context, uint8_t *out) {
  * failure. `arena` holds the plan and what measuring keeps. */
 static void encode_transfer(transfer_ctx *ctx, reshard_arena *arena) {
   reshard_call *call = ctx->call;
-  if (reshard_call_expired(call)) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_DEADLINE_EXCEEDED,
-                                    "deadline exceeded while planning; the "
-                                    "plan was discarded");
+  if ((ctx->status = reshard__planner_check_planned(call, &ctx->err)) !=
+      RESHARD_OK) {
     return;
   }
   /* Without runs the batches are the varint columns the planner wrote
@@ -120,20 +118,17 @@ static void encode_transfer(transfer_ctx *ctx, reshard_arena *arena) {
    * memory); with runs they are written from the runs alone (the plan
    * has no copies then). */
   reshard_transfer_response response;
-  if (reshard_transfer_response_measure(
-          &ctx->plan, ctx->source_pools, &ctx->binding, ctx->source.id,
-          ctx->target.id,
-          ctx->plan.columns.columns != NULL ? &ctx->plan.columns : NULL, arena,
-          &response) != RESHARD_OK ||
-      reshard__planner_pack_response(
-          call, ctx->response_memory, &response.batches, response.size,
-          &response, reshard_transfer_response_write_pieces,
-          write_transfer_response) != RESHARD_OK) {
-    ctx->status = reshard_error_set(&ctx->err, RESHARD_RESOURCE_EXHAUSTED,
-                                    "out of memory building the response");
-    return;
+  reshard_status measured = reshard_transfer_response_measure(
+      &ctx->plan, ctx->source_pools, &ctx->binding, ctx->source.id,
+      ctx->target.id,
+      ctx->plan.columns.columns != NULL ? &ctx->plan.columns : NULL, arena,
+      &response);
+  if ((ctx->status = reshard__planner_pack_response(
+           call, measured, ctx->response_memory, &response.batches,
+           response.size, &response, reshard_transfer_response_write_pieces,
+           write_transfer_response, &ctx->err)) == RESHARD_OK) {
+    ctx->response_bytes = response.size;
   }
-  ctx->response_bytes = response.size;
 }
 
 /* ---- Planning ---- */

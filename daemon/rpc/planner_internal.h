@@ -284,16 +284,24 @@ reshard_response_memory *
 reshard__planner_column_memory(reshard_call *call, bool varint_columns,
                                reshard_arena **column_arena);
 
+/* Whether a plan, made, may be answered: DEADLINE_EXCEEDED once the
+ * call's deadline passed while it planned (the caller discards the plan).
+ * Any thread. */
+reshard_status reshard__planner_check_planned(reshard_call *call,
+                                              reshard_error *err);
+
 /* Packs a measured response (`batches`, `size`) into the call's send
  * buffer. With `memory`, where the planner wrote the varint columns, the
  * long columns are sent from there (`write` is the response's
- * reshard_response_pieces_fn); without, `write_whole` copies it all. Any
+ * reshard_response_pieces_fn); without, `write_whole` copies it all.
+ * `measured` is the measuring's status: when it or the packing failed
+ * (out of memory, either), RESOURCE_EXHAUSTED with `err` set. Any
  * thread, as reshard_call_pack. */
 reshard_status reshard__planner_pack_response(
-    reshard_call *call, reshard_response_memory *memory,
-    const reshard_range_batches *batches, size_t size, void *response,
-    reshard_response_pieces_fn *write,
-    size_t (*write_whole)(void *response, uint8_t *out));
+    reshard_call *call, reshard_status measured,
+    reshard_response_memory *memory, const reshard_range_batches *batches,
+    size_t size, void *response, reshard_response_pieces_fn *write,
+    size_t (*write_whole)(void *response, uint8_t *out), reshard_error *err);
 
 /* Plans `call`'s request: `fn` runs on the loop now when the binding
  * covers at most the planner's inline_max_values values, or at most

@@ -204,11 +204,21 @@ reshard__planner_column_memory(reshard_call *call, bool varint_columns,
   return memory;
 }
 
-reshard_status reshard__planner_pack_response(
-    reshard_call *call, reshard_response_memory *memory,
-    const reshard_range_batches *batches, size_t size, void *response,
-    reshard_response_pieces_fn *write,
-    size_t (*write_whole)(void *response, uint8_t *out)) {
+reshard_status reshard__planner_check_planned(reshard_call *call,
+                                              reshard_error *err) {
+  if (reshard_call_expired(call)) {
+    return reshard_error_set(err, RESHARD_DEADLINE_EXCEEDED,
+                             "deadline exceeded while planning; the plan "
+                             "was discarded");
+  }
+  return RESHARD_OK;
+}
+
+static reshard_status
+pack_measured(reshard_call *call, reshard_response_memory *memory,
+              const reshard_range_batches *batches, size_t size, void *response,
+              reshard_response_pieces_fn *write,
+              size_t (*write_whole)(void *response, uint8_t *out)) {
   if (memory == NULL) {
     return reshard_call_pack_encoded(call, size, write_whole, response);
   }
@@ -220,6 +230,20 @@ reshard_status reshard__planner_pack_response(
     return RESHARD_RESOURCE_EXHAUSTED;
   }
   return reshard_call_pack_pieces(call, memory, pieces, count);
+}
+
+reshard_status reshard__planner_pack_response(
+    reshard_call *call, reshard_status measured,
+    reshard_response_memory *memory, const reshard_range_batches *batches,
+    size_t size, void *response, reshard_response_pieces_fn *write,
+    size_t (*write_whole)(void *response, uint8_t *out), reshard_error *err) {
+  if (measured != RESHARD_OK ||
+      pack_measured(call, memory, batches, size, response, write,
+                    write_whole) != RESHARD_OK) {
+    return reshard_error_set(err, RESHARD_RESOURCE_EXHAUSTED,
+                             "out of memory building the response");
+  }
+  return RESHARD_OK;
 }
 
 /* `fn` then `after` on the loop now, or `fn` on the work pool. */
