@@ -19,6 +19,7 @@
 #include "reshard/transfer.h"
 #include "rpc/planner_internal.h"
 #include "wire/decode.h"
+#include "wire/transfer_request.h"
 #include "wire/transfer_response.h"
 #include "wire/wire.h"
 
@@ -419,10 +420,15 @@ static void decode_request(transfer_ctx *ctx) {
   reshard_arena *arena = reshard_call_arena(ctx->call);
   size_t length;
   const uint8_t *payload = reshard_call_payload(ctx->call, &length);
-  Reshard__V1__PlanTransferRequest *request =
-      (Reshard__V1__PlanTransferRequest *)reshard_wire_unpack(
-          &reshard__v1__plan_transfer_request__descriptor, payload, length,
-          arena, &ctx->err);
+  /* A decode instance's every call, pooled, skips protobuf-c
+   * (transfer_request.h). */
+  Reshard__V1__PlanTransferRequest *request = reshard_transfer_request_decode(
+      payload, length, reshard_decode_caps(), arena);
+  if (request == NULL) {
+    request = (Reshard__V1__PlanTransferRequest *)reshard_wire_unpack(
+        &reshard__v1__plan_transfer_request__descriptor, payload, length, arena,
+        &ctx->err);
+  }
   if (request == NULL) {
     ctx->status = ctx->err.code;
     return;

@@ -8,7 +8,8 @@
  * 8 000 instructions for S1×8 (callgrind) and 11 µs for S5's 256 pages,
  * more than the catalog lookups of the same pages. Here the request is
  * read twice (its shape, then its values) into arrays sized once and one
- * block for all its strings.
+ * block for all its strings (request_fields.h, which PlanTransfer's
+ * decoder shares).
  *
  * This reads that shape only: the fields of PlanLoadRequest but the inline
  * placement (3) and the binding (6) — the inline cache and the binding

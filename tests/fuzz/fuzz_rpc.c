@@ -26,7 +26,7 @@
 #include "binding_compare.h"
 #include "cache/inline_cache.h"
 #include "grpc/health/v1/health.pb-c.h"
-#include "load_request_compare.h"
+#include "request_compare.h"
 #include "reshard/arena.h"
 #include "reshard/identity.h"
 #include "reshard/join.h"
@@ -37,6 +37,7 @@
 #include "wire/binding_decode.h"
 #include "wire/decode.h"
 #include "wire/load_request.h"
+#include "wire/transfer_request.h"
 #include "wire/wire.h"
 
 /* Planning limits small enough that one input runs in milliseconds; the
@@ -102,34 +103,51 @@ static void binding_paths_agree(const uint8_t *data, size_t size,
   }
 }
 
-/* The daemon decodes a PlanLoad request of the engines' shape with
- * reshard_load_request_decode and everything else through protobuf-c
- * (rpc/plan_load.c): wherever the direct decoder returns a request,
- * protobuf-c must decode the same bytes under the same caps to the same
- * values. */
-static void load_request_paths_agree(const uint8_t *data, size_t size,
-                                     reshard_arena *arena) {
-  reshard_limits caps = fuzz_caps();
-  const Reshard__V1__PlanLoadRequest *direct =
-      reshard_load_request_decode(data, size, &caps, arena);
+/* The daemon decodes PlanLoad and PlanTransfer requests of the engines'
+ * shape with reshard_load_request_decode and
+ * reshard_transfer_request_decode, and everything else through protobuf-c
+ * (rpc/plan_load.c, rpc/plan_transfer.c): wherever a direct decoder
+ * returns a request (`direct`), protobuf-c must decode the same bytes
+ * under the same caps to the same values. */
+static void direct_paths_agree(const ProtobufCMessageDescriptor *type,
+                               const void *direct, const uint8_t *data,
+                               size_t size, const reshard_limits *caps,
+                               reshard_arena *arena) {
   if (direct == NULL) {
     return;
   }
   reshard_error err;
-  const Reshard__V1__PlanLoadRequest *decoded = (const void *)reshard_decode(
-      &reshard__v1__plan_load_request__descriptor, data, size,
-      reshard_decode_budget(size), &caps, arena, &err);
+  const void *decoded = reshard_decode(
+      type, data, size, reshard_decode_budget(size), caps, arena, &err);
   char why[256];
   if (decoded == NULL) {
-    fprintf(stderr,
-            "load request paths differ: direct decoded, protobuf-c "
-            "\"%s\"\n",
-            err.message);
+    fprintf(stderr, "%s paths differ: direct decoded, protobuf-c \"%s\"\n",
+            type->short_name, err.message);
     abort();
   }
-  if (!reshard_test_load_requests_equal(direct, decoded, why, sizeof why)) {
-    fprintf(stderr, "load request paths differ: %s\n", why);
+  bool equal =
+      type == &reshard__v1__plan_load_request__descriptor
+          ? reshard_test_load_requests_equal(direct, decoded, why, sizeof why)
+          : reshard_test_transfer_requests_equal(direct, decoded, why,
+                                                 sizeof why);
+  if (!equal) {
+    fprintf(stderr, "%s paths differ: %s\n", type->short_name, why);
     abort();
+  }
+}
+
+static void request_paths_agree(const ProtobufCMessageDescriptor *type,
+                                const uint8_t *data, size_t size,
+                                reshard_arena *arena) {
+  reshard_limits caps = fuzz_caps();
+  if (type == &reshard__v1__plan_load_request__descriptor) {
+    direct_paths_agree(type,
+                       reshard_load_request_decode(data, size, &caps, arena),
+                       data, size, &caps, arena);
+  } else if (type == &reshard__v1__plan_transfer_request__descriptor) {
+    direct_paths_agree(
+        type, reshard_transfer_request_decode(data, size, &caps, arena), data,
+        size, &caps, arena);
   }
 }
 
@@ -678,6 +696,7 @@ static const struct {
     /* Appended, so the committed seeds keep their first bytes' meaning. */
     {&reshard__v1__register_memory_request__descriptor, register_memory},
     {&reshard__v1__forget_memory_request__descriptor, decoded},
+    {&reshard__v1__plan_transfer_request__descriptor, decoded},
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -703,9 +722,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                                         "binding");
     binding_paths_agree(data + 1, size - 1, binding->id, &arena);
   }
-  if (rpcs[which].request == &reshard__v1__plan_load_request__descriptor) {
-    load_request_paths_agree(data + 1, size - 1, &arena);
-  }
+  request_paths_agree(rpcs[which].request, data + 1, size - 1, &arena);
   ProtobufCMessage *m =
       decode_request(rpcs[which].request, data + 1, size - 1, &arena);
   if (m != NULL) {

@@ -20,7 +20,7 @@ CORPUS = os.path.join(HERE, "corpus")
 RPC = {"PublishManifest": 0, "GetManifest": 1, "RegisterPages": 2,
        "ForgetPages": 3, "RegisterPlacement": 4, "PlanUpload": 5,
        "PlanLoad": 6, "PlanStore": 7, "Health.Check": 8,
-       "RegisterMemory": 9, "ForgetMemory": 10}
+       "RegisterMemory": 9, "ForgetMemory": 10, "PlanTransfer": 11}
 # fuzz_reshardctl_json.c's types[].
 JSON_TYPES = {"manifest.json": 0, "placement.json": 1,
               "plan-upload.json": 2, "plan.json": 3, "pool.json": 6,
@@ -66,6 +66,12 @@ def memory_seeds():
     write("rpc", "pooled-load-id", rpc("PlanLoad", pb.PlanLoadRequest(
         model_domain="0" * 64, page_keys=["seed-0"], placement_id=pid,
         pooled=pools.pooled(mid, [3, 1]))))
+    write("rpc", "pooled-transfer-id", rpc("PlanTransfer",
+          pb.PlanTransferRequest(
+              source_placement_id=pid, source_memory_ids=[mid, mid],
+              source_block_ids=[2, 0, 1], token_count=8,
+              target_placement_id=pid, pooled=pools.pooled(mid, [3, 1]),
+              runs=True, operation_id="seed")))
 
 
 def write(target, name, data):
