@@ -20,6 +20,12 @@ bool reshard_request_text_list(size_t count, reshard_arena *arena,
   return count == 0 || *list != NULL;
 }
 
+bool reshard_request_id_list(size_t count, reshard_arena *arena,
+                             uint32_t **list) {
+  *list = count != 0 ? reshard_arena_array(arena, count, sizeof **list) : NULL;
+  return count == 0 || *list != NULL;
+}
+
 bool reshard_request_count_packed(const reshard_request_field *f,
                                   size_t *count) {
   const uint8_t *at = f->value.at, *end = f->value.end;
@@ -126,11 +132,8 @@ Reshard__V1__PooledMemory *reshard_request_pooled(reshard_wire_reader bytes,
                                                   reshard_arena *arena) {
   Reshard__V1__PooledMemory *pooled =
       reshard_arena_alloc(arena, sizeof *pooled, 16);
-  /* protobuf-c leaves an empty repeated field NULL; so does this. */
-  uint32_t *ids = block_ids != 0
-                      ? reshard_arena_array(arena, block_ids, sizeof *ids)
-                      : NULL;
-  if (pooled == NULL || (block_ids != 0 && ids == NULL)) {
+  uint32_t *ids;
+  if (pooled == NULL || !reshard_request_id_list(block_ids, arena, &ids)) {
     return NULL;
   }
   reshard__v1__pooled_memory__init(pooled);

@@ -72,6 +72,10 @@ bool reshard_request_texts_init(reshard_request_texts *texts, size_t bytes,
 bool reshard_request_text_list(size_t count, reshard_arena *arena,
                                char ***list);
 
+/* The same for `count` block ids. */
+bool reshard_request_id_list(size_t count, reshard_arena *arena,
+                             uint32_t **list);
+
 /* Copies a string field's bytes and a NUL to the block; returns them. */
 static inline char *reshard_request_copy_text(reshard_request_texts *texts,
                                               const reshard_request_field *f) {

@@ -136,15 +136,10 @@ reshard_transfer_request_decode(const uint8_t *data, size_t length,
     return NULL;
   }
   reshard__v1__plan_transfer_request__init(request);
+  uint32_t *ids;
   if (!reshard_request_text_list(s.memory_ids, arena,
-                                 &request->source_memory_ids)) {
-    return NULL;
-  }
-  /* protobuf-c leaves an empty repeated field NULL; so does this. */
-  uint32_t *ids = NULL;
-  if (s.source_block_ids != 0 &&
-      (ids = reshard_arena_array(arena, s.source_block_ids, sizeof *ids)) ==
-          NULL) {
+                                 &request->source_memory_ids) ||
+      !reshard_request_id_list(s.source_block_ids, arena, &ids)) {
     return NULL;
   }
   request->source_block_ids = ids;
