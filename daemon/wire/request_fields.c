@@ -26,14 +26,17 @@ bool reshard_request_id_list(size_t count, reshard_arena *arena,
   return count == 0 || *list != NULL;
 }
 
-bool reshard_request_count_packed(const reshard_request_field *f,
-                                  size_t *count) {
+bool reshard_request_count_ids(const reshard_request_field *f, size_t *count) {
+  if (f->wire == RESHARD_WIRE_VARINT) {
+    ++*count;
+    return true;
+  }
   const uint8_t *at = f->value.at, *end = f->value.end;
-  if (at < end && (end[-1] & 0x80)) {
+  if (f->wire != RESHARD_WIRE_DELIMITED || (at < end && (end[-1] & 0x80))) {
     return false;
   }
-  /* The bytes that end a varint, eight at a time: a block table is a few
-   * hundred of them on every call. */
+  /* Packed: the bytes that end a varint, eight at a time (a block table
+   * is a few hundred of them on every call). */
   size_t n = 0;
   for (; end - at >= 8; at += 8) {
     uint64_t word;
@@ -43,12 +46,15 @@ bool reshard_request_count_packed(const reshard_request_field *f,
   for (; at < end; at++) {
     n += !(*at & 0x80);
   }
-  *count = n;
+  *count += n;
   return true;
 }
 
-bool reshard_request_packed_ids(const reshard_request_field *f,
-                                uint32_t **ids) {
+bool reshard_request_take_ids(const reshard_request_field *f, uint32_t **ids) {
+  if (f->wire == RESHARD_WIRE_VARINT) {
+    *(*ids)++ = (uint32_t)reshard_request_varint(f);
+    return true;
+  }
   /* Each read takes exactly one of the bytes counted. */
   reshard_wire_reader r = f->value;
   while (r.at < r.end) {
@@ -110,15 +116,10 @@ bool reshard_request_pooled_shape(reshard_wire_reader bytes, size_t *block_ids,
     if (!reshard_request_next_field(&bytes, &f)) {
       return false;
     }
-    size_t run;
     if (f.number == POOL_MEMORY_ID && reshard_request_is_text(&f)) {
       *text_bytes += reshard_request_value_length(&f) + 1;
-    } else if (f.number == POOL_BLOCK_IDS && f.wire == RESHARD_WIRE_VARINT) {
-      count++;
-    } else if (f.number == POOL_BLOCK_IDS && f.wire == RESHARD_WIRE_DELIMITED &&
-               reshard_request_count_packed(&f, &run)) {
-      count += run;
-    } else {
+    } else if (f.number != POOL_BLOCK_IDS ||
+               !reshard_request_count_ids(&f, &count)) {
       return false; /* an inline pool, or not ours */
     }
   }
@@ -147,9 +148,7 @@ Reshard__V1__PooledMemory *reshard_request_pooled(reshard_wire_reader bytes,
     if (f.number == POOL_MEMORY_ID) {
       pooled->pool_case = RESHARD__V1__POOLED_MEMORY__POOL_MEMORY_ID;
       pooled->memory_id = reshard_request_copy_text(texts, &f);
-    } else if (f.wire == RESHARD_WIRE_VARINT) {
-      *ids++ = (uint32_t)reshard_request_varint(&f);
-    } else if (!reshard_request_packed_ids(&f, &ids)) {
+    } else if (!reshard_request_take_ids(&f, &ids)) {
       return NULL;
     }
   }

@@ -120,16 +120,17 @@ static inline bool reshard_request_take_once(const reshard_request_field *f,
   return true;
 }
 
-/* The varints in a packed run of uint32 values, or false when the run
- * ends inside one (protobuf-c refuses it). A varint longer than ten bytes,
- * which protobuf-c refuses too, is counted here and found by
- * reshard_request_packed_ids. */
-bool reshard_request_count_packed(const reshard_request_field *f,
-                                  size_t *count);
+/* One occurrence of a repeated uint32 field (block ids), packed or not,
+ * on the first walk: adds its values to *count; false at another wire
+ * type or a packed run that ends inside a varint (protobuf-c refuses it).
+ * A varint longer than ten bytes, which protobuf-c refuses too, is counted
+ * here and found by reshard_request_take_ids. */
+bool reshard_request_count_ids(const reshard_request_field *f, size_t *count);
 
-/* Stores a packed run's values (uint32: a varint's low 32 bits) at *ids
- * and moves it past them; false at a varint longer than ten bytes. */
-bool reshard_request_packed_ids(const reshard_request_field *f, uint32_t **ids);
+/* The same occurrence on the second walk: stores its values (a varint's
+ * low 32 bits) at *ids and moves it past them; false at a varint longer
+ * than ten bytes. */
+bool reshard_request_take_ids(const reshard_request_field *f, uint32_t **ids);
 
 /* A UInt32Value's bytes, decoded into `arena`; NULL when it holds anything
  * but its value, or when out of memory. */

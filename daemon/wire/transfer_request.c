@@ -28,20 +28,6 @@ typedef struct shape {
   bool has_source_dp_rank, has_target_dp_rank, has_pooled, has_limits;
 } shape;
 
-static bool take_source_block_ids(const reshard_request_field *f, shape *s) {
-  size_t run;
-  if (f->wire == RESHARD_WIRE_VARINT) {
-    s->source_block_ids++;
-    return true;
-  }
-  if (f->wire != RESHARD_WIRE_DELIMITED ||
-      !reshard_request_count_packed(f, &run)) {
-    return false;
-  }
-  s->source_block_ids += run;
-  return true;
-}
-
 static bool read_shape(const uint8_t *data, size_t length, shape *s) {
   memset(s, 0, sizeof *s);
   reshard_wire_reader r = {data, data + length};
@@ -62,7 +48,7 @@ static bool read_shape(const uint8_t *data, size_t length, shape *s) {
       ours = reshard_request_take_text(&f, &s->text_bytes);
       break;
     case SOURCE_BLOCK_IDS:
-      ours = take_source_block_ids(&f, s);
+      ours = reshard_request_count_ids(&f, &s->source_block_ids);
       break;
     case TOKEN_COUNT:
     case RUNS:
@@ -164,9 +150,7 @@ reshard_transfer_request_decode(const uint8_t *data, size_t length,
           reshard_request_copy_text(&texts, &f);
       break;
     case SOURCE_BLOCK_IDS:
-      if (f.wire == RESHARD_WIRE_VARINT) {
-        *ids++ = (uint32_t)reshard_request_varint(&f);
-      } else if (!reshard_request_packed_ids(&f, &ids)) {
+      if (!reshard_request_take_ids(&f, &ids)) {
         return NULL;
       }
       break;

@@ -64,26 +64,28 @@ static void put_pooled(wire *w, uint64_t field) {
   put_message(w, field, &inner);
 }
 
-/* A Limits as field `field`. */
-static void put_limits(wire *w, uint64_t field) {
+/* A message of varint fields 1..`numbers` as field `field`: fewer than
+ * `most` of them, any of them repeated, with noise between. */
+static void put_varint_message(wire *w, uint64_t field, uint64_t numbers,
+                               uint64_t most) {
   wire inner = {.length = 0};
-  unsigned fields = (unsigned)below(8);
+  unsigned fields = (unsigned)below(most);
   for (unsigned f = 0; f < fields; f++) {
-    put_varint_field(&inner, 1 + below(6), random_value());
-    put_noise(&inner, 6);
+    put_varint_field(&inner, numbers > 1 ? 1 + below(numbers) : 1,
+                     random_value());
+    put_noise(&inner, numbers);
   }
   put_message(w, field, &inner);
 }
 
+/* A Limits (six uint64 fields) as field `field`. */
+static void put_limits(wire *w, uint64_t field) {
+  put_varint_message(w, field, 6, 8);
+}
+
 /* A UInt32Value as field `field`. */
 static void put_dp_rank(wire *w, uint64_t field) {
-  wire inner = {.length = 0};
-  unsigned fields = (unsigned)below(3);
-  for (unsigned f = 0; f < fields; f++) {
-    put_varint_field(&inner, 1, random_value());
-    put_noise(&inner, 1);
-  }
-  put_message(w, field, &inner);
+  put_varint_message(w, field, 1, 3);
 }
 
 /* The request through the pre-scan and protobuf-c, as the daemon decodes
