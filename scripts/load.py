@@ -259,6 +259,8 @@ def run(args):
                     sent[method_ok] += main["done"]
                     pair["main"] = main
                     pair["latency"] = latencies_ms(log_file)
+                    if args.decompose:
+                        pair["planning"] = cpu_decompose.pair_planning(args)
                     pairs.append(pair)
                 rss_main_peak = sampler.peak
                 if args.decompose:  # the plan timer, then perf apart
@@ -338,6 +340,9 @@ def run(args):
     if mixed is not None:
         result["mixed"] = mixed
     if args.decompose:
+        raw["pairs"] = [{"cpu_us": p.get("cpu_us"),
+                         "check_us": p.get("ceiling_cpu_us"),
+                         "planning": p["planning"]} for p in pairs]
         result["decomposition"] = cpu_decompose.decompose(args, result, raw)
 
     problems = []

@@ -37,7 +37,7 @@ def finite(x):
 
 class LoadDecomposeTests(unittest.TestCase):
 
-    def run_load(self, *extra):
+    def run_load(self, *extra, pairs=1):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "load.json")
             proc = subprocess.run([
@@ -46,8 +46,8 @@ class LoadDecomposeTests(unittest.TestCase):
                 "--scenario", "S1-8", "--requests", "300", "--warmup", "50",
                 "--ceiling-requests", "600", "--clients", "2", "--streams",
                 "4", "--time-limit", "240", "--rss-growth-mib", "0",
-                "--decompose", "--bench-runs", "5", "--json", out]
-                + list(extra), stdin=subprocess.DEVNULL,
+                "--decompose", "--bench-runs", "5", "--repeat", str(pairs),
+                "--json", out] + list(extra), stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 timeout=500)
             printed = proc.stdout.decode("utf-8", "replace")
@@ -62,8 +62,8 @@ class LoadDecomposeTests(unittest.TestCase):
         # The profiled runs are counted as calls too.
         self.assertEqual(
             result["daemon_counter_deltas"],
-            {"reshard.v1.Planner/PlanLoad OK": 300 + 50 + 300,
-             "grpc.health.v1.Health/Check OK": 600 + 600})
+            {"reshard.v1.Planner/PlanLoad OK": 300 * pairs + 50 + 300,
+             "grpc.health.v1.Health/Check OK": 600 * pairs + 600})
         d = result["decomposition"]
         for key in ("cpu_us", "check_us"):
             self.assertTrue(finite(d[key]), key)
@@ -77,8 +77,9 @@ class LoadDecomposeTests(unittest.TestCase):
 
     def test_decompose(self):
         """With perf: every figure finite, the parts add up to the daemon's
-        CPU per call, and each profile's split adds up to its call's CPU."""
-        printed, d = self.run_load()
+        CPU per call, and each profile's split adds up to its call's CPU;
+        each of two pairs has its own reshard-bench run and remainder."""
+        printed, d = self.run_load(pairs=2)
         if shutil.which("perf") is None:
             self.assertIn("skipped", printed)
             self.assertNotIn("remainder_us", d)
@@ -119,6 +120,21 @@ class LoadDecomposeTests(unittest.TestCase):
             self.assertEqual(sum(prof["kernel_by_path"].values()),
                              prof["kernel_other"])
         self.assertIsInstance(d["remainder_ok"], bool)
+        # Pair by pair: reshard-bench ran after each pair, the headline's
+        # planning is one of those runs, and each pair's parts add up.
+        self.assertEqual(len(d["pairs"]), 2)
+        self.assertIn(d["planning"]["us"],
+                      [p["planning_us"] for p in d["pairs"]])
+        for p in d["pairs"]:
+            self.assertAlmostEqual(
+                p["check_us"] + p["planning_us"] + p["send_beyond_check_us"]
+                + p["remainder_us"], p["cpu_us"], places=6)
+        self.assertAlmostEqual(
+            d["pair_remainder_us"],
+            sum(p["remainder_us"] for p in d["pairs"]) / 2, places=6)
+        self.assertIsInstance(d["pair_remainder_ok"], bool)
+        self.assertIn("pair by pair (reshard-bench right after each)",
+                      printed)
 
     def test_decompose_without_perf(self):
         """A perf that is not there skips the send and the remainder and
