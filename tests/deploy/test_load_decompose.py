@@ -146,6 +146,36 @@ class LoadDecomposeTests(unittest.TestCase):
         self.assertRegex(printed, r"= remainder\s+skipped")
 
 
+class TransferPlanningTests(unittest.TestCase):
+    """The in-process planning a PlanTransfer's decomposition subtracts is
+    what the daemon does per call, its response's encoding included: the
+    transfer table's plan with runs and its runs response, or the columns
+    plan with its response (reshard-bench run for real, a few plans)."""
+
+    def planning(self, with_runs):
+        import cpu_decompose  # scripts/, on the path by deploy_support
+        bench = cpu_decompose.default_bench(e.DAEMON)
+        plan = cpu_decompose.bench_planning(bench, 3, "T1-128",
+                                            "PlanTransfer", False, with_runs)
+        self.assertNotIn("error", plan)
+        self.assertAlmostEqual(plan["us"], sum(plan["parts"].values()),
+                               places=6)
+        for name, us in plan["parts"].items():
+            self.assertTrue(finite(us) and us > 0, name)
+        return plan
+
+    def test_with_runs_counts_the_runs_response(self):
+        plan = self.planning(True)
+        self.assertEqual(sorted(plan["parts"]),
+                         ["encode its runs", "plan with runs (warm)"])
+        self.assertEqual(plan["entries"], 512)  # T1 at 128 tokens
+
+    def test_explicit_is_the_columns_plan_and_response(self):
+        plan = self.planning(False)
+        self.assertEqual(list(plan["parts"]),
+                         ["plan and response (varint columns)"])
+
+
 # `perf script -F ip,sym,dso` as perf prints it: one frame a line, leaf
 # first, a blank line after each sample.
 K, U = "[kernel.kallsyms]", "/work/build/daemon/reshardd"
